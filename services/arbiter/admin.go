@@ -1,0 +1,128 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+)
+
+type adminServer struct {
+	adminv1.UnimplementedAdminServiceServer
+	a *Arbiter
+}
+
+// Status implements adminv1.AdminServiceServer. It answers without a
+// quorum too, from serializable reads, and says so.
+func (s *adminServer) Status(ctx context.Context, _ *adminv1.StatusRequest) (*adminv1.StatusResponse, error) {
+	a := s.a
+	if _, err := identity.Caller(ctx); err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	out := &adminv1.StatusResponse{Arbiter: a.cfg.Self.String()}
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
+	defer cancel()
+
+	// Members and the leader, from each endpoint's own status.
+	var leader uint64
+	healthy := map[uint64]bool{}
+	for _, ep := range a.etcd.Endpoints() {
+		st, err := a.etcd.Status(sctx, ep)
+		if err != nil {
+			continue
+		}
+		healthy[st.Header.MemberId] = true
+		if st.Leader != 0 {
+			leader = st.Leader
+		}
+		out.ClusterId = epoch.FormatID(st.Header.ClusterId)
+	}
+	if ml, err := a.etcd.MemberList(sctx, clientv3.WithSerializable()); err == nil {
+		out.ClusterId = epoch.FormatID(ml.Header.ClusterId)
+		for _, m := range ml.Members {
+			out.Members = append(out.Members, &adminv1.Member{
+				Id: epoch.FormatID(m.ID), Name: m.Name, ClientUrls: m.ClientURLs, PeerUrls: m.PeerURLs,
+				Healthy: healthy[m.ID], IsLeader: m.ID == leader, IsLearner: m.IsLearner,
+			})
+		}
+		sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
+	}
+	if leader != 0 {
+		out.Leader = epoch.FormatID(leader)
+		out.Quorum = true
+	}
+
+	// The epoch record: linearizable when there is a quorum, else the
+	// local copy of whichever member answers.
+	var opts []clientv3.OpOption
+	if !out.Quorum {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	resp, err := a.etcd.Get(sctx, lockkey.EpochKey, opts...)
+	if err != nil {
+		if out.ClusterId == "" {
+			return nil, a.etcdFailure(ctx, err)
+		}
+		return out, nil
+	}
+	out.Revision = resp.Header.Revision
+	out.ClusterId = epoch.FormatID(resp.Header.ClusterId)
+	if len(resp.Kvs) > 0 {
+		if st, err := epoch.Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision); err == nil {
+			out.Epoch, out.EpochClusterId = st.Epoch, st.ClusterID
+			out.Sealed = st.Sealed(resp.Header.ClusterId)
+			if out.Quorum {
+				a.epochs.set(st)
+				a.observeHeader(resp.Header)
+			}
+		}
+	}
+	return out, nil
+}
+
+// AdvanceEpoch implements adminv1.AdminServiceServer. The single Txn is in
+// epoch.Advance; here are who may call it and how its outcome is reported.
+// (Two-person approval is enforced in front of this call by a later layer.)
+func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
+	a := s.a
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	if !a.cfg.IsOperator(caller) {
+		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
+	}
+	if req.GetExpectedEpoch() == 0 {
+		return nil, invalidArgument("expected_epoch", "is required: the epoch being replaced, as Status reports it")
+	}
+	if req.GetReason() == "" {
+		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
+	}
+	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), a.cfg.OpTimeout)
+	defer cancel()
+	adv, err := epoch.Advance(octx, a.etcd, req.GetExpectedEpoch(), fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339)))
+	switch {
+	case errors.Is(err, epoch.ErrChanged):
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+	case err != nil:
+		return nil, a.etcdFailure(ctx, err)
+	}
+	a.epochs.set(adv.State)
+	a.log.Info("epoch advanced", "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
+		"deleted_holds", adv.DeletedHolds, "deleted_waiters", adv.DeletedWaiters)
+	// Re-check the seal against the cluster now serving.
+	a.reloadEpoch(ctx)
+	return &adminv1.AdvanceEpochResponse{
+		Epoch: adv.Epoch, ClusterId: adv.ClusterID, DeletedHolds: adv.DeletedHolds,
+		DeletedWaiters: adv.DeletedWaiters, Revision: adv.Revision,
+	}, nil
+}

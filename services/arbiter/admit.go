@@ -1,0 +1,58 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/codes"
+)
+
+// request is a call that passed every check that needs no etcd read.
+type request struct {
+	caller spiffeid.ID
+	key    string
+	class  class.Class
+	labels labels
+}
+
+// deniedMsg is the one denial message: it is the same whether or not the key
+// exists or is held (ADR-19).
+const deniedMsg = "the caller may not lock this key"
+
+// admit authenticates the caller, validates the key and class and
+// authorizes the call, all before etcd is touched.
+func (a *Arbiter) admit(ctx context.Context, key, className string) (request, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return request{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	if err := lockkey.Validate(key); err != nil {
+		var ke *lockkey.Error
+		errors.As(err, &ke)
+		a.metrics.refused(labels{cluster: a.cfg.Cluster}, lockv1.ErrorReason_INVALID_KEY)
+		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_KEY, err.Error(), "field", "key", "rule", string(ke.Rule))
+	}
+	cls, err := a.cfg.Classes.Lookup(className)
+	if err != nil {
+		return request{}, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+	}
+	r := request{caller: caller, key: key, class: cls, labels: labels{
+		namespace: lockkey.Namespace(key), class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}}
+	if !a.cfg.Authorizer.MayLock(caller, key) {
+		a.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
+		return request{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
+	}
+	return r, nil
+}
+
+func requireSession(id int64) error {
+	if id == 0 {
+		return invalidArgument("session_id", "is required (open one with OpenSession)")
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/reason"
+	"github.com/lockplane/lockplane/services/token"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// grant is a successful attempt.
+type grant struct {
+	token token.Token
+}
+
+// contended is an attempt refused because another session holds the key;
+// rev is the revision of the refusing Txn, from which a waiter watches.
+type contended struct {
+	rev int64
+	err error
+}
+
+func (c *contended) Error() string { return c.err.Error() }
+
+// Acquire implements lockv1.LockServiceServer.
+func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	start := time.Now()
+	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
+	if err != nil {
+		return nil, err
+	}
+	if err := requireSession(req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	g, err := a.acquire(ctx, r, req.GetSessionId(), req.GetWait())
+	if err != nil {
+		a.metrics.refused(r.labels, reason.Of(err))
+		return nil, err
+	}
+	a.metrics.granted(r.labels, time.Since(start))
+	return &lockv1.AcquireResponse{
+		Key:       r.key,
+		Token:     &lockv1.Token{Value: uint64(g.token), Epoch: g.token.Epoch(), Revision: g.token.Revision()},
+		SessionId: req.GetSessionId(),
+		Class:     r.class.Name,
+	}, nil
+}
+
+// acquire attempts until granted, refused for a reason other than
+// contention, or (when waiting) the wait ends.
+func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bool) (grant, error) {
+	wctx := ctx
+	if wait {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, a.cfg.MaxWait)
+		defer cancel()
+	}
+	for {
+		g, err := a.attempt(wctx, r, session)
+		c, isContended := err.(*contended)
+		if !isContended {
+			return g, err
+		}
+		if !wait {
+			return grant{}, c.err
+		}
+		if a.awaitRelease(wctx, lockkey.HoldKey(r.key), c.rev) != nil {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return grant{}, status.FromContextError(ctx.Err()).Err()
+			}
+			return grant{}, refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
+				fmt.Sprintf("key %s was still held when the wait ended", r.key))
+		}
+	}
+}
+
+// attempt is one grant: exactly one etcd Txn. Its Else branch reads back
+// the hold, the session and the epoch, so a refusal is classified without a
+// second round trip.
+func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant, error) {
+	// An epoch change observed in the Else branch is retried once with the
+	// new record; two in a row is not worth chasing.
+	for try := 0; ; try++ {
+		st, err := a.epochFor(ctx)
+		if err != nil {
+			return grant{}, err
+		}
+		holdKey, sessKey := lockkey.HoldKey(r.key), lockkey.SessionKey(session)
+		want := sessionFor(r.caller, r.class.TTL).encode()
+		hold, _ := json.Marshal(holdRecord{Identity: r.caller.String(), Session: session, Class: r.class.Name, Since: time.Now().UTC()})
+		octx, cancel := a.opCtx(ctx)
+		resp, err := a.etcd.Txn(octx).If(
+			clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
+			clientv3.Compare(clientv3.Value(sessKey), "=", want),
+		).Then(
+			clientv3.OpPut(holdKey, string(hold), clientv3.WithLease(clientv3.LeaseID(session))),
+		).Else(
+			clientv3.OpGet(holdKey), clientv3.OpGet(sessKey), clientv3.OpGet(lockkey.EpochKey),
+		).Commit()
+		cancel()
+		if err != nil {
+			return grant{}, a.etcdFailure(ctx, err)
+		}
+		// A grant committed on a cluster that is not the epoch's is never
+		// returned: its token could repeat one issued before a restore.
+		if a.observeHeader(resp.Header) {
+			return grant{}, a.sealedErr(st)
+		}
+		if resp.Succeeded {
+			t, err := token.Mint(st.Epoch, resp.Header.Revision)
+			if err != nil {
+				return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+			}
+			return grant{token: t}, nil
+		}
+		g, err, retry := a.classify(r, session, st, resp, want)
+		if !retry || try > 0 {
+			return g, err
+		}
+	}
+}
+
+// classify explains a failed grant Txn from its Else reads.
+func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clientv3.TxnResponse, want string) (g grant, err error, retry bool) {
+	holdKVs := resp.Responses[0].GetResponseRange().Kvs
+	sessKVs := resp.Responses[1].GetResponseRange().Kvs
+	epochKVs := resp.Responses[2].GetResponseRange().Kvs
+
+	if len(epochKVs) == 0 || epochKVs[0].ModRevision != st.ModRevision {
+		if len(epochKVs) > 0 {
+			if next, err := epoch.Decode(epochKVs[0].Value, epochKVs[0].ModRevision); err == nil {
+				a.epochs.set(next)
+			}
+		}
+		return grant{}, refusal(codes.Unavailable, lockv1.ErrorReason_EPOCH_CHANGED, "the epoch changed during the grant; retry"), true
+	}
+	if len(sessKVs) == 0 {
+		return grant{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED,
+			"the session has expired or was closed; open a new one"), false
+	}
+	if got := string(sessKVs[0].Value); got != want {
+		rec, _ := decodeSession(sessKVs[0].Value)
+		if rec.Identity != r.caller.String() {
+			return grant{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED,
+				"the session belongs to another identity"), false
+		}
+		return grant{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+			fmt.Sprintf("class: class %s has TTL %s but the session has TTL %ds; use a session of the class's TTL",
+				r.class.Name, r.class.TTL, rec.TTLSeconds), "field", "class"), false
+	}
+	if len(holdKVs) == 0 {
+		// Released between the compare and the read: nothing to classify.
+		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
+			fmt.Sprintf("key %s changed during the grant", r.key))}, true
+	}
+	kv := holdKVs[0]
+	h, _ := decodeHold(kv.Value)
+	switch {
+	case kv.Lease == session:
+		// This session already holds it: a retried Acquire whose answer was
+		// lost. The grant is the one that created the key.
+		t, err := token.Mint(st.Epoch, kv.CreateRevision)
+		if err != nil {
+			return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
+		}
+		return grant{token: t}, nil, false
+	case h.Identity == r.caller.String():
+		return grant{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+			fmt.Sprintf("key %s is held by this identity under another session (%d): a leaked lock, not contention", r.key, kv.Lease),
+			"holder_session", fmt.Sprint(kv.Lease)), false
+	default:
+		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
+			fmt.Sprintf("key %s is held by another session", r.key))}, false
+	}
+}

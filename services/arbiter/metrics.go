@@ -1,0 +1,108 @@
+package arbiter
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// AllowedLabels are the only metric labels the arbiter may use (ADR-22):
+// never a key, a session or a token.
+var AllowedLabels = []string{"namespace", "class", "tier", "cluster"}
+
+type labels struct{ namespace, class, tier, cluster string }
+
+func (l labels) values() []string { return []string{l.namespace, l.class, l.tier, l.cluster} }
+
+type metrics struct {
+	grantSeconds   *prometheus.HistogramVec
+	grants         *prometheus.CounterVec
+	releases       *prometheus.CounterVec
+	sessionsOpened *prometheus.CounterVec
+	renewalsFailed *prometheus.CounterVec
+	// One counter family per refusal reason: a reason label would be a
+	// fifth label, which ADR-22 does not allow.
+	refusals map[lockv1.ErrorReason]*prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
+	m := &metrics{
+		grantSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lockplane_grant_seconds", Help: "Time from Acquire to grant, including any wait.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, AllowedLabels),
+		grants:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_grants_total", Help: "Grants made."}, AllowedLabels),
+		releases:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_releases_total", Help: "Holds released by their holder."}, AllowedLabels),
+		sessionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_sessions_opened_total", Help: "Sessions opened."}, AllowedLabels),
+		renewalsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_renewals_failed_total", Help: "Keepalives no quorum confirmed."}, []string{"cluster"}),
+		refusals:       map[lockv1.ErrorReason]*prometheus.CounterVec{},
+	}
+	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, &liveCollector{a: a}}
+	for v, name := range lockv1.ErrorReason_name {
+		if v == 0 {
+			continue
+		}
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockplane_refusals_" + strings.ToLower(name) + "_total",
+			Help: "Requests refused with reason " + name + ".",
+		}, AllowedLabels)
+		m.refusals[lockv1.ErrorReason(v)] = c
+		cs = append(cs, c)
+	}
+	if reg != nil {
+		for _, c := range cs {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) granted(l labels, d time.Duration) {
+	m.grants.WithLabelValues(l.values()...).Inc()
+	m.grantSeconds.WithLabelValues(l.values()...).Observe(d.Seconds())
+}
+
+func (m *metrics) released(l labels) { m.releases.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) sessionOpened(l labels) { m.sessionsOpened.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) renewalFailed(cluster string) { m.renewalsFailed.WithLabelValues(cluster).Inc() }
+
+func (m *metrics) refused(l labels, r lockv1.ErrorReason) {
+	if c, ok := m.refusals[r]; ok {
+		c.WithLabelValues(l.values()...).Inc()
+	}
+}
+
+// liveCollector counts live sessions and holds in etcd at scrape time, so
+// the figures include expiries no arbiter saw.
+type liveCollector struct{ a *Arbiter }
+
+var (
+	sessionsDesc = prometheus.NewDesc("lockplane_sessions", "Live sessions in the cluster.", []string{"cluster"}, nil)
+	holdsDesc    = prometheus.NewDesc("lockplane_holds", "Live holds in the cluster.", []string{"cluster"}, nil)
+)
+
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc; ch <- holdsDesc }
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.a.cfg.OpTimeout)
+	defer cancel()
+	for _, x := range []struct {
+		desc   *prometheus.Desc
+		prefix string
+	}{{sessionsDesc, lockkey.SessionPrefix}, {holdsDesc, lockkey.HoldPrefix}} {
+		resp, err := c.a.etcd.Get(ctx, x.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.GaugeValue, float64(resp.Count), c.a.cfg.Cluster)
+	}
+}

@@ -1,0 +1,176 @@
+// Package arbiter is the lock service: the only writer of grants to etcd
+// (ADR-18). It serves lockplane.lock.v1 and lockplane.admin.v1.
+//
+// Guarantees, each enforced by an etcd transaction rather than by arbiter
+// memory, so any number of arbiters may serve one cluster and any of them
+// may crash at any time:
+//   - A grant is one Txn that commits only if the key is free, the epoch
+//     record is unchanged and the session is the caller's and alive; its
+//     token is the epoch and that Txn's revision (ADR-02).
+//   - A release deletes a hold only if it is still the grant it names.
+//   - No grant is returned from a cluster whose ID differs from the epoch
+//     record's (ADR-03), or without a quorum (ADR-04).
+//   - A watch event only ever triggers another grant Txn (ADR-15).
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/class"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// Config configures an Arbiter.
+type Config struct {
+	// Etcd is the cluster holding the lock log.
+	Etcd Etcd
+	// Cluster names the cluster in metrics ("coord", "entity-1", ...).
+	Cluster string
+	// Self is the arbiter's own SPIFFE ID, reported by Status.
+	Self spiffeid.ID
+	// Classes resolves lock classes; class.NewStatic() when nil.
+	Classes class.Registry
+	// Authorizer decides who may lock what; AllowTrustDomain when nil.
+	Authorizer Authorizer
+	// IsOperator decides who may call the admin RPCs that change state.
+	IsOperator func(spiffeid.ID) bool
+	// OpTimeout bounds every etcd call: past it the arbiter answers
+	// NO_QUORUM rather than hang. 2 s when zero.
+	OpTimeout time.Duration
+	// MaxWait caps a waiting Acquire. 5 min when zero.
+	MaxWait time.Duration
+	// PollInterval is the fallback retry period of a waiter whose watch
+	// missed a release; jittered. 1 s when zero.
+	PollInterval time.Duration
+	// Metrics receives the arbiter's metrics; not registered when nil.
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
+}
+
+// Authorizer decides whether an identity may lock a key. Denials must not
+// depend on the key's state (ADR-19): it is called before any etcd read.
+type Authorizer interface {
+	MayLock(id spiffeid.ID, key string) bool
+}
+
+// AllowTrustDomain lets every authenticated workload of the trust domain
+// lock every key: the posture until prefix grants are configured.
+type AllowTrustDomain struct{}
+
+// MayLock implements Authorizer.
+func (AllowTrustDomain) MayLock(spiffeid.ID, string) bool { return true }
+
+// OperatorPathPrefix returns an IsOperator that accepts IDs of the trust
+// domain whose path starts with prefix, e.g. "/operator/".
+func OperatorPathPrefix(td spiffeid.TrustDomain, prefix string) func(spiffeid.ID) bool {
+	return func(id spiffeid.ID) bool {
+		return id.MemberOf(td) && strings.HasPrefix(id.Path(), prefix)
+	}
+}
+
+// Arbiter serves the lock and admin APIs for one etcd cluster.
+type Arbiter struct {
+	lockv1.UnimplementedLockServiceServer
+	cfg     Config
+	etcd    Etcd
+	log     *slog.Logger
+	epochs  epochCache
+	metrics *metrics
+	health  *healthState
+	admin   adminServer
+}
+
+// New checks cfg and returns an Arbiter. Call Run to keep its epoch current.
+func New(cfg Config) (*Arbiter, error) {
+	if cfg.Etcd == nil {
+		return nil, errors.New("arbiter: Config.Etcd is required")
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "default"
+	}
+	if cfg.Classes == nil {
+		cfg.Classes = class.NewStatic()
+	}
+	if cfg.Authorizer == nil {
+		cfg.Authorizer = AllowTrustDomain{}
+	}
+	if cfg.IsOperator == nil {
+		cfg.IsOperator = func(spiffeid.ID) bool { return false }
+	}
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = 2 * time.Second
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = 5 * time.Minute
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState()}
+	a.admin.a = a
+	m, err := newMetrics(cfg.Metrics, a)
+	if err != nil {
+		return nil, err
+	}
+	a.metrics = m
+	return a, nil
+}
+
+// Register adds the lock, admin, health and reflection services to s.
+func (a *Arbiter) Register(s *grpc.Server) {
+	lockv1.RegisterLockServiceServer(s, a)
+	adminv1.RegisterAdminServiceServer(s, &a.admin)
+	healthpb.RegisterHealthServer(s, a.health.srv)
+	reflection.Register(s)
+}
+
+// Run keeps the epoch record current until ctx ends.
+func (a *Arbiter) Run(ctx context.Context) { a.watchEpoch(ctx) }
+
+// healthState reports the lock service NOT_SERVING while sealed or
+// before the epoch is known.
+// It is told the seal state on every etcd response, so it only touches the
+// health server when that state changes.
+type healthState struct {
+	srv  *health.Server
+	last atomic.Int32
+}
+
+func newHealthState() *healthState {
+	h := &healthState{srv: health.NewServer()}
+	h.last.Store(-1)
+	h.unavailable()
+	return h
+}
+
+func (h *healthState) set(sealed bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if sealed {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	if h.last.Swap(int32(st)) != int32(st) {
+		h.srv.SetServingStatus("", st)
+		h.srv.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, st)
+	}
+}
+
+func (h *healthState) unavailable() {
+	h.last.Store(-1)
+	h.srv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	h.srv.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+}

@@ -1,0 +1,152 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/reason"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// OpenSession implements lockv1.LockServiceServer: one lease for the
+// caller's identity and the class's TTL, and the session record on it.
+func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	cls, err := a.cfg.Classes.Lookup(req.GetClass())
+	if err != nil {
+		return nil, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+	}
+	if _, err := a.epochFor(ctx); err != nil {
+		return nil, err
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	lease, err := a.etcd.Grant(octx, int64(cls.TTL.Seconds()))
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	rec := sessionFor(caller, cls.TTL)
+	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
+	if err != nil {
+		// Do not leave an unusable lease behind; it would expire anyway.
+		a.etcd.Revoke(context.WithoutCancel(ctx), lease.ID)
+		return nil, a.etcdFailure(ctx, err)
+	}
+	if a.observeHeader(put.Header) {
+		st, _ := a.epochs.get()
+		return nil, a.sealedErr(st)
+	}
+	a.metrics.sessionOpened(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster})
+	return &lockv1.OpenSessionResponse{
+		SessionId: int64(lease.ID), Ttl: durationpb.New(cls.TTL), Class: cls.Name, Identity: caller.String(),
+	}, nil
+}
+
+// KeepAlive implements lockv1.LockServiceServer. Each request renews one
+// session through the etcd leader; a renewal the cluster cannot confirm in
+// time is answered NO_QUORUM, never with a TTL.
+func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
+	ctx := stream.Context()
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	owned := map[int64]bool{}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp := a.renew(ctx, caller, req.GetSessionId(), owned)
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned map[int64]bool) *lockv1.KeepAliveResponse {
+	fail := func(reason lockv1.ErrorReason, msg string) *lockv1.KeepAliveResponse {
+		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason, ErrorMessage: msg}
+	}
+	if session == 0 {
+		return fail(lockv1.ErrorReason_INVALID_ARGUMENT, "session_id: is required")
+	}
+	if !owned[session] {
+		if err := a.checkOwner(ctx, caller, session); err != nil {
+			return fail(reason.Of(err), err.Error())
+		}
+		owned[session] = true
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	ka, err := a.etcd.KeepAliveOnce(octx, clientv3.LeaseID(session))
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		delete(owned, session)
+		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
+	case err != nil:
+		a.metrics.renewalFailed(a.cfg.Cluster)
+		return fail(lockv1.ErrorReason_NO_QUORUM, fmt.Sprintf("no etcd quorum confirmed the renewal within %s", a.cfg.OpTimeout))
+	}
+	a.observeHeader(ka.ResponseHeader)
+	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ka.TTL))}
+}
+
+// checkOwner reads the session record and refuses another identity's
+// session. A linearizable read: it fails closed without quorum.
+func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session int64) error {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Get(octx, lockkey.SessionKey(session))
+	if err != nil {
+		return a.etcdFailure(ctx, err)
+	}
+	a.observeHeader(resp.Header)
+	if len(resp.Kvs) == 0 {
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+	}
+	rec, err := decodeSession(resp.Kvs[0].Value)
+	if err != nil || rec.Identity != caller.String() {
+		return refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+	}
+	return nil
+}
+
+// CloseSession implements lockv1.LockServiceServer: revoking the lease
+// deletes every hold on it in one committed entry.
+func (a *Arbiter) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	if err := requireSession(req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := a.checkOwner(ctx, caller, req.GetSessionId()); err != nil {
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			return &lockv1.CloseSessionResponse{}, nil
+		}
+		return nil, err
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	if _, err := a.etcd.Revoke(octx, clientv3.LeaseID(req.GetSessionId())); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	return &lockv1.CloseSessionResponse{}, nil
+}

@@ -1,0 +1,68 @@
+// Package class holds lock classes: the reviewed settings (TTL, tier) that a
+// key's grants follow. Callers name a class; they never choose a TTL
+// (ADR-11). The class registry of reviewed documents replaces Static later;
+// everything that needs a class goes through Registry.
+package class
+
+import (
+	"fmt"
+	"time"
+)
+
+// Tier picks the etcd cluster a class's keys live on (ADR-07).
+type Tier string
+
+// The tiers.
+const (
+	TierCoord  Tier = "coord"
+	TierEntity Tier = "entity"
+)
+
+// Class is one lock class.
+type Class struct {
+	Name string
+	// TTL of the sessions holding this class's keys.
+	TTL  time.Duration
+	Tier Tier
+}
+
+// DefaultName is the class used when a request names none.
+const DefaultName = "default"
+
+// Default is the platform's default class: 15 s TTL on the coord tier.
+var Default = Class{Name: DefaultName, TTL: 15 * time.Second, Tier: TierCoord}
+
+// Registry resolves class names.
+type Registry interface {
+	// Lookup resolves name; the empty name is the default class.
+	Lookup(name string) (Class, error)
+}
+
+// Static is a fixed set of classes.
+type Static map[string]Class
+
+// NewStatic returns a registry of the given classes plus Default.
+func NewStatic(cs ...Class) Static {
+	s := Static{DefaultName: Default}
+	for _, c := range cs {
+		s[c.Name] = c
+	}
+	return s
+}
+
+// ErrUnknown reports a class name that is not registered.
+type ErrUnknown struct{ Name string }
+
+func (e ErrUnknown) Error() string { return fmt.Sprintf("class %q is not registered", e.Name) }
+
+// Lookup implements Registry.
+func (s Static) Lookup(name string) (Class, error) {
+	if name == "" {
+		name = DefaultName
+	}
+	c, ok := s[name]
+	if !ok {
+		return Class{}, ErrUnknown{name}
+	}
+	return c, nil
+}

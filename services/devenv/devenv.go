@@ -1,0 +1,246 @@
+// Package devenv is the embedded default: a real 3-member etcd 3.6 cluster
+// in this process, an arbiter serving it over mTLS, and a development trust
+// domain with SVIDs for a demo workload and two operators, all on loopback.
+// `make dev` runs it; the tests and the core benchmark use it too, so what
+// they measure is what a developer runs.
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lockplane/lockplane/services/arbiter"
+	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/devca"
+	"github.com/lockplane/lockplane/services/etcdembed"
+	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/profile"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// TrustDomain is the development trust domain.
+const TrustDomain = "lockplane.dev"
+
+// The development identities, by profile name.
+var Identities = map[string]string{
+	"arbiter": "/arbiter",
+	"demo":    "/ns/team-a/sa/demo",
+	"other":   "/ns/team-b/sa/worker",
+	"alice":   "/operator/alice",
+	"bob":     "/operator/bob",
+}
+
+// Options shape an embedded environment.
+type Options struct {
+	// Dir receives the etcd data, the trust domain and profile.json. Its
+	// etcd/ and pki/ subdirectories are recreated on every start.
+	Dir string
+	// Listen and MetricsListen are the arbiter's gRPC and /metrics
+	// addresses; a free loopback port when empty.
+	Listen, MetricsListen string
+	// Classes overrides the class registry (tests use short TTLs).
+	Classes class.Registry
+	// OpTimeout overrides the arbiter's bound on each etcd call.
+	OpTimeout time.Duration
+	Logger    *slog.Logger
+	// EtcdLogger receives etcd's logs; discarded when nil.
+	EtcdLogger *zap.Logger
+}
+
+// Env is a running embedded environment.
+type Env struct {
+	Cluster     *etcdembed.Cluster
+	Etcd        *clientv3.Client
+	Arbiter     *arbiter.Arbiter
+	Addr        string
+	MetricsAddr string
+	Profile     *profile.Profile
+	ProfilePath string
+	Registry    *prometheus.Registry
+
+	opts    Options
+	cancel  context.CancelFunc
+	server  *grpc.Server
+	metrics *http.Server
+	lis     net.Listener
+}
+
+// Start brings the environment up and returns once the arbiter serves.
+func Start(ctx context.Context, opts Options) (_ *Env, err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	for _, sub := range []string{"etcd", "pki"} {
+		if err := os.RemoveAll(filepath.Join(opts.Dir, sub)); err != nil {
+			return nil, err
+		}
+	}
+	e := &Env{opts: opts}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if e.Profile, err = writeTrustDomain(opts.Dir); err != nil {
+		return nil, err
+	}
+	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger})
+	if err != nil {
+		return nil, err
+	}
+	e.Etcd, err = clientv3.New(clientv3.Config{Endpoints: e.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.StartArbiter(); err != nil {
+		return nil, err
+	}
+	e.Profile.Endpoint = e.Addr
+	e.Profile.Metrics = "http://" + e.MetricsAddr + "/metrics"
+	e.ProfilePath = filepath.Join(opts.Dir, "profile.json")
+	return e, e.Profile.Save(e.ProfilePath)
+}
+
+func writeTrustDomain(dir string) (*profile.Profile, error) {
+	ca, err := devca.New(TrustDomain, 30*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	pki := filepath.Join(dir, "pki")
+	if _, err := ca.WriteBundle(pki); err != nil {
+		return nil, err
+	}
+	p := &profile.Profile{
+		ServerID: "spiffe://" + TrustDomain + Identities["arbiter"], TrustDomain: TrustDomain,
+		Bundle: "pki/bundle.pem", Identities: map[string]profile.Identity{}, DefaultIdentity: "demo",
+	}
+	for name, path := range Identities {
+		if _, err := ca.WriteSVID(filepath.Join(pki, name), path, 7*24*time.Hour); err != nil {
+			return nil, err
+		}
+		p.Identities[name] = profile.Identity{SPIFFEID: "spiffe://" + TrustDomain + path,
+			Cert: filepath.Join("pki", name, "svid.pem"), Key: filepath.Join("pki", name, "key.pem")}
+	}
+	// Paths in the profile are relative to dir; Source resolves them.
+	p, err = reload(p, dir)
+	return p, err
+}
+
+func reload(p *profile.Profile, dir string) (*profile.Profile, error) {
+	path := filepath.Join(dir, "profile.json")
+	p.Endpoint = "pending"
+	if err := p.Save(path); err != nil {
+		return nil, err
+	}
+	return profile.Load(path)
+}
+
+// StartArbiter starts (or restarts, on the same address) the arbiter.
+func (e *Env) StartArbiter() error {
+	if e.server != nil {
+		return errors.New("devenv: arbiter already running")
+	}
+	src, err := e.Profile.Source("arbiter")
+	if err != nil {
+		return err
+	}
+	self, _ := identity.ID(src)
+	td := spiffeid.RequireTrustDomainFromString(TrustDomain)
+	e.Registry = prometheus.NewRegistry()
+	a, err := arbiter.New(arbiter.Config{
+		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes,
+		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
+		Metrics: e.Registry, Logger: e.opts.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	creds, err := identity.ServerCredentials(src)
+	if err != nil {
+		return err
+	}
+	listen := e.opts.Listen
+	if e.Addr != "" {
+		listen = e.Addr
+	}
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("devenv: arbiter listen %s: %w", listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel, e.lis, e.Arbiter, e.Addr = cancel, lis, a, lis.Addr().String()
+	go a.Run(ctx)
+	e.server = grpc.NewServer(grpc.Creds(creds))
+	a.Register(e.server)
+	go e.server.Serve(lis)
+	if e.metrics == nil {
+		ml := e.opts.MetricsListen
+		if ml == "" {
+			ml = "127.0.0.1:0"
+		}
+		mlis, err := net.Listen("tcp", ml)
+		if err != nil {
+			return fmt.Errorf("devenv: metrics listen %s: %w", ml, err)
+		}
+		e.MetricsAddr = mlis.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{e}, promhttp.HandlerOpts{}))
+		e.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go e.metrics.Serve(mlis)
+	}
+	return nil
+}
+
+// Gather serves the current arbiter's metrics across arbiter restarts.
+func (e *Env) Gather() ([]*dto.MetricFamily, error) { return e.Registry.Gather() }
+
+// StopArbiter stops the arbiter hard, as a crash would: open streams break
+// and no session is closed.
+func (e *Env) StopArbiter() {
+	if e.server == nil {
+		return
+	}
+	e.server.Stop()
+	e.cancel()
+	e.server = nil
+}
+
+// Client dials the arbiter as the named development identity.
+func (e *Env) Client(name string) (*lockclient.Client, error) {
+	src, err := e.Profile.Source(name)
+	if err != nil {
+		return nil, err
+	}
+	return lockclient.Dial(lockclient.Config{Target: e.Addr, Identity: src, ServerID: e.Profile.ServerID})
+}
+
+// Close stops everything.
+func (e *Env) Close() {
+	e.StopArbiter()
+	if e.metrics != nil {
+		e.metrics.Close()
+	}
+	if e.Etcd != nil {
+		e.Etcd.Close()
+	}
+	if e.Cluster != nil {
+		e.Cluster.Close()
+	}
+}

@@ -1,0 +1,148 @@
+// Package epoch keeps the epoch record, /sys/epoch: the epoch that tops every
+// fencing token and the etcd cluster ID it was minted for (ADR-03).
+//
+// A restore always produces a new cluster ID, so a cluster whose ID differs
+// from its record is a restored one: it is sealed, and serves no grant until
+// Advance moves the epoch on, binds it to the new ID and deletes every hold
+// and waiter in one transaction. Tokens minted after the advance exceed every
+// token of the earlier epoch, whatever the restored revision.
+package epoch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/token"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Record is the stored epoch record.
+type Record struct {
+	Epoch     uint32    `json:"epoch"`
+	ClusterID string    `json:"cluster_id"` // hex, as etcdctl prints it
+	Since     time.Time `json:"since"`
+	Reason    string    `json:"reason,omitempty"`
+}
+
+// State is a record read from etcd with the revision that last changed it;
+// grant transactions compare that revision to prove the epoch is current.
+type State struct {
+	Record
+	ModRevision int64
+	// Raw is the stored value, compared byte for byte by Advance.
+	Raw []byte
+}
+
+// Sealed reports whether a cluster with this ID may not serve grants under
+// the record.
+func (s State) Sealed(clusterID uint64) bool { return s.ClusterID != FormatID(clusterID) }
+
+// FormatID prints a cluster or member ID as etcd does.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// ErrChanged means the epoch was not the one expected.
+var ErrChanged = errors.New("epoch: the epoch record changed")
+
+// Ensure reads the record, creating epoch 1 bound to the cluster's ID if the
+// cluster has none. Creation is one transaction guarded on absence, so any
+// number of arbiters starting at once agree on one record.
+func Ensure(ctx context.Context, kv clientv3.KV) (State, error) {
+	for {
+		st, found, err := Read(ctx, kv)
+		if err != nil || found {
+			return st, err
+		}
+		resp, err := kv.Get(ctx, lockkey.EpochKey)
+		if err != nil {
+			return State{}, err
+		}
+		rec := Record{Epoch: 1, ClusterID: FormatID(resp.Header.ClusterId), Since: time.Now().UTC(), Reason: "created"}
+		raw, _ := json.Marshal(rec)
+		if _, err := kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(lockkey.EpochKey), "=", 0)).
+			Then(clientv3.OpPut(lockkey.EpochKey, string(raw))).Commit(); err != nil {
+			return State{}, err
+		}
+		// Read back whichever arbiter's record won.
+	}
+}
+
+// Read reads the record; found is false when the cluster has none.
+func Read(ctx context.Context, kv clientv3.KV) (st State, found bool, err error) {
+	resp, err := kv.Get(ctx, lockkey.EpochKey)
+	if err != nil {
+		return State{}, false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return State{}, false, nil
+	}
+	st, err = Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	return st, err == nil, err
+}
+
+// Decode parses a stored record read at modRev.
+func Decode(raw []byte, modRev int64) (State, error) {
+	var rec Record
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return State{}, fmt.Errorf("epoch: %s is not an epoch record: %w", lockkey.EpochKey, err)
+	}
+	if rec.Epoch == 0 || rec.Epoch > token.MaxEpoch || rec.ClusterID == "" {
+		return State{}, fmt.Errorf("epoch: %s holds an invalid record (epoch %d, cluster %q)", lockkey.EpochKey, rec.Epoch, rec.ClusterID)
+	}
+	return State{Record: rec, ModRevision: modRev, Raw: raw}, nil
+}
+
+// Advanced is the outcome of Advance.
+type Advanced struct {
+	State
+	DeletedHolds, DeletedWaiters int64
+	Revision                     int64
+}
+
+// Advance moves the epoch from expected to expected+1, bound to the cluster
+// ID etcd reports now, and deletes every hold and waiter, in one
+// transaction. It returns ErrChanged if the epoch is not expected.
+func Advance(ctx context.Context, kv clientv3.KV, expected uint32, reason string) (Advanced, error) {
+	cur, found, err := Read(ctx, kv)
+	if err != nil {
+		return Advanced{}, err
+	}
+	if !found || cur.Epoch != expected {
+		return Advanced{}, fmt.Errorf("%w: expected epoch %d, found %d", ErrChanged, expected, cur.Epoch)
+	}
+	if expected >= token.MaxEpoch {
+		return Advanced{}, fmt.Errorf("epoch: epoch %d is the last a token can carry", expected)
+	}
+	// The cluster ID comes from the response to the read above: the cluster
+	// the transaction below will commit on.
+	hdr, err := kv.Get(ctx, lockkey.EpochKey, clientv3.WithCountOnly())
+	if err != nil {
+		return Advanced{}, err
+	}
+	next := Record{Epoch: expected + 1, ClusterID: FormatID(hdr.Header.ClusterId), Since: time.Now().UTC(), Reason: reason}
+	raw, _ := json.Marshal(next)
+	resp, err := kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(cur.Raw))).
+		Then(
+			clientv3.OpPut(lockkey.EpochKey, string(raw)),
+			clientv3.OpDelete(lockkey.HoldPrefix, clientv3.WithPrefix()),
+			clientv3.OpDelete(lockkey.WaitPrefix, clientv3.WithPrefix()),
+		).Commit()
+	if err != nil {
+		return Advanced{}, err
+	}
+	if !resp.Succeeded {
+		return Advanced{}, fmt.Errorf("%w: another advance committed first", ErrChanged)
+	}
+	return Advanced{
+		State:          State{Record: next, ModRevision: resp.Header.Revision, Raw: raw},
+		DeletedHolds:   resp.Responses[1].GetResponseDeleteRange().Deleted,
+		DeletedWaiters: resp.Responses[2].GetResponseDeleteRange().Deleted,
+		Revision:       resp.Header.Revision,
+	}, nil
+}

@@ -1,0 +1,118 @@
+// Package lockclient is the Go client of Lockplane.
+//
+// A Client holds one gRPC connection to the arbiter and one Session per lock
+// class (one etcd lease per identity and TTL, ADR-10). A Session's Lock
+// returns a Hold carrying the fencing token to present at the resource.
+//
+// What a holder may rely on (ADR-12):
+//   - CanStart turns false at the first failed keepalive and true again at
+//     the next success: check it before each unit of work.
+//   - OnFence fires at the local deadline, the monotonic send time of the
+//     last confirmed keepalive plus the TTL minus one second. Because etcd
+//     restarts the lease's TTL only when it receives that keepalive, the
+//     deadline always passes before etcd can expire the lease and grant the
+//     key to someone else.
+//   - Neither protects a holder that is paused past its deadline; only the
+//     token checked at the resource does.
+//
+// Re-entrancy is counted here (ADR-13): a nested Lock of a key the session
+// already holds returns the same token without calling the service, and only
+// the outermost Release does.
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/identity"
+	"google.golang.org/grpc"
+)
+
+// Config says where the arbiter is and who the caller is.
+type Config struct {
+	// Target is the arbiter's gRPC address, host:port.
+	Target string
+	// Identity is the caller's SVID source.
+	Identity identity.Source
+	// ServerID is the arbiter's SPIFFE ID; the connection is refused to any
+	// other server.
+	ServerID string
+	// DialOptions are added after the transport credentials.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a connection to the arbiter with its sessions.
+type Client struct {
+	conn *grpc.ClientConn
+	api  lockv1.LockServiceClient
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+}
+
+// Dial connects to the arbiter with mTLS. The connection is made lazily; the
+// first call fails if the arbiter is unreachable or not ServerID.
+func Dial(cfg Config) (*Client, error) {
+	if cfg.Target == "" {
+		return nil, errors.New("lockclient: Config.Target is required")
+	}
+	if cfg.Identity == nil {
+		return nil, errors.New("lockclient: Config.Identity is required")
+	}
+	creds, err := identity.ClientCredentials(cfg.Identity, cfg.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
+	conn, err := grpc.NewClient(cfg.Target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lockclient: dial %s: %w", cfg.Target, err)
+	}
+	return NewFromConn(conn), nil
+}
+
+// NewFromConn wraps an existing connection.
+func NewFromConn(conn *grpc.ClientConn) *Client {
+	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), sessions: map[string]*Session{}}
+}
+
+// Conn is the underlying connection, for the admin API.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Session returns the client's live session for the class ("" is the
+// default class), opening one if there is none.
+func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.sessions[class]; ok && !s.isFenced() {
+		return s, nil
+	}
+	s, err := openSession(ctx, c.api, class)
+	if err != nil {
+		return nil, err
+	}
+	c.sessions[class] = s
+	return s, nil
+}
+
+// Inspect reports who holds key. It never returns the token.
+func (c *Client) Inspect(ctx context.Context, key string) (*lockv1.InspectResponse, error) {
+	return c.api.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+}
+
+// Close closes every session, releasing their holds, and the connection.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	ss := c.sessions
+	c.sessions = map[string]*Session{}
+	c.mu.Unlock()
+	var errs []error
+	for _, s := range ss {
+		errs = append(errs, s.Close(ctx))
+	}
+	errs = append(errs, c.conn.Close())
+	return errors.Join(errs...)
+}
