@@ -1,0 +1,50 @@
+# Lockplane. `make dev` runs the embedded default; `make test` runs the tests.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := $(CURDIR)/bin
+TOOLS := images/tools
+
+.PHONY: all build dev test test-short vet proto proto-check tools bench-core clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./services/cmd/...
+
+# The embedded default: 3-member etcd, the arbiter and a dev trust domain.
+dev: build
+	$(BIN)/lockplane dev
+
+# Every test runs against real embedded etcd clusters and real mTLS.
+test: vet
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -count=1 -short ./...
+
+vet:
+	$(GO) vet ./...
+
+# Tools are built from the separate tools module so go.mod stays lean.
+$(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc: $(TOOLS)/go.mod
+	cd $(TOOLS) && $(GO) build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf \
+		google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+
+# Lint and regenerate services/api from services/proto.
+proto: tools
+	$(BIN)/buf lint
+	$(BIN)/buf generate
+
+# Fails when the committed generated code is not what `make proto` makes.
+proto-check: proto
+	git diff --exit-code -- services/api || { echo "services/api is stale: run make proto and commit"; exit 1; }
+	test -z "$$(git status --porcelain -- services/api)" || { echo "untracked generated files: run make proto and commit"; exit 1; }
+
+# Raw etcd Txn vs Lockplane vs concurrency.Mutex on one embedded cluster.
+bench-core: build
+	$(GO) run ./benchmarks/core $(BENCH_ARGS)
+
+clean:
+	rm -rf $(BIN) .lockplane

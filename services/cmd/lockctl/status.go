@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
+	"github.com/spf13/cobra"
+)
+
+func statusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the epoch, the seal, and the etcd members and leader",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+			defer cancel()
+			c, err := g.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close(context.Background())
+			st, err := adminv1.NewAdminServiceClient(c.Conn()).Status(ctx, &adminv1.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			if g.json() {
+				printProto(st)
+				return nil
+			}
+			sealed := "no"
+			if st.GetSealed() {
+				sealed = fmt.Sprintf("YES: minted for cluster %s; no grants until `lockctl epoch advance --expected %d`", st.GetEpochClusterId(), st.GetEpoch())
+			}
+			quorum := "no: grants and renewals are refused"
+			leaderName := ""
+			for _, m := range st.GetMembers() {
+				if m.GetIsLeader() {
+					leaderName = m.GetName()
+				}
+			}
+			if st.GetQuorum() {
+				quorum = fmt.Sprintf("yes, leader %s (%s)", leaderName, st.GetLeader())
+			}
+			fmt.Printf("epoch     %d\ncluster   %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
+				st.GetEpoch(), st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
+			for i, m := range st.GetMembers() {
+				label := "members"
+				if i > 0 {
+					label = ""
+				}
+				state := "down"
+				if m.GetHealthy() {
+					state = "up"
+				}
+				if m.GetIsLeader() {
+					state += ", leader"
+				}
+				fmt.Printf("%-9s %-4s %-16s %s  %s\n", label, m.GetName(), m.GetId(), strings.Join(m.GetClientUrls(), ","), state)
+			}
+			return nil
+		},
+	}
+}
+
+func epochCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "epoch", Short: "Epoch administration (operators only)"}
+	var expected uint32
+	var why string
+	adv := &cobra.Command{
+		Use:   "advance --expected N --reason TEXT",
+		Short: "Advance the epoch from N to N+1, binding it to the current cluster and deleting every hold",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+			defer cancel()
+			c, err := g.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close(context.Background())
+			r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why})
+			if err != nil {
+				return err
+			}
+			if g.json() {
+				printProto(r)
+				return nil
+			}
+			fmt.Printf("epoch advanced to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
+				r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
+			return nil
+		},
+	}
+	adv.Flags().Uint32Var(&expected, "expected", 0, "the current epoch, as `lockctl status` shows it (required)")
+	adv.Flags().StringVar(&why, "reason", "", "why the epoch is being advanced (required)")
+	c.AddCommand(adv)
+	return c
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/profile"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func devCmd() *cobra.Command {
+	var dir, listen, metrics, output string
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the embedded default: a 3-member etcd cluster, the arbiter and a dev trust domain, on loopback",
+		Long: `dev starts, in this process, a real 3-member etcd 3.6 cluster on free loopback
+ports (lease checkpointing on), the arbiter over mTLS, and a development
+trust domain whose SVIDs and profile are written under --dir. It serves
+until interrupted. Each start is fresh: etcd data does not survive it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output: %q is not text or json", output)
+			}
+			return runDev(dir, listen, metrics, output == "json")
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", filepath.Dir(profile.DevPath), "state directory")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "arbiter gRPC address")
+	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", "arbiter /metrics address")
+	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (one JSON line once serving)")
+	return c
+}
+
+func runDev(dir, listen, metrics string, asJSON bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	release, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	say := func(format string, a ...any) {
+		if !asJSON {
+			fmt.Printf(format+"\n", a...)
+		}
+	}
+	etcdLog, err := fileLogger(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	defer etcdLog.Sync()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	say("lockplane dev: starting a 3-member etcd 3.6 cluster (logs: %s)", filepath.Join(dir, "etcd.log"))
+	start := time.Now()
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, Listen: listen, MetricsListen: metrics, Logger: logger, EtcdLogger: etcdLog})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if asJSON {
+		b, _ := json.Marshal(map[string]any{"arbiter": env.Addr, "metrics": env.Profile.Metrics, "profile": env.ProfilePath,
+			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid()})
+		fmt.Println(string(b))
+	} else {
+		say("lockplane dev: ready in %s", time.Since(start).Round(time.Millisecond))
+		say("  etcd      %s", strings.Join(env.Cluster.Endpoints(), " "))
+		say("  arbiter   %s  (%s, mTLS)", env.Addr, env.Profile.ServerID)
+		say("  metrics   %s", env.Profile.Metrics)
+		say("  profile   %s  (identities: %s; default %s)", env.ProfilePath, strings.Join(env.Profile.Names(), ", "), env.Profile.DefaultIdentity)
+		say("")
+		say("Try it in another shell:")
+		say("  bin/lockctl status")
+		say("  bin/lockctl run team-a/orders/42 -- sh -c 'echo \"token $LOCKPLANE_TOKEN\"; sleep 2'")
+		say("  bin/lockctl acquire team-a/orders/42 --wait 10s")
+		say("  bin/lockctl inspect team-a/orders/42")
+		say("")
+		say("Serving until interrupted (Ctrl-C).")
+	}
+	<-ctx.Done()
+	say("lockplane dev: stopping")
+	return nil
+}
+
+// lockDir makes a second `lockplane dev` on the same directory say so
+// instead of failing on a port or a data directory.
+func lockDir(dir string) (func(), error) {
+	path := filepath.Join(dir, "dev.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		pid := strings.TrimSpace(string(b))
+		where := ""
+		if p, err := profile.Load(filepath.Join(dir, "profile.json")); err == nil {
+			where = " with the arbiter at " + p.Endpoint
+		}
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("the embedded default is already running (pid %s)%s; use it, or stop it with Ctrl-C in its terminal (or kill %s) first", pid, where, pid)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	return func() { f.Truncate(0); f.Close() }, nil
+}
+
+func fileLogger(path string) (*zap.Logger, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(f), zapcore.WarnLevel)), nil
+}
