@@ -33,5 +33,5 @@ func (a *Arbiter) etcdFailure(ctx context.Context, err error) error {
 	}
 	a.log.Warn("etcd call failed; failing closed", "err", err)
 	return refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
-		fmt.Sprintf("no etcd quorum confirmed the request within %s", a.cfg.OpTimeout))
+		fmt.Sprintf("no etcd quorum confirmed the request within %s; its outcome is unknown", a.cfg.OpTimeout))
 }

@@ -60,8 +60,14 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bool) (grant, error) {
 	wctx := ctx
 	if wait {
+		// Stop waiting a little before the caller's deadline, so that the
+		// CONTENDED answer reaches it rather than its own timeout.
+		until := time.Now().Add(a.cfg.MaxWait)
+		if d, ok := ctx.Deadline(); ok && d.Before(until) {
+			until = d.Add(-min(200*time.Millisecond, time.Until(d)/10))
+		}
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, a.cfg.MaxWait)
+		wctx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
 	for {

@@ -59,6 +59,9 @@ type Options struct {
 	Logger    *slog.Logger
 	// EtcdLogger receives etcd's logs; discarded when nil.
 	EtcdLogger *zap.Logger
+	// RestoreFrom starts the cluster from an etcd snapshot, as a disaster
+	// recovery would: the arbiter then finds it sealed.
+	RestoreFrom string
 }
 
 // Env is a running embedded environment.
@@ -98,7 +101,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if e.Profile, err = writeTrustDomain(opts.Dir); err != nil {
 		return nil, err
 	}
-	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger})
+	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger, RestoreFrom: opts.RestoreFrom})
 	if err != nil {
 		return nil, err
 	}

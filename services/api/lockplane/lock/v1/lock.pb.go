@@ -44,7 +44,10 @@ const (
 	// The etcd cluster's ID differs from the one the epoch was minted for: a
 	// restored cluster that must have its epoch advanced (FAILED_PRECONDITION).
 	ErrorReason_SEALED ErrorReason = 2
-	// No etcd quorum confirmed the request in time (UNAVAILABLE).
+	// No etcd quorum confirmed the request in time (UNAVAILABLE). The
+	// outcome is unknown: a write may still commit when the quorum returns.
+	// Acquire is safe to retry on the same session, which returns the grant
+	// if it did commit; the key is otherwise freed when the session ends.
 	ErrorReason_NO_QUORUM ErrorReason = 3
 	// The session's lease has expired or was closed (FAILED_PRECONDITION).
 	ErrorReason_SESSION_EXPIRED ErrorReason = 4
