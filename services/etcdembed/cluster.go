@@ -126,6 +126,9 @@ func memberConfig(cfg Config, i, clientPort, peerPort int, initial, token string
 		fmt.Sprintf("%s=true,%s=true", features.LeaseCheckpoint, features.LeaseCheckpointPersist)); err != nil {
 		return nil, fmt.Errorf("etcdembed: feature gates: %w", err)
 	}
+	// No HTTP/JSON gateway: it holds a client connection that makes every
+	// stop wait out the graceful-shutdown timeout.
+	ec.EnableGRPCGateway = false
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
 	lg := cfg.Logger
@@ -190,7 +193,8 @@ func (c *Cluster) Endpoints() []string {
 // Size is the number of members, running or not.
 func (c *Cluster) Size() int { return len(c.configs) }
 
-// Close stops every member.
+// Close stops every member. One at a time: a leader stopping while its
+// peers stop too waits out etcd's whole leadership-transfer timeout.
 func (c *Cluster) Close() {
 	for i := range c.configs {
 		c.StopMember(i)
