@@ -142,6 +142,14 @@ func (a *Arbiter) Register(s *grpc.Server) {
 // Run keeps the epoch record current until ctx ends.
 func (a *Arbiter) Run(ctx context.Context) { a.watchEpoch(ctx) }
 
+// Ready loads the epoch record, creating it on an empty cluster, and
+// reports whether the cluster may serve grants (an error if it is sealed or
+// unreachable). Serving does not depend on it: calls load it lazily.
+func (a *Arbiter) Ready(ctx context.Context) error {
+	_, err := a.epochFor(ctx)
+	return err
+}
+
 // healthState reports the lock service NOT_SERVING while sealed or
 // before the epoch is known.
 // It is told the seal state on every etcd response, so it only touches the

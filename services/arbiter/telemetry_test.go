@@ -18,8 +18,8 @@ import (
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/token"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 

@@ -190,6 +190,12 @@ func (e *Env) StartArbiter() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.lis, e.Arbiter, e.Addr = cancel, lis, a, lis.Addr().String()
 	go a.Run(ctx)
+	// A restored cluster is sealed: that is its state, not a start failure.
+	if err := a.Ready(ctx); err != nil && e.opts.RestoreFrom == "" {
+		cancel()
+		lis.Close()
+		return fmt.Errorf("devenv: arbiter not ready: %w", err)
+	}
 	e.server = grpc.NewServer(grpc.Creds(creds))
 	a.Register(e.server)
 	go e.server.Serve(lis)

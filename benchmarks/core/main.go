@@ -1,0 +1,310 @@
+// Command core measures the lock core on one embedded 3-member etcd cluster,
+// in one run, side by side:
+//
+//	(a) raw etcd: the arbiter's own grant Txn and release Txn, issued
+//	    directly: the floor any etcd-based lock pays;
+//	(b) Lockplane: Acquire + Release through the arbiter, over mTLS gRPC;
+//	(c) etcd's concurrency.Mutex Lock/Unlock on a reused session.
+//
+// Each client works on its own key (uncontended), at each concurrency level.
+// It prints p50, p99 and ops/s per mode and the ratios b/a and b/c.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+type result struct {
+	Mode    string  `json:"mode"`
+	Clients int     `json:"clients"`
+	Ops     int     `json:"ops"`
+	P50ms   float64 `json:"p50_ms"`
+	P99ms   float64 `json:"p99_ms"`
+	OpsSec  float64 `json:"ops_per_sec"`
+}
+
+// op is one acquire + release by client i; it returns its latency.
+type op func(ctx context.Context) error
+
+// setup prepares n clients of a mode and returns one op per client.
+type setup func(ctx context.Context, n int) ([]op, func(), error)
+
+func main() {
+	duration := flag.Duration("duration", 5*time.Second, "measuring time per mode and concurrency")
+	warmup := flag.Duration("warmup", time.Second, "unmeasured time before each measurement")
+	levels := flag.String("clients", "1,32", "comma-separated concurrency levels")
+	asJSON := flag.Bool("json", false, "print results as JSON")
+	flag.Parse()
+
+	dir, err := os.MkdirTemp("", "lockplane-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	fmt.Fprintln(os.Stderr, "starting an embedded 3-member etcd cluster and the arbiter...")
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer env.Close()
+
+	modes := []struct {
+		name string
+		s    setup
+	}{
+		{"a raw etcd Txn", rawTxn(env)},
+		{"b lockplane", viaArbiter(env)},
+		{"c concurrency.Mutex", mutex(env)},
+	}
+	var results []result
+	for _, lv := range strings.Split(*levels, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(lv))
+		if err != nil || n < 1 {
+			log.Fatalf("-clients: %q is not a positive number", lv)
+		}
+		for _, m := range modes {
+			fmt.Fprintf(os.Stderr, "measuring %-20s with %2d clients for %s...\n", m.name, n, *duration)
+			r, err := measure(ctx, m.name, n, m.s, *warmup, *duration)
+			if err != nil {
+				log.Fatalf("%s: %v", m.name, err)
+			}
+			results = append(results, r)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"results": results, "ratios": ratios(results)})
+		return
+	}
+	fmt.Printf("\n%-22s %7s %8s %9s %9s %9s\n", "mode", "clients", "ops", "p50 ms", "p99 ms", "ops/s")
+	for _, r := range results {
+		fmt.Printf("%-22s %7d %8d %9.3f %9.3f %9.0f\n", r.Mode, r.Clients, r.Ops, r.P50ms, r.P99ms, r.OpsSec)
+	}
+	fmt.Printf("\n%-8s %-8s %8s %8s %8s\n", "clients", "ratio", "p50", "p99", "ops/s")
+	for _, q := range ratios(results) {
+		fmt.Printf("%-8d %-8s %8.2f %8.2f %8.2f\n", q.Clients, q.Name, q.P50, q.P99, q.OpsSec)
+	}
+}
+
+type ratio struct {
+	Clients int     `json:"clients"`
+	Name    string  `json:"ratio"`
+	P50     float64 `json:"p50"`
+	P99     float64 `json:"p99"`
+	OpsSec  float64 `json:"ops_per_sec"`
+}
+
+func ratios(rs []result) []ratio {
+	by := map[string]result{}
+	var levels []int
+	for _, r := range rs {
+		by[r.Mode[:1]+strconv.Itoa(r.Clients)] = r
+		if !slices.Contains(levels, r.Clients) {
+			levels = append(levels, r.Clients)
+		}
+	}
+	var out []ratio
+	for _, n := range levels {
+		b := by["b"+strconv.Itoa(n)]
+		for _, other := range []string{"a", "c"} {
+			o := by[other+strconv.Itoa(n)]
+			out = append(out, ratio{Clients: n, Name: "b/" + other, P50: b.P50ms / o.P50ms, P99: b.P99ms / o.P99ms, OpsSec: b.OpsSec / o.OpsSec})
+		}
+	}
+	return out
+}
+
+func measure(ctx context.Context, name string, n int, s setup, warmup, d time.Duration) (result, error) {
+	ops, done, err := s(ctx, n)
+	if err != nil {
+		return result{}, err
+	}
+	defer done()
+	run := func(d time.Duration, record bool) ([]time.Duration, error) {
+		var mu sync.Mutex
+		var lat []time.Duration
+		var firstErr error
+		var wg sync.WaitGroup
+		stop := time.Now().Add(d)
+		for _, o := range ops {
+			wg.Add(1)
+			go func(o op) {
+				defer wg.Done()
+				var mine []time.Duration
+				for time.Now().Before(stop) {
+					t0 := time.Now()
+					if err := o(ctx); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+						return
+					}
+					mine = append(mine, time.Since(t0))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}(o)
+		}
+		wg.Wait()
+		return lat, firstErr
+	}
+	if _, err := run(warmup, false); err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	lat, err := run(d, true)
+	if err != nil {
+		return result{}, err
+	}
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond)
+	}
+	return result{Mode: name, Clients: n, Ops: len(lat), P50ms: pct(0.50), P99ms: pct(0.99), OpsSec: float64(len(lat)) / elapsed.Seconds()}, nil
+}
+
+// rawTxn issues the arbiter's grant and release transactions directly.
+func rawTxn(env *devenv.Env) setup {
+	return func(ctx context.Context, n int) ([]op, func(), error) {
+		var ops []op
+		var leases []clientv3.LeaseID
+		for i := 0; i < n; i++ {
+			lease, err := env.Etcd.Grant(ctx, 15)
+			if err != nil {
+				return nil, nil, err
+			}
+			leases = append(leases, lease.ID)
+			sessKey := lockkey.SessionKey(int64(lease.ID))
+			sessVal := `{"identity":"spiffe://lockplane.dev/bench","ttl_seconds":15}`
+			if _, err := env.Etcd.Put(ctx, sessKey, sessVal, clientv3.WithLease(lease.ID)); err != nil {
+				return nil, nil, err
+			}
+			ep, err := env.Etcd.Get(ctx, lockkey.EpochKey)
+			if err != nil || len(ep.Kvs) == 0 {
+				return nil, nil, fmt.Errorf("no epoch record: %v", err)
+			}
+			epochRev := ep.Kvs[0].ModRevision
+			holdKey := lockkey.HoldKey(fmt.Sprintf("bench/raw/%d", i))
+			hold := `{"identity":"spiffe://lockplane.dev/bench","session":1,"class":"default","since":"2026-01-01T00:00:00Z"}`
+			id := lease.ID
+			go keepAlive(env.Etcd, id)
+			ops = append(ops, func(ctx context.Context) error {
+				g, err := env.Etcd.Txn(ctx).If(
+					clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),
+					clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", epochRev),
+					clientv3.Compare(clientv3.Value(sessKey), "=", sessVal),
+				).Then(clientv3.OpPut(holdKey, hold, clientv3.WithLease(id))).
+					Else(clientv3.OpGet(holdKey), clientv3.OpGet(sessKey), clientv3.OpGet(lockkey.EpochKey)).Commit()
+				if err != nil {
+					return err
+				}
+				if !g.Succeeded {
+					return fmt.Errorf("raw grant refused")
+				}
+				_, err = env.Etcd.Txn(ctx).If(
+					clientv3.Compare(clientv3.CreateRevision(holdKey), "=", g.Header.Revision),
+					clientv3.Compare(clientv3.LeaseValue(holdKey), "=", id),
+					clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", epochRev),
+				).Then(clientv3.OpDelete(holdKey)).Commit()
+				return err
+			})
+		}
+		return ops, func() {
+			for _, l := range leases {
+				env.Etcd.Revoke(context.Background(), l)
+			}
+		}, nil
+	}
+}
+
+func keepAlive(c *clientv3.Client, id clientv3.LeaseID) {
+	ch, err := c.KeepAlive(context.Background(), id)
+	if err != nil {
+		return
+	}
+	for range ch {
+	}
+}
+
+// viaArbiter acquires and releases through the arbiter, one client and
+// session per worker.
+func viaArbiter(env *devenv.Env) setup {
+	return func(ctx context.Context, n int) ([]op, func(), error) {
+		var ops []op
+		var clients []*lockclient.Client
+		for i := 0; i < n; i++ {
+			c, err := env.Client("demo")
+			if err != nil {
+				return nil, nil, err
+			}
+			clients = append(clients, c)
+			s, err := c.Session(ctx, "")
+			if err != nil {
+				return nil, nil, err
+			}
+			key := fmt.Sprintf("bench/lockplane/%d", i)
+			ops = append(ops, func(ctx context.Context) error {
+				h, err := s.TryLock(ctx, key, func(*lockclient.Hold) {})
+				if err != nil {
+					return err
+				}
+				return h.Release(ctx)
+			})
+		}
+		return ops, func() {
+			for _, c := range clients {
+				c.Close(context.Background())
+			}
+		}, nil
+	}
+}
+
+// mutex uses etcd's own recipe, on a reused session per worker.
+func mutex(env *devenv.Env) setup {
+	return func(ctx context.Context, n int) ([]op, func(), error) {
+		var ops []op
+		var sessions []*concurrency.Session
+		for i := 0; i < n; i++ {
+			s, err := concurrency.NewSession(env.Etcd, concurrency.WithTTL(15))
+			if err != nil {
+				return nil, nil, err
+			}
+			sessions = append(sessions, s)
+			m := concurrency.NewMutex(s, fmt.Sprintf("/bench/mutex/%d", i))
+			ops = append(ops, func(ctx context.Context) error {
+				if err := m.Lock(ctx); err != nil {
+					return err
+				}
+				return m.Unlock(ctx)
+			})
+		}
+		return ops, func() {
+			for _, s := range sessions {
+				s.Close()
+			}
+		}, nil
+	}
+}
