@@ -1,0 +1,159 @@
+// Command arbiter serves lockplane.lock.v1 and lockplane.admin.v1 for one
+// etcd cluster: the production form of what `lockplane dev` embeds.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lockplane/lockplane/services/arbiter"
+	"github.com/lockplane/lockplane/services/identity"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+type flags struct {
+	listen, metricsListen             string
+	endpoints                         string
+	etcdCert, etcdKey, etcdCA         string
+	spiffeSocket                      string
+	svidCert, svidKey, bundle, domain string
+	cluster, operatorPrefix           string
+	opTimeout                         time.Duration
+}
+
+func main() {
+	var f flags
+	flag.StringVar(&f.listen, "listen", "0.0.0.0:7443", "gRPC address (mTLS)")
+	flag.StringVar(&f.metricsListen, "metrics-listen", "0.0.0.0:9464", "Prometheus /metrics address")
+	flag.StringVar(&f.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs (required)")
+	flag.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for etcd (PEM)")
+	flag.StringVar(&f.etcdKey, "etcd-key", "", "client key for etcd (PEM)")
+	flag.StringVar(&f.etcdCA, "etcd-ca", "", "CA bundle that signed etcd's serving certificates (PEM)")
+	flag.StringVar(&f.spiffeSocket, "spiffe-socket", "", "SPIRE Workload API socket, e.g. unix:///run/spire/agent.sock")
+	flag.StringVar(&f.svidCert, "svid-cert", "", "SVID certificate (PEM), instead of --spiffe-socket")
+	flag.StringVar(&f.svidKey, "svid-key", "", "SVID key (PEM)")
+	flag.StringVar(&f.bundle, "bundle", "", "trust bundle (PEM)")
+	flag.StringVar(&f.domain, "trust-domain", "", "trust domain of the SVID files")
+	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
+	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
+	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on each etcd call before answering NO_QUORUM")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(f, log); err != nil {
+		log.Error("arbiter stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(f flags, log *slog.Logger) error {
+	if f.endpoints == "" {
+		return errors.New("--etcd-endpoints: required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var src identity.Source
+	var err error
+	switch {
+	case f.spiffeSocket != "":
+		src, err = identity.FromWorkloadAPI(ctx, f.spiffeSocket)
+	case f.svidCert != "":
+		src, err = identity.FromFiles(identity.Files{Cert: f.svidCert, Key: f.svidKey, Bundle: f.bundle, TrustDomain: f.domain})
+	default:
+		err = errors.New("an identity is required: --spiffe-socket, or --svid-cert, --svid-key, --bundle and --trust-domain")
+	}
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	self, err := identity.ID(src)
+	if err != nil {
+		return err
+	}
+
+	etcdTLS, err := etcdTLS(f)
+	if err != nil {
+		return err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(f.endpoints, ","), TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a, err := arbiter.New(arbiter.Config{
+		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
+		OpTimeout: f.opTimeout, Metrics: reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	go a.Run(ctx)
+	creds, err := identity.ServerCredentials(src)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	a.Register(srv)
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go hs.ListenAndServe()
+	log.Info("arbiter serving", "listen", lis.Addr().String(), "metrics", f.metricsListen, "id", self.String(), "etcd", f.endpoints)
+	go func() {
+		<-ctx.Done()
+		log.Info("draining")
+		hs.Close()
+		srv.GracefulStop()
+	}()
+	return srv.Serve(lis)
+}
+
+func etcdTLS(f flags) (*tls.Config, error) {
+	if f.etcdCert == "" && f.etcdCA == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.etcdCert != "" {
+		pair, err := tls.LoadX509KeyPair(f.etcdCert, f.etcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	if f.etcdCA != "" {
+		pem, err := os.ReadFile(f.etcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-ca: no certificates in %s", f.etcdCA)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
