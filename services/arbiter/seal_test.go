@@ -13,6 +13,7 @@ import (
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // A real disaster recovery: snapshot, more grants, restore the snapshot into
@@ -52,6 +53,18 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	alice := devenvtest.Client(t, restored, "alice")
 	admin := adminv1.NewAdminServiceClient(alice.Conn())
 
+	health := healthpb.NewHealthClient(demo.Conn())
+	serving := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: lockv1.LockService_ServiceDesc.ServiceName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if got := serving(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health of a sealed arbiter: %s, want NOT_SERVING", got)
+	}
+
 	// Sealed: no session, no grant, and status says why.
 	_, err = demo.Session(ctx, "")
 	wantReason(t, err, lockv1.ErrorReason_SEALED)
@@ -82,6 +95,10 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	left, _ := restored.Etcd.Get(ctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if left.Count != 0 {
 		t.Fatalf("%d restored holds survived the advance", left.Count)
+	}
+
+	if got := serving(); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health after the advance: %s, want SERVING", got)
 	}
 
 	// Unsealed: every new token exceeds every token the old cluster issued,

@@ -1,0 +1,190 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/token"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var lockctl string
+
+// TestMain builds the real lockctl binary: these tests run it as a user does.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lockctl-test-")
+	if err != nil {
+		panic(err)
+	}
+	lockctl = filepath.Join(dir, "lockctl")
+	if out, err := exec.Command("go", "build", "-o", lockctl, ".").CombinedOutput(); err != nil {
+		panic("build lockctl: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func cmd(env *devenv.Env, args ...string) *exec.Cmd {
+	c := exec.Command(lockctl, append([]string{"--profile", env.ProfilePath}, args...)...)
+	c.Stderr = os.Stderr
+	return c
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestRunPassesTokenAndReleasesOnExit(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	out, err := cmd(env, "run", "team-a/orders/42", "--", "sh", "-c", `echo "$LOCKPLANE_KEY $LOCKPLANE_TOKEN"; exit 7`).Output()
+	if exitCode(err) != 7 {
+		t.Fatalf("exit %d (%v), want the command's 7", exitCode(err), err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 || f[0] != "team-a/orders/42" {
+		t.Fatalf("command saw %q", out)
+	}
+	v, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil || token.Token(v).Epoch() != 1 || token.Token(v).Revision() <= 0 {
+		t.Fatalf("LOCKPLANE_TOKEN %q is not a token of epoch 1", f[1])
+	}
+	resp, err := env.Etcd.Get(context.Background(), lockkey.HoldKey("team-a/orders/42"), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("key still held after the command exited (count %d, err %v)", resp.Count, err)
+	}
+}
+
+func TestRunTerminatesCommandWhenLockIsLostBeforeEtcdExpiry(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := "team-a/orders/43"
+	c := cmd(env, "run", "--class", devenvtest.Fast.Name, key, "--",
+		"sh", "-c", `trap 'echo TERM; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
+	stdout, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "started" {
+		t.Fatalf("command did not start: %q", lines.Text())
+	}
+	get, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("key not held while the command runs")
+	}
+	expired := make(chan time.Time, 1)
+	go func() {
+		for wr := range env.Etcd.Watch(ctx, lockkey.HoldKey(key), clientv3.WithRev(get.Header.Revision+1)) {
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					expired <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+	env.StopArbiter() // keepalives now fail; the lease runs out at etcd
+	cut := time.Now()
+	if !lines.Scan() || lines.Text() != "TERM" {
+		t.Fatalf("command did not get SIGTERM: %q", lines.Text())
+	}
+	termAt := time.Now()
+	if code := exitCode(c.Wait()); code != 4 {
+		t.Fatalf("lockctl exit %d, want 4 (lock lost)", code)
+	}
+	expireAt := <-expired
+	if !termAt.Before(expireAt) {
+		t.Fatalf("SIGTERM at +%s, lease expired at +%s", termAt.Sub(cut), expireAt.Sub(cut))
+	}
+	t.Logf("SIGTERM at +%s, etcd expiry at +%s", termAt.Sub(cut).Round(time.Millisecond), expireAt.Sub(cut).Round(time.Millisecond))
+}
+
+func TestAcquireContendedInspectAndStatusJSON(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	key := "team-a/orders/44"
+	holder := cmd(env, "acquire", key, "-o", "json")
+	stdout, _ := holder.StdoutPipe()
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	var acq struct {
+		Key   string `json:"key"`
+		Token struct {
+			Value uint64 `json:"value"`
+		} `json:"token"`
+	}
+	if err := json.NewDecoder(stdout).Decode(&acq); err != nil || acq.Key != key || acq.Token.Value == 0 {
+		t.Fatalf("acquire -o json: %+v, %v", acq, err)
+	}
+
+	// Another identity, try once: refused with exit 3.
+	err := cmd(env, "--identity", "other", "acquire", key).Run()
+	if exitCode(err) != 3 {
+		t.Fatalf("contended acquire exit %d, want 3", exitCode(err))
+	}
+	// And waiting a little: still refused, still 3.
+	err = cmd(env, "--identity", "other", "acquire", key, "--wait", "1s").Run()
+	if exitCode(err) != 3 {
+		t.Fatalf("contended acquire --wait exit %d, want 3", exitCode(err))
+	}
+
+	out, err := cmd(env, "inspect", key, "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), strconv.FormatUint(acq.Token.Value, 10)) {
+		t.Fatal("inspect printed the token")
+	}
+	var insp struct {
+		Held   bool `json:"held"`
+		Holder struct {
+			Identity string `json:"identity"`
+		} `json:"holder"`
+	}
+	if err := json.Unmarshal(out, &insp); err != nil || !insp.Held || insp.Holder.Identity != env.Profile.Identities["demo"].SPIFFEID {
+		t.Fatalf("inspect: %s (%v)", out, err)
+	}
+
+	out, err = cmd(env, "status", "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Epoch   int    `json:"epoch"`
+		Cluster string `json:"clusterId"`
+		Sealed  bool   `json:"sealed"`
+		Quorum  bool   `json:"quorum"`
+		Members []any  `json:"members"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Epoch != 1 || st.Sealed || !st.Quorum || len(st.Members) != 3 {
+		t.Fatalf("status: %s (%v)", out, err)
+	}
+
+	// Bad input names the field and the rule.
+	out, _ = cmd(env, "inspect", "team-a/../x", "-o", "json").Output()
+	if !strings.Contains(string(out), `"INVALID_KEY"`) || !strings.Contains(string(out), `"no-dot-segment"`) {
+		t.Fatalf("bad key: %s", out)
+	}
+}
