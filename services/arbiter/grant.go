@@ -79,6 +79,7 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 		if !wait {
 			return grant{}, c.err
 		}
+		a.metrics.waited(r.labels)
 		if a.awaitRelease(wctx, lockkey.HoldKey(r.key), c.rev) != nil {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return grant{}, status.FromContextError(ctx.Err()).Err()
@@ -104,6 +105,7 @@ func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant,
 		want := sessionFor(r.caller, r.class.TTL).encode()
 		hold, _ := json.Marshal(holdRecord{Identity: r.caller.String(), Session: session, Class: r.class.Name, Since: time.Now().UTC()})
 		octx, cancel := a.opCtx(ctx)
+		a.metrics.attempted(r.labels)
 		resp, err := a.etcd.Txn(octx).If(
 			clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),

@@ -25,6 +25,8 @@ type metrics struct {
 	releases       *prometheus.CounterVec
 	sessionsOpened *prometheus.CounterVec
 	renewalsFailed *prometheus.CounterVec
+	attempts       *prometheus.CounterVec
+	waits          *prometheus.CounterVec
 	// One counter family per refusal reason: a reason label would be a
 	// fifth label, which ADR-22 does not allow.
 	refusals map[lockv1.ErrorReason]*prometheus.CounterVec
@@ -40,9 +42,13 @@ func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
 		releases:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_releases_total", Help: "Holds released by their holder."}, AllowedLabels),
 		sessionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_sessions_opened_total", Help: "Sessions opened."}, AllowedLabels),
 		renewalsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_renewals_failed_total", Help: "Keepalives no quorum confirmed."}, []string{"cluster"}),
-		refusals:       map[lockv1.ErrorReason]*prometheus.CounterVec{},
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_grant_attempts_total",
+			Help: "Grant transactions sent to etcd; attempts per grant is the contention cost."}, AllowedLabels),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_waits_total",
+			Help: "Times a waiting Acquire found the key held and began waiting."}, AllowedLabels),
+		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
 	}
-	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, &liveCollector{a: a}}
+	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, &liveCollector{a: a}}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue
@@ -68,6 +74,10 @@ func (m *metrics) granted(l labels, d time.Duration) {
 	m.grants.WithLabelValues(l.values()...).Inc()
 	m.grantSeconds.WithLabelValues(l.values()...).Observe(d.Seconds())
 }
+
+func (m *metrics) attempted(l labels) { m.attempts.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) waited(l labels) { m.waits.WithLabelValues(l.values()...).Inc() }
 
 func (m *metrics) released(l labels) { m.releases.WithLabelValues(l.values()...).Inc() }
 

@@ -56,7 +56,9 @@ type Options struct {
 	Classes class.Registry
 	// OpTimeout overrides the arbiter's bound on each etcd call.
 	OpTimeout time.Duration
-	Logger    *slog.Logger
+	// PollInterval overrides a waiter's fallback poll period.
+	PollInterval time.Duration
+	Logger       *slog.Logger
 	// EtcdLogger receives etcd's logs; discarded when nil.
 	EtcdLogger *zap.Logger
 	// RestoreFrom starts the cluster from an etcd snapshot, as a disaster
@@ -167,7 +169,7 @@ func (e *Env) StartArbiter() error {
 	a, err := arbiter.New(arbiter.Config{
 		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
-		Metrics: e.Registry, Logger: e.opts.Logger,
+		PollInterval: e.opts.PollInterval, Metrics: e.Registry, Logger: e.opts.Logger,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,132 @@
+package arbiter_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/reason"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// With the poll effectively off, only the watch on the hold key can wake a
+// waiter: it must, from the failed Txn's revision on.
+func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
+	ctx := ctxT(t, 30*time.Second)
+	a := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
+	b := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+	for i := 0; i < 5; i++ {
+		key := fmt.Sprintf("team-a/watch/%d", i)
+		h, err := a.TryLock(ctx, key, noFence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := b.Lock(ctx, key, noFence)
+			got <- err
+		}()
+		// Release only once b's refused Txn has happened, or the watch
+		// would start after the delete and the test would prove nothing.
+		waitForWaits(t, env, i+1)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+	}
+}
+
+// waitForWaits blocks until waiters have begun waiting n times since the
+// environment started: the arbiter's waits counter is the event.
+func waitForWaits(t *testing.T, env *devenv.Env, n int) {
+	t.Helper()
+	name := "lockplane_waits_total"
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		fams, _ := env.Registry.Gather()
+		var total float64
+		for _, f := range fams {
+			if f.GetName() == name {
+				for _, m := range f.GetMetric() {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+		if total >= float64(n) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("no %d-th wait", n)
+}
+
+// A notification is a hint (ADR-15): a delete whose key is taken again
+// before the waiter's Txn must not let the waiter in.
+func TestDeleteNotificationNeverGrantsByItself(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, time.Minute)
+	a := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
+	b := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+	thief := devenvtest.Session(t, devenvtest.Client(t, env, "alice"), "")
+	wins := map[string]int{}
+	defer func() { t.Logf("race outcomes over 10 rounds: %v", wins) }()
+	for i := 0; i < 10; i++ {
+		key := fmt.Sprintf("team-a/hint/%d", i)
+		if _, err := a.TryLock(ctx, key, noFence); err != nil {
+			t.Fatal(err)
+		}
+		granted := make(chan *lockclient.Hold, 1)
+		go func() {
+			h, err := b.Lock(ctx, key, noFence)
+			if err == nil {
+				granted <- h
+			}
+		}()
+		waitForWaits(t, env, i+1)
+		// Delete a's hold behind the arbiter's back and let the thief
+		// race the woken waiter for it.
+		if _, err := env.Etcd.Delete(ctx, lockkey.HoldKey(key)); err != nil {
+			t.Fatal(err)
+		}
+		th, terr := thief.TryLock(ctx, key, noFence)
+		var wh *lockclient.Hold
+		if terr != nil {
+			if r := reason.Of(terr); r != lockv1.ErrorReason_CONTENDED {
+				t.Fatal(terr)
+			}
+			wh = <-granted // the waiter won the race fairly, by its Txn
+		}
+		resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("round %d: %d holds", i, len(resp.Kvs))
+		}
+		owner := resp.Kvs[0].Lease
+		if th != nil {
+			wins["thief"]++
+		} else {
+			wins["waiter"]++
+		}
+		switch {
+		case th != nil && owner != thief.ID():
+			t.Fatalf("round %d: the thief was granted but the hold is on session %d", i, owner)
+		case wh != nil && owner != b.ID():
+			t.Fatalf("round %d: the waiter was granted but the hold is on session %d", i, owner)
+		}
+		select {
+		case <-granted:
+			if th != nil {
+				t.Fatalf("round %d: waiter and thief both granted", i)
+			}
+		default:
+		}
+		env.Etcd.Delete(ctx, lockkey.HoldKey(key), clientv3.WithPrefix())
+	}
+}
