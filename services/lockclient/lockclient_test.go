@@ -33,21 +33,7 @@ func TestOnFenceFiresBeforeEtcdRevokesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	get, err := env.Etcd.Get(ctx, lockkey.HoldKey("team-a/fence/1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	expired := make(chan time.Time, 1)
-	go func() {
-		for wr := range env.Etcd.Watch(ctx, lockkey.HoldKey("team-a/fence/1"), clientv3.WithRev(get.Header.Revision+1)) {
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					expired <- time.Now()
-					return
-				}
-			}
-		}
-	}()
+	expired := devenvtest.Released(t, ctx, env, "team-a/fence/1")
 
 	env.StopArbiter() // the holder can no longer renew; etcd keeps counting
 	cut := time.Now()

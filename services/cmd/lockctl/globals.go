@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/lockplane/lockplane/services/identity"
@@ -94,6 +96,29 @@ func (g *globals) dial(ctx context.Context) (*lockclient.Client, error) {
 		return nil, err
 	}
 	return lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+}
+
+// call runs fn with a connected client, bounded by --timeout.
+func (g *globals) call(fn func(ctx context.Context, c *lockclient.Client) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	return g.with(ctx, fn)
+}
+
+// until runs fn with a connected client until SIGINT or SIGTERM.
+func (g *globals) until(fn func(ctx context.Context, c *lockclient.Client) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return g.with(ctx, fn)
+}
+
+func (g *globals) with(ctx context.Context, fn func(ctx context.Context, c *lockclient.Client) error) error {
+	c, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return fn(ctx, c)
 }
 
 func printJSON(v any) {

@@ -15,6 +15,8 @@ import (
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 type lockFlags struct {
@@ -45,14 +47,18 @@ func take(ctx context.Context, c *lockclient.Client, key string, l lockFlags, on
 	}
 	for {
 		h, err := s.Lock(wctx, key, onFence)
+		if err == nil {
+			return h, nil
+		}
+		timedOut := reason.Of(err) == lockv1.ErrorReason_CONTENDED || status.Code(err) == codes.DeadlineExceeded
+		if !timedOut || ctx.Err() != nil {
+			return nil, err
+		}
 		// The arbiter caps one wait; keep waiting until our own deadline.
-		if reason.Of(err) == lockv1.ErrorReason_CONTENDED && wctx.Err() == nil {
+		if d, ok := wctx.Deadline(); !ok || time.Until(d) > 0 {
 			continue
 		}
-		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-			return nil, exitErr{exitContended, fmt.Errorf("%s: still held by another session after %s", key, l.wait)}
-		}
-		return h, err
+		return nil, exitErr{exitContended, fmt.Errorf("%s: still held by another session after %s", key, l.wait)}
 	}
 }
 
@@ -80,68 +86,68 @@ Exit status: COMMAND's, or 3 if KEY was not acquired, 4 if it was lost.`,
 			if cmd.ArgsLenAtDash() != 1 {
 				return fmt.Errorf("usage: lockctl run KEY -- COMMAND [ARGS...]")
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			c, err := g.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close(context.Background())
-			child := exec.Command(argv[0], argv[1:]...)
-			child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-			child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			lost := make(chan struct{})
-			h, err := take(ctx, c, key, l, func(*lockclient.Hold) { close(lost) })
-			if err != nil {
-				return contended(err)
-			}
-			child.Env = append(os.Environ(), "LOCKPLANE_KEY="+key, "LOCKPLANE_TOKEN="+strconv.FormatUint(uint64(h.Token()), 10))
-			if err := child.Start(); err != nil {
-				h.Release(context.Background())
-				return exitErr{exitError, fmt.Errorf("start %s: %w", argv[0], err)}
-			}
-			done := make(chan error, 1)
-			go func() { done <- child.Wait() }()
-			stop() // from here on, signals go to the child
-			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-			wasLost := false
-			var kill <-chan time.Time
-			var werr error
-		wait:
-			for {
-				select {
-				case werr = <-done:
-					break wait
-				case s := <-sigs:
-					syscall.Kill(-child.Process.Pid, s.(syscall.Signal))
-				case <-lost:
-					lost, wasLost = nil, true
-					fmt.Fprintf(os.Stderr, "lockctl: lock on %s lost (keepalives failed until the deadline); sending SIGTERM\n", key)
-					syscall.Kill(-child.Process.Pid, syscall.SIGTERM)
-					kill = time.After(grace)
-				case <-kill:
-					syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
-				}
-			}
-			rctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-			defer cancel()
-			if rerr := h.Release(rctx); rerr != nil && !wasLost {
-				fmt.Fprintf(os.Stderr, "lockctl: release %s: %v\n", key, rerr)
-			}
-			if wasLost {
-				return exitErr{exitLost, fmt.Errorf("lock on %s was lost while the command ran", key)}
-			}
-			var ee *exec.ExitError
-			if errors.As(werr, &ee) {
-				os.Exit(ee.ExitCode())
-			}
-			return werr
+			return g.until(func(ctx context.Context, c *lockclient.Client) error {
+				return run(ctx, g, c, key, argv, l, grace)
+			})
 		},
 	}
 	l.register(c, -1, "how long to wait for KEY (0: try once; default: until interrupted)")
 	c.Flags().DurationVar(&grace, "kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM")
 	return c
+}
+
+// run holds key while argv runs. Once the child has started, signals are
+// forwarded to it instead of ending lockctl.
+func run(ctx context.Context, g *globals, c *lockclient.Client, key string, argv []string, l lockFlags, grace time.Duration) error {
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	lost := make(chan struct{})
+	h, err := take(ctx, c, key, l, func(*lockclient.Hold) { close(lost) })
+	if err != nil {
+		return contended(err)
+	}
+	child.Env = append(os.Environ(), "LOCKPLANE_KEY="+key, "LOCKPLANE_TOKEN="+strconv.FormatUint(uint64(h.Token()), 10))
+	if err := child.Start(); err != nil {
+		h.Release(context.Background())
+		return exitErr{exitError, fmt.Errorf("start %s: %w", argv[0], err)}
+	}
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	wasLost := false
+	var kill <-chan time.Time
+	var werr error
+wait:
+	for {
+		select {
+		case werr = <-done:
+			break wait
+		case s := <-sigs:
+			syscall.Kill(-child.Process.Pid, s.(syscall.Signal))
+		case <-lost:
+			lost, wasLost = nil, true
+			fmt.Fprintf(os.Stderr, "lockctl: lock on %s lost (keepalives failed until the deadline); sending SIGTERM\n", key)
+			syscall.Kill(-child.Process.Pid, syscall.SIGTERM)
+			kill = time.After(grace)
+		case <-kill:
+			syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	if rerr := h.Release(rctx); rerr != nil && !wasLost {
+		fmt.Fprintf(os.Stderr, "lockctl: release %s: %v\n", key, rerr)
+	}
+	if wasLost {
+		return exitErr{exitLost, fmt.Errorf("lock on %s was lost while the command ran", key)}
+	}
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		return exitErr{ee.ExitCode(), errSilent}
+	}
+	return werr
 }
 
 func acquireCmd(g *globals) *cobra.Command {
@@ -153,46 +159,43 @@ func acquireCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			c, err := g.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close(context.Background())
-			lost := make(chan struct{})
-			h, err := take(ctx, c, key, l, func(*lockclient.Hold) { close(lost) })
-			if err != nil {
-				return contended(err)
-			}
-			t := h.Token()
-			if g.json() {
-				printJSON(map[string]any{"key": key, "token": map[string]any{"value": uint64(t), "epoch": t.Epoch(), "revision": t.Revision()}, "class": l.class})
-			} else {
-				fmt.Printf("acquired %s\n  token  %d (epoch %d, revision %d)\nholding until interrupted; Ctrl-C releases\n", key, uint64(t), t.Epoch(), t.Revision())
-			}
-			var until <-chan time.Time
-			if hold > 0 {
-				until = time.After(hold)
-			}
-			select {
-			case <-ctx.Done():
-			case <-until:
-			case <-lost:
-				return exitErr{exitLost, fmt.Errorf("lock on %s lost: keepalives failed until the deadline", key)}
-			}
-			rctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-			defer cancel()
-			if err := h.Release(rctx); err != nil {
-				return err
-			}
-			if !g.json() {
-				fmt.Printf("released %s\n", key)
-			}
-			return nil
+			return g.until(func(ctx context.Context, c *lockclient.Client) error { return acquire(ctx, g, c, key, l, hold) })
 		},
 	}
 	l.register(c, 0, "how long to wait for KEY (default: try once)")
 	c.Flags().DurationVar(&hold, "hold", 0, "release after this long (default: hold until interrupted)")
 	return c
+}
+
+func acquire(ctx context.Context, g *globals, c *lockclient.Client, key string, l lockFlags, hold time.Duration) error {
+	lost := make(chan struct{})
+	h, err := take(ctx, c, key, l, func(*lockclient.Hold) { close(lost) })
+	if err != nil {
+		return contended(err)
+	}
+	t := h.Token()
+	if g.json() {
+		printJSON(map[string]any{"key": key, "token": map[string]any{"value": uint64(t), "epoch": t.Epoch(), "revision": t.Revision()}, "class": l.class})
+	} else {
+		fmt.Printf("acquired %s\n  token  %d (epoch %d, revision %d)\nholding until interrupted; Ctrl-C releases\n", key, uint64(t), t.Epoch(), t.Revision())
+	}
+	var until <-chan time.Time
+	if hold > 0 {
+		until = time.After(hold)
+	}
+	select {
+	case <-ctx.Done():
+	case <-until:
+	case <-lost:
+		return exitErr{exitLost, fmt.Errorf("lock on %s lost: keepalives failed until the deadline", key)}
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	if err := h.Release(rctx); err != nil {
+		return err
+	}
+	if !g.json() {
+		fmt.Printf("released %s\n", key)
+	}
+	return nil
 }

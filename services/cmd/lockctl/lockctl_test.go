@@ -89,21 +89,7 @@ func TestRunTerminatesCommandWhenLockIsLostBeforeEtcdExpiry(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "started" {
 		t.Fatalf("command did not start: %q", lines.Text())
 	}
-	get, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
-	if err != nil || len(get.Kvs) != 1 {
-		t.Fatalf("key not held while the command runs")
-	}
-	expired := make(chan time.Time, 1)
-	go func() {
-		for wr := range env.Etcd.Watch(ctx, lockkey.HoldKey(key), clientv3.WithRev(get.Header.Revision+1)) {
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					expired <- time.Now()
-					return
-				}
-			}
-		}
-	}()
+	expired := devenvtest.Released(t, ctx, env, key)
 	env.StopArbiter() // keepalives now fail; the lease runs out at etcd
 	cut := time.Now()
 	if !lines.Scan() || lines.Text() != "TERM" {

@@ -29,6 +29,10 @@ type exitErr struct {
 
 func (e exitErr) Error() string { return e.err.Error() }
 
+// errSilent exits with a code and prints nothing: run passing on its
+// command's exit status.
+var errSilent = errors.New("")
+
 func main() {
 	g := &globals{}
 	root := &cobra.Command{
@@ -47,7 +51,9 @@ func main() {
 			code = ee.code
 			err = ee.err
 		}
-		report(g, err)
+		if !errors.Is(err, errSilent) {
+			report(g, err)
+		}
 		os.Exit(code)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
+	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/spf13/cobra"
 )
 
@@ -15,54 +16,51 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show the epoch, the seal, and the etcd members and leader",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-			defer cancel()
-			c, err := g.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close(context.Background())
-			st, err := adminv1.NewAdminServiceClient(c.Conn()).Status(ctx, &adminv1.StatusRequest{})
-			if err != nil {
-				return err
-			}
-			if g.json() {
-				printProto(st)
-				return nil
-			}
-			sealed := "no"
-			if st.GetSealed() {
-				sealed = fmt.Sprintf("YES: minted for cluster %s; no grants until `lockctl epoch advance --expected %d`", st.GetEpochClusterId(), st.GetEpoch())
-			}
-			quorum := "no: grants and renewals are refused"
-			leaderName := ""
-			for _, m := range st.GetMembers() {
-				if m.GetIsLeader() {
-					leaderName = m.GetName()
-				}
-			}
-			if st.GetQuorum() {
-				quorum = fmt.Sprintf("yes, leader %s (%s)", leaderName, st.GetLeader())
-			}
-			fmt.Printf("epoch     %d\ncluster   %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
-				st.GetEpoch(), st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
-			for i, m := range st.GetMembers() {
-				label := "members"
-				if i > 0 {
-					label = ""
-				}
-				state := "down"
-				if m.GetHealthy() {
-					state = "up"
-				}
-				if m.GetIsLeader() {
-					state += ", leader"
-				}
-				fmt.Printf("%-9s %-4s %-16s %s  %s\n", label, m.GetName(), m.GetId(), strings.Join(m.GetClientUrls(), ","), state)
-			}
-			return nil
+			return g.call(func(ctx context.Context, c *lockclient.Client) error { return showStatus(ctx, g, c) })
 		},
 	}
+}
+
+func showStatus(ctx context.Context, g *globals, c *lockclient.Client) error {
+	st, err := adminv1.NewAdminServiceClient(c.Conn()).Status(ctx, &adminv1.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		printProto(st)
+		return nil
+	}
+	sealed := "no"
+	if st.GetSealed() {
+		sealed = fmt.Sprintf("YES: minted for cluster %s; no grants until `lockctl epoch advance --expected %d`", st.GetEpochClusterId(), st.GetEpoch())
+	}
+	quorum := "no: grants and renewals are refused"
+	leaderName := ""
+	for _, m := range st.GetMembers() {
+		if m.GetIsLeader() {
+			leaderName = m.GetName()
+		}
+	}
+	if st.GetQuorum() {
+		quorum = fmt.Sprintf("yes, leader %s (%s)", leaderName, st.GetLeader())
+	}
+	fmt.Printf("epoch     %d\ncluster   %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
+		st.GetEpoch(), st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
+	for i, m := range st.GetMembers() {
+		label := "members"
+		if i > 0 {
+			label = ""
+		}
+		state := "down"
+		if m.GetHealthy() {
+			state = "up"
+		}
+		if m.GetIsLeader() {
+			state += ", leader"
+		}
+		fmt.Printf("%-9s %-4s %-16s %s  %s\n", label, m.GetName(), m.GetId(), strings.Join(m.GetClientUrls(), ","), state)
+	}
+	return nil
 }
 
 func epochCmd(g *globals) *cobra.Command {
@@ -74,24 +72,19 @@ func epochCmd(g *globals) *cobra.Command {
 		Short: "Advance the epoch from N to N+1, binding it to the current cluster and deleting every hold",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-			defer cancel()
-			c, err := g.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close(context.Background())
-			r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why})
-			if err != nil {
-				return err
-			}
-			if g.json() {
-				printProto(r)
+			return g.call(func(ctx context.Context, c *lockclient.Client) error {
+				r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why})
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					printProto(r)
+					return nil
+				}
+				fmt.Printf("epoch advanced to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
+					r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
 				return nil
-			}
-			fmt.Printf("epoch advanced to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
-				r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
-			return nil
+			})
 		},
 	}
 	adv.Flags().Uint32Var(&expected, "expected", 0, "the current epoch, as `lockctl status` shows it (required)")

@@ -10,6 +10,8 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Fast is the tests' lock class: the shortest TTL etcd's default election
@@ -63,4 +65,27 @@ func Session(t testing.TB, c *lockclient.Client, cls string) *lockclient.Session
 		t.Fatalf("open session (%s): %v", cls, err)
 	}
 	return s
+}
+
+// Released returns a channel that receives the time the hold of key is
+// deleted at etcd (released, expired or revoked) after now. The key must be
+// held when it is called.
+func Released(t testing.TB, ctx context.Context, env *devenv.Env, key string) <-chan time.Time {
+	t.Helper()
+	get, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("%s is not held (err %v)", key, err)
+	}
+	at := make(chan time.Time, 1)
+	go func() {
+		for wr := range env.Etcd.Watch(ctx, lockkey.HoldKey(key), clientv3.WithRev(get.Header.Revision+1)) {
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					at <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+	return at
 }
