@@ -92,6 +92,11 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 		}
 		owned[session] = true
 	}
+	// A restored cluster's leases are as suspect as its holds: renewing them
+	// would keep alive grants the epoch advance is about to delete.
+	if a.epochs.sealed() {
+		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
+	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	ka, err := a.etcd.KeepAliveOnce(octx, clientv3.LeaseID(session))
@@ -103,7 +108,9 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 		a.metrics.renewalFailed(a.cfg.Cluster)
 		return fail(lockv1.ErrorReason_NO_QUORUM, fmt.Sprintf("no etcd quorum confirmed the renewal within %s", a.cfg.OpTimeout))
 	}
-	a.observeHeader(ka.ResponseHeader)
+	if a.observeHeader(ka.ResponseHeader) {
+		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
+	}
 	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ka.TTL))}
 }
 

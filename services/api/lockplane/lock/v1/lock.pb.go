@@ -355,7 +355,8 @@ type KeepAliveResponse struct {
 	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The TTL the lease has from this renewal on; unset when the renewal failed.
 	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// Why the renewal failed (NO_QUORUM, SESSION_EXPIRED, SESSION_NOT_OWNED);
+	// Why the renewal failed (NO_QUORUM, SEALED, SESSION_EXPIRED,
+	// SESSION_NOT_OWNED);
 	// ERROR_REASON_UNSPECIFIED when it succeeded. One session's failure does
 	// not end the stream, which other sessions of the caller may share.
 	Error         ErrorReason `protobuf:"varint,3,opt,name=error,proto3,enum=lockplane.lock.v1.ErrorReason" json:"error,omitempty"`
