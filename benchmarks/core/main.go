@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,12 +46,28 @@ type op func(ctx context.Context) error
 // setup prepares n clients of a mode and returns one op per client.
 type setup func(ctx context.Context, n int) ([]op, func(), error)
 
+type mode struct {
+	name string
+	s    setup
+}
+
 func main() {
-	duration := flag.Duration("duration", 5*time.Second, "measuring time per mode and concurrency")
+	duration := flag.Duration("duration", 6*time.Second, "measuring time per mode and concurrency")
+	rounds := flag.Int("rounds", 6, "the modes take turns this many times, so that machine noise hits them alike")
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time before each measurement")
 	levels := flag.String("clients", "1,32", "comma-separated concurrency levels")
 	asJSON := flag.Bool("json", false, "print results as JSON")
+	only := flag.String("modes", "a,b,c", "which modes to run (a: raw Txn, b: lockplane, c: concurrency.Mutex)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 
 	dir, err := os.MkdirTemp("", "lockplane-bench-")
 	if err != nil {
@@ -65,10 +82,7 @@ func main() {
 	}
 	defer env.Close()
 
-	modes := []struct {
-		name string
-		s    setup
-	}{
+	modes := []mode{
 		{"a raw etcd Txn", rawTxn(env)},
 		{"b lockplane", viaArbiter(env)},
 		{"c concurrency.Mutex", mutex(env)},
@@ -79,14 +93,18 @@ func main() {
 		if err != nil || n < 1 {
 			log.Fatalf("-clients: %q is not a positive number", lv)
 		}
+		var picked []mode
 		for _, m := range modes {
-			fmt.Fprintf(os.Stderr, "measuring %-20s with %2d clients for %s...\n", m.name, n, *duration)
-			r, err := measure(ctx, m.name, n, m.s, *warmup, *duration)
-			if err != nil {
-				log.Fatalf("%s: %v", m.name, err)
+			if strings.Contains(*only, m.name[:1]) {
+				picked = append(picked, m)
 			}
-			results = append(results, r)
 		}
+		fmt.Fprintf(os.Stderr, "measuring %d modes with %d clients, %s each in %d interleaved rounds...\n", len(picked), n, *duration, *rounds)
+		rs, err := measure(ctx, picked, n, *warmup, *duration, *rounds)
+		if err != nil {
+			log.Fatal(err)
+		}
+		results = append(results, rs...)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -123,67 +141,90 @@ func ratios(rs []result) []ratio {
 	}
 	var out []ratio
 	for _, n := range levels {
-		b := by["b"+strconv.Itoa(n)]
+		b, ok := by["b"+strconv.Itoa(n)]
 		for _, other := range []string{"a", "c"} {
-			o := by[other+strconv.Itoa(n)]
+			o, ok2 := by[other+strconv.Itoa(n)]
+			if !ok || !ok2 {
+				continue
+			}
 			out = append(out, ratio{Clients: n, Name: "b/" + other, P50: b.P50ms / o.P50ms, P99: b.P99ms / o.P99ms, OpsSec: b.OpsSec / o.OpsSec})
 		}
 	}
 	return out
 }
 
-func measure(ctx context.Context, name string, n int, s setup, warmup, d time.Duration) (result, error) {
-	ops, done, err := s(ctx, n)
-	if err != nil {
-		return result{}, err
+// measure prepares every mode's clients, then lets the modes take turns
+// for rounds rounds of d/rounds each and pools each mode's latencies.
+func measure(ctx context.Context, modes []mode, n int, warmup, d time.Duration, rounds int) ([]result, error) {
+	ops := make([][]op, len(modes))
+	for i, m := range modes {
+		o, done, err := m.s(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		defer done()
+		ops[i] = o
+		if _, err := run(ctx, o, warmup); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
 	}
-	defer done()
-	run := func(d time.Duration, record bool) ([]time.Duration, error) {
-		var mu sync.Mutex
-		var lat []time.Duration
-		var firstErr error
-		var wg sync.WaitGroup
-		stop := time.Now().Add(d)
-		for _, o := range ops {
-			wg.Add(1)
-			go func(o op) {
-				defer wg.Done()
-				var mine []time.Duration
-				for time.Now().Before(stop) {
-					t0 := time.Now()
-					if err := o(ctx); err != nil {
-						mu.Lock()
-						firstErr = err
-						mu.Unlock()
-						return
-					}
-					mine = append(mine, time.Since(t0))
+	lat := make([][]time.Duration, len(modes))
+	spent := make([]time.Duration, len(modes))
+	for r := 0; r < rounds; r++ {
+		for i, m := range modes {
+			start := time.Now()
+			l, err := run(ctx, ops[i], d/time.Duration(rounds))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.name, err)
+			}
+			spent[i] += time.Since(start)
+			lat[i] = append(lat[i], l...)
+		}
+	}
+	var out []result
+	for i, m := range modes {
+		l := lat[i]
+		slices.Sort(l)
+		pct := func(p float64) float64 {
+			if len(l) == 0 {
+				return 0
+			}
+			return float64(l[int(p*float64(len(l)-1))]) / float64(time.Millisecond)
+		}
+		out = append(out, result{Mode: m.name, Clients: n, Ops: len(l), P50ms: pct(0.50), P99ms: pct(0.99), OpsSec: float64(len(l)) / spent[i].Seconds()})
+	}
+	return out, nil
+}
+
+// run drives every op in its own goroutine for d and returns the latencies.
+func run(ctx context.Context, ops []op, d time.Duration) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for _, o := range ops {
+		wg.Add(1)
+		go func(o op) {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				if err := o(ctx); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
 				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
-			}(o)
-		}
-		wg.Wait()
-		return lat, firstErr
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}(o)
 	}
-	if _, err := run(warmup, false); err != nil {
-		return result{}, err
-	}
-	start := time.Now()
-	lat, err := run(d, true)
-	if err != nil {
-		return result{}, err
-	}
-	elapsed := time.Since(start)
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond)
-	}
-	return result{Mode: name, Clients: n, Ops: len(lat), P50ms: pct(0.50), P99ms: pct(0.99), OpsSec: float64(len(lat)) / elapsed.Seconds()}, nil
+	wg.Wait()
+	return lat, firstErr
 }
 
 // rawTxn issues the arbiter's grant and release transactions directly.
