@@ -4,7 +4,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := images/tools
 
-.PHONY: all build dev test test-short vet proto proto-check tools bench-core clean
+.PHONY: all build dev test test-short vet proto proto-check tools minio bench-core clean
 
 all: build
 
@@ -31,6 +31,12 @@ $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc: $(TOOLS)/go.mod
 		google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
 
 tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+
+# MinIO, the real S3 server the fence tests and the pause test run against
+# (about 2.5 minutes on 2 cores the first time).
+minio: $(BIN)/minio
+$(BIN)/minio: $(TOOLS)/go.mod
+	cd $(TOOLS) && $(GO) build -o $(BIN)/minio github.com/minio/minio
 
 # Lint and regenerate services/api from services/proto.
 proto: tools

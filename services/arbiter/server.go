@@ -54,6 +54,10 @@ type Config struct {
 	// PollInterval is the fallback retry period of a waiter whose watch
 	// missed a release; jittered. 1 s when zero.
 	PollInterval time.Duration
+	// ValidateRate and ValidateBurst limit ValidateToken per namespace, apart
+	// from grants: 200/s with bursts of 50 when zero.
+	ValidateRate  float64
+	ValidateBurst int
 	// Metrics receives the arbiter's metrics; not registered when nil.
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
@@ -90,6 +94,8 @@ type Arbiter struct {
 	metrics *metrics
 	health  *healthState
 	admin   adminServer
+	// validations limits ValidateToken per namespace.
+	validations *limiters
 }
 
 // New checks cfg and returns an Arbiter. Call Run to keep its epoch current.
@@ -121,7 +127,11 @@ func New(cfg Config) (*Arbiter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState()}
+	if cfg.ValidateRate == 0 {
+		cfg.ValidateRate, cfg.ValidateBurst = 200, 50
+	}
+	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState(),
+		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst)}
 	a.admin.a = a
 	m, err := newMetrics(cfg.Metrics, a)
 	if err != nil {

@@ -58,7 +58,10 @@ type Options struct {
 	OpTimeout time.Duration
 	// PollInterval overrides a waiter's fallback poll period.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// ValidateRate and ValidateBurst override ValidateToken's limit.
+	ValidateRate  float64
+	ValidateBurst int
+	Logger        *slog.Logger
 	// EtcdLogger receives etcd's logs; discarded when nil.
 	EtcdLogger *zap.Logger
 	// RestoreFrom starts the cluster from an etcd snapshot, as a disaster
@@ -169,7 +172,7 @@ func (e *Env) StartArbiter() error {
 	a, err := arbiter.New(arbiter.Config{
 		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
-		PollInterval: e.opts.PollInterval, Metrics: e.Registry, Logger: e.opts.Logger,
+		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 	})
 	if err != nil {
 		return err

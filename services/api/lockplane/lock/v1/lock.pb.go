@@ -66,6 +66,8 @@ const (
 	ErrorReason_UNKNOWN_CLASS ErrorReason = 10
 	// An admin precondition failed, e.g. the epoch moved (FAILED_PRECONDITION).
 	ErrorReason_EPOCH_CHANGED ErrorReason = 11
+	// The caller's namespace is over its rate for this call (RESOURCE_EXHAUSTED).
+	ErrorReason_RATE_LIMITED ErrorReason = 12
 )
 
 // Enum value maps for ErrorReason.
@@ -83,6 +85,7 @@ var (
 		9:  "INVALID_ARGUMENT",
 		10: "UNKNOWN_CLASS",
 		11: "EPOCH_CHANGED",
+		12: "RATE_LIMITED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -97,6 +100,7 @@ var (
 		"INVALID_ARGUMENT":         9,
 		"UNKNOWN_CLASS":            10,
 		"EPOCH_CHANGED":            11,
+		"RATE_LIMITED":             12,
 	}
 )
 
@@ -125,6 +129,70 @@ func (x ErrorReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use ErrorReason.Descriptor instead.
 func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+// TokenState is what a validation found.
+type TokenState int32
+
+const (
+	TokenState_TOKEN_STATE_UNSPECIFIED TokenState = 0
+	// The token is the key's current grant.
+	TokenState_TOKEN_STATE_CURRENT TokenState = 1
+	// A later grant holds the key.
+	TokenState_TOKEN_STATE_SUPERSEDED TokenState = 2
+	// The grant ended (released or expired) and the key is free.
+	TokenState_TOKEN_STATE_ENDED TokenState = 3
+	// The token is of an earlier epoch: every grant of it has ended.
+	TokenState_TOKEN_STATE_EARLIER_EPOCH TokenState = 4
+	// No grant of the key was ever made at the token's revision.
+	TokenState_TOKEN_STATE_NOT_ISSUED TokenState = 5
+)
+
+// Enum value maps for TokenState.
+var (
+	TokenState_name = map[int32]string{
+		0: "TOKEN_STATE_UNSPECIFIED",
+		1: "TOKEN_STATE_CURRENT",
+		2: "TOKEN_STATE_SUPERSEDED",
+		3: "TOKEN_STATE_ENDED",
+		4: "TOKEN_STATE_EARLIER_EPOCH",
+		5: "TOKEN_STATE_NOT_ISSUED",
+	}
+	TokenState_value = map[string]int32{
+		"TOKEN_STATE_UNSPECIFIED":   0,
+		"TOKEN_STATE_CURRENT":       1,
+		"TOKEN_STATE_SUPERSEDED":    2,
+		"TOKEN_STATE_ENDED":         3,
+		"TOKEN_STATE_EARLIER_EPOCH": 4,
+		"TOKEN_STATE_NOT_ISSUED":    5,
+	}
+)
+
+func (x TokenState) Enum() *TokenState {
+	p := new(TokenState)
+	*p = x
+	return p
+}
+
+func (x TokenState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TokenState) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockplane_lock_v1_lock_proto_enumTypes[1].Descriptor()
+}
+
+func (TokenState) Type() protoreflect.EnumType {
+	return &file_lockplane_lock_v1_lock_proto_enumTypes[1]
+}
+
+func (x TokenState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TokenState.Descriptor instead.
+func (TokenState) EnumDescriptor() ([]byte, []int) {
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{1}
 }
 
 // Token is a fencing token. Resources compare value only; epoch and revision
@@ -933,6 +1001,120 @@ func (x *Holder) GetRemainingTtl() *durationpb.Duration {
 	return nil
 }
 
+type ValidateTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token         uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateTokenRequest) Reset() {
+	*x = ValidateTokenRequest{}
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateTokenRequest) ProtoMessage() {}
+
+func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
+func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ValidateTokenRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ValidateTokenRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type ValidateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True only for TOKEN_STATE_CURRENT.
+	Valid bool       `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	State TokenState `protobuf:"varint,2,opt,name=state,proto3,enum=lockplane.lock.v1.TokenState" json:"state,omitempty"`
+	// The etcd revision the answer was read at.
+	ReadRevision  int64 `protobuf:"varint,3,opt,name=read_revision,json=readRevision,proto3" json:"read_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateTokenResponse) Reset() {
+	*x = ValidateTokenResponse{}
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateTokenResponse) ProtoMessage() {}
+
+func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
+func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ValidateTokenResponse) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *ValidateTokenResponse) GetState() TokenState {
+	if x != nil {
+		return x.State
+	}
+	return TokenState_TOKEN_STATE_UNSPECIFIED
+}
+
+func (x *ValidateTokenResponse) GetReadRevision() int64 {
+	if x != nil {
+		return x.ReadRevision
+	}
+	return 0
+}
+
 var File_lockplane_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
@@ -994,7 +1176,14 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12>\n" +
-	"\rremaining_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl*\xf1\x01\n" +
+	"\rremaining_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\">\n" +
+	"\x14ValidateTokenRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x06R\x05token\"\x87\x01\n" +
+	"\x15ValidateTokenResponse\x12\x14\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\x83\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1010,14 +1199,24 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x10INVALID_ARGUMENT\x10\t\x12\x11\n" +
 	"\rUNKNOWN_CLASS\x10\n" +
 	"\x12\x11\n" +
-	"\rEPOCH_CHANGED\x10\v2\x9e\x04\n" +
+	"\rEPOCH_CHANGED\x10\v\x12\x10\n" +
+	"\fRATE_LIMITED\x10\f*\xb0\x01\n" +
+	"\n" +
+	"TokenState\x12\x1b\n" +
+	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TOKEN_STATE_CURRENT\x10\x01\x12\x1a\n" +
+	"\x16TOKEN_STATE_SUPERSEDED\x10\x02\x12\x15\n" +
+	"\x11TOKEN_STATE_ENDED\x10\x03\x12\x1d\n" +
+	"\x19TOKEN_STATE_EARLIER_EPOCH\x10\x04\x12\x1a\n" +
+	"\x16TOKEN_STATE_NOT_ISSUED\x10\x052\x82\x05\n" +
 	"\vLockService\x12\\\n" +
 	"\vOpenSession\x12%.lockplane.lock.v1.OpenSessionRequest\x1a&.lockplane.lock.v1.OpenSessionResponse\x12Z\n" +
 	"\tKeepAlive\x12#.lockplane.lock.v1.KeepAliveRequest\x1a$.lockplane.lock.v1.KeepAliveResponse(\x010\x01\x12_\n" +
 	"\fCloseSession\x12&.lockplane.lock.v1.CloseSessionRequest\x1a'.lockplane.lock.v1.CloseSessionResponse\x12P\n" +
 	"\aAcquire\x12!.lockplane.lock.v1.AcquireRequest\x1a\".lockplane.lock.v1.AcquireResponse\x12P\n" +
 	"\aRelease\x12!.lockplane.lock.v1.ReleaseRequest\x1a\".lockplane.lock.v1.ReleaseResponse\x12P\n" +
-	"\aInspect\x12!.lockplane.lock.v1.InspectRequest\x1a\".lockplane.lock.v1.InspectResponseBFZDgithub.com/lockplane/lockplane/services/api/lockplane/lock/v1;lockv1b\x06proto3"
+	"\aInspect\x12!.lockplane.lock.v1.InspectRequest\x1a\".lockplane.lock.v1.InspectResponse\x12b\n" +
+	"\rValidateToken\x12'.lockplane.lock.v1.ValidateTokenRequest\x1a(.lockplane.lock.v1.ValidateTokenResponseBFZDgithub.com/lockplane/lockplane/services/api/lockplane/lock/v1;lockv1b\x06proto3"
 
 var (
 	file_lockplane_lock_v1_lock_proto_rawDescOnce sync.Once
@@ -1031,52 +1230,58 @@ func file_lockplane_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lockplane_lock_v1_lock_proto_rawDescData
 }
 
-var file_lockplane_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockplane_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lockplane_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_lockplane_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_lockplane_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: lockplane.lock.v1.ErrorReason
-	(*Token)(nil),                 // 1: lockplane.lock.v1.Token
-	(*OpenSessionRequest)(nil),    // 2: lockplane.lock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 3: lockplane.lock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),      // 4: lockplane.lock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 5: lockplane.lock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),   // 6: lockplane.lock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 7: lockplane.lock.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 8: lockplane.lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 9: lockplane.lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 10: lockplane.lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 11: lockplane.lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 12: lockplane.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 13: lockplane.lock.v1.InspectResponse
-	(*Holder)(nil),                // 14: lockplane.lock.v1.Holder
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(TokenState)(0),               // 1: lockplane.lock.v1.TokenState
+	(*Token)(nil),                 // 2: lockplane.lock.v1.Token
+	(*OpenSessionRequest)(nil),    // 3: lockplane.lock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 4: lockplane.lock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),      // 5: lockplane.lock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 6: lockplane.lock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),   // 7: lockplane.lock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 8: lockplane.lock.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 9: lockplane.lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 10: lockplane.lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 11: lockplane.lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 12: lockplane.lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 13: lockplane.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 14: lockplane.lock.v1.InspectResponse
+	(*Holder)(nil),                // 15: lockplane.lock.v1.Holder
+	(*ValidateTokenRequest)(nil),  // 16: lockplane.lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil), // 17: lockplane.lock.v1.ValidateTokenResponse
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
 }
 var file_lockplane_lock_v1_lock_proto_depIdxs = []int32{
-	15, // 0: lockplane.lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	15, // 1: lockplane.lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	18, // 0: lockplane.lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	18, // 1: lockplane.lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	0,  // 2: lockplane.lock.v1.KeepAliveResponse.error:type_name -> lockplane.lock.v1.ErrorReason
-	1,  // 3: lockplane.lock.v1.AcquireResponse.token:type_name -> lockplane.lock.v1.Token
-	14, // 4: lockplane.lock.v1.InspectResponse.holder:type_name -> lockplane.lock.v1.Holder
-	16, // 5: lockplane.lock.v1.Holder.since:type_name -> google.protobuf.Timestamp
-	15, // 6: lockplane.lock.v1.Holder.remaining_ttl:type_name -> google.protobuf.Duration
-	2,  // 7: lockplane.lock.v1.LockService.OpenSession:input_type -> lockplane.lock.v1.OpenSessionRequest
-	4,  // 8: lockplane.lock.v1.LockService.KeepAlive:input_type -> lockplane.lock.v1.KeepAliveRequest
-	6,  // 9: lockplane.lock.v1.LockService.CloseSession:input_type -> lockplane.lock.v1.CloseSessionRequest
-	8,  // 10: lockplane.lock.v1.LockService.Acquire:input_type -> lockplane.lock.v1.AcquireRequest
-	10, // 11: lockplane.lock.v1.LockService.Release:input_type -> lockplane.lock.v1.ReleaseRequest
-	12, // 12: lockplane.lock.v1.LockService.Inspect:input_type -> lockplane.lock.v1.InspectRequest
-	3,  // 13: lockplane.lock.v1.LockService.OpenSession:output_type -> lockplane.lock.v1.OpenSessionResponse
-	5,  // 14: lockplane.lock.v1.LockService.KeepAlive:output_type -> lockplane.lock.v1.KeepAliveResponse
-	7,  // 15: lockplane.lock.v1.LockService.CloseSession:output_type -> lockplane.lock.v1.CloseSessionResponse
-	9,  // 16: lockplane.lock.v1.LockService.Acquire:output_type -> lockplane.lock.v1.AcquireResponse
-	11, // 17: lockplane.lock.v1.LockService.Release:output_type -> lockplane.lock.v1.ReleaseResponse
-	13, // 18: lockplane.lock.v1.LockService.Inspect:output_type -> lockplane.lock.v1.InspectResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	2,  // 3: lockplane.lock.v1.AcquireResponse.token:type_name -> lockplane.lock.v1.Token
+	15, // 4: lockplane.lock.v1.InspectResponse.holder:type_name -> lockplane.lock.v1.Holder
+	19, // 5: lockplane.lock.v1.Holder.since:type_name -> google.protobuf.Timestamp
+	18, // 6: lockplane.lock.v1.Holder.remaining_ttl:type_name -> google.protobuf.Duration
+	1,  // 7: lockplane.lock.v1.ValidateTokenResponse.state:type_name -> lockplane.lock.v1.TokenState
+	3,  // 8: lockplane.lock.v1.LockService.OpenSession:input_type -> lockplane.lock.v1.OpenSessionRequest
+	5,  // 9: lockplane.lock.v1.LockService.KeepAlive:input_type -> lockplane.lock.v1.KeepAliveRequest
+	7,  // 10: lockplane.lock.v1.LockService.CloseSession:input_type -> lockplane.lock.v1.CloseSessionRequest
+	9,  // 11: lockplane.lock.v1.LockService.Acquire:input_type -> lockplane.lock.v1.AcquireRequest
+	11, // 12: lockplane.lock.v1.LockService.Release:input_type -> lockplane.lock.v1.ReleaseRequest
+	13, // 13: lockplane.lock.v1.LockService.Inspect:input_type -> lockplane.lock.v1.InspectRequest
+	16, // 14: lockplane.lock.v1.LockService.ValidateToken:input_type -> lockplane.lock.v1.ValidateTokenRequest
+	4,  // 15: lockplane.lock.v1.LockService.OpenSession:output_type -> lockplane.lock.v1.OpenSessionResponse
+	6,  // 16: lockplane.lock.v1.LockService.KeepAlive:output_type -> lockplane.lock.v1.KeepAliveResponse
+	8,  // 17: lockplane.lock.v1.LockService.CloseSession:output_type -> lockplane.lock.v1.CloseSessionResponse
+	10, // 18: lockplane.lock.v1.LockService.Acquire:output_type -> lockplane.lock.v1.AcquireResponse
+	12, // 19: lockplane.lock.v1.LockService.Release:output_type -> lockplane.lock.v1.ReleaseResponse
+	14, // 20: lockplane.lock.v1.LockService.Inspect:output_type -> lockplane.lock.v1.InspectResponse
+	17, // 21: lockplane.lock.v1.LockService.ValidateToken:output_type -> lockplane.lock.v1.ValidateTokenResponse
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_lockplane_lock_v1_lock_proto_init() }
@@ -1089,8 +1294,8 @@ func file_lockplane_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_lock_v1_lock_proto_rawDesc), len(file_lockplane_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   14,
+			NumEnums:      2,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,12 +29,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LockService_OpenSession_FullMethodName  = "/lockplane.lock.v1.LockService/OpenSession"
-	LockService_KeepAlive_FullMethodName    = "/lockplane.lock.v1.LockService/KeepAlive"
-	LockService_CloseSession_FullMethodName = "/lockplane.lock.v1.LockService/CloseSession"
-	LockService_Acquire_FullMethodName      = "/lockplane.lock.v1.LockService/Acquire"
-	LockService_Release_FullMethodName      = "/lockplane.lock.v1.LockService/Release"
-	LockService_Inspect_FullMethodName      = "/lockplane.lock.v1.LockService/Inspect"
+	LockService_OpenSession_FullMethodName   = "/lockplane.lock.v1.LockService/OpenSession"
+	LockService_KeepAlive_FullMethodName     = "/lockplane.lock.v1.LockService/KeepAlive"
+	LockService_CloseSession_FullMethodName  = "/lockplane.lock.v1.LockService/CloseSession"
+	LockService_Acquire_FullMethodName       = "/lockplane.lock.v1.LockService/Acquire"
+	LockService_Release_FullMethodName       = "/lockplane.lock.v1.LockService/Release"
+	LockService_Inspect_FullMethodName       = "/lockplane.lock.v1.LockService/Inspect"
+	LockService_ValidateToken_FullMethodName = "/lockplane.lock.v1.LockService/ValidateToken"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -63,6 +64,13 @@ type LockServiceClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Inspect reports who holds a key. It never returns the token.
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
+	// ValidateToken reports whether a token is the current grant of a key,
+	// from a linearizable read. It exists for resources that cannot store a
+	// fence mark (ADR-16), and it is NOT atomic with the resource's write: the
+	// grant can end between this answer and the write. Prefer a conditional
+	// write at the resource. Rate-limited per namespace, separately from
+	// grants (RESOURCE_EXHAUSTED, RATE_LIMITED).
+	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
 }
 
 type lockServiceClient struct {
@@ -136,6 +144,16 @@ func (c *lockServiceClient) Inspect(ctx context.Context, in *InspectRequest, opt
 	return out, nil
 }
 
+func (c *lockServiceClient) ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateTokenResponse)
+	err := c.cc.Invoke(ctx, LockService_ValidateToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -162,6 +180,13 @@ type LockServiceServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Inspect reports who holds a key. It never returns the token.
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
+	// ValidateToken reports whether a token is the current grant of a key,
+	// from a linearizable read. It exists for resources that cannot store a
+	// fence mark (ADR-16), and it is NOT atomic with the resource's write: the
+	// grant can end between this answer and the write. Prefer a conditional
+	// write at the resource. Rate-limited per namespace, separately from
+	// grants (RESOURCE_EXHAUSTED, RATE_LIMITED).
+	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -189,6 +214,9 @@ func (UnimplementedLockServiceServer) Release(context.Context, *ReleaseRequest) 
 }
 func (UnimplementedLockServiceServer) Inspect(context.Context, *InspectRequest) (*InspectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
+}
+func (UnimplementedLockServiceServer) ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ValidateToken not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -308,6 +336,24 @@ func _LockService_Inspect_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_ValidateToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ValidateToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ValidateToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ValidateToken(ctx, req.(*ValidateTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -334,6 +380,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inspect",
 			Handler:    _LockService_Inspect_Handler,
+		},
+		{
+			MethodName: "ValidateToken",
+			Handler:    _LockService_ValidateToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,54 @@
+// Package resourcetest starts the real servers that fences are tested
+// against: PostgreSQL 15 from Debian and MinIO built from the tools module,
+// each on a free loopback port, torn down when the test binary ends.
+//
+// In CI (CI=true) a missing server fails the test loudly; elsewhere the
+// test is skipped with a message saying how to install it.
+package resourcetest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// unavailable fails in CI and skips elsewhere.
+func unavailable(t testing.TB, what, how string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not available (%v); %s", what, err, how)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// repoRoot is the directory holding go.mod, where bin/ is.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "images", "tools")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no repository root above the working directory")
+		}
+		dir = parent
+	}
+}
