@@ -16,6 +16,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -34,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	resourcetest.StopPostgres()
 	os.Exit(code)
 }
 
@@ -172,5 +174,36 @@ func TestAcquireContendedInspectAndStatusJSON(t *testing.T) {
 	out, _ = cmd(env, "inspect", "team-a/../x", "-o", "json").Output()
 	if !strings.Contains(string(out), `"INVALID_KEY"`) || !strings.Contains(string(out), `"no-dot-segment"`) {
 		t.Fatalf("bad key: %s", out)
+	}
+}
+
+func TestPausetestAgainstPostgresWritesAResult(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	_, url := resourcetest.StartPostgres(t).Database(t)
+	out := filepath.Join(t.TempDir(), "result.yaml")
+	c := cmd(env, "pausetest", "--kind", "postgres", "--target", url, "--class", devenvtest.Fast.Name,
+		"--schema-version", "orders-v7", "--out", out, "-o", "json")
+	stdout, err := c.Output()
+	if err != nil {
+		t.Fatalf("pausetest: %v", err)
+	}
+	var res struct {
+		Kind   string `json:"kind"`
+		Status struct {
+			Outcome string `json:"outcome"`
+			Cases   []struct {
+				Name string `json:"name"`
+			} `json:"cases"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil || res.Kind != "PauseTestResult" || res.Status.Outcome != "Passed" || len(res.Status.Cases) < 3 {
+		t.Fatalf("result %s (%v)", stdout, err)
+	}
+	doc, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(doc), "kind: PauseTestResult") || !strings.Contains(string(doc), "schemaVersion: orders-v7") {
+		t.Fatalf("--out document:\n%s (%v)", doc, err)
+	}
+	if strings.Contains(string(doc)+string(stdout), "postgres@") {
+		t.Fatal("the result carries the target's user part")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/lockplane/lockplane/services/pausetest"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/status"
@@ -34,6 +35,14 @@ func (e exitErr) Error() string { return e.err.Error() }
 var errSilent = errors.New("")
 
 func main() {
+	// The pause test starts this binary again as its frozen holder.
+	if isHolder, err := pausetest.HolderFromEnv(); isHolder {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lockctl pausetest holder:", err)
+			os.Exit(exitError)
+		}
+		os.Exit(0)
+	}
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "lockctl",
@@ -43,7 +52,7 @@ func main() {
 	}
 	g.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitErr{exitUsage, err} })
-	root.AddCommand(runCmd(g), acquireCmd(g), inspectCmd(g), statusCmd(g), epochCmd(g))
+	root.AddCommand(runCmd(g), acquireCmd(g), inspectCmd(g), statusCmd(g), epochCmd(g), pausetestCmd(g))
 	if err := root.Execute(); err != nil {
 		code := exitError
 		var ee exitErr
