@@ -16,7 +16,7 @@ dev: build
 	$(BIN)/lockplane dev
 
 # Every test runs against real embedded etcd clusters and real mTLS.
-test: vet
+test: vet minio
 	$(GO) test -count=1 -timeout 20m ./...
 
 test-short:
