@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -90,9 +91,14 @@ func (h *holderProc) kill() {
 }
 
 // tail keeps the last few KiB of a holder's stderr for error messages.
-type tail struct{ b []byte }
+type tail struct {
+	mu sync.Mutex
+	b  []byte
+}
 
 func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
 	if len(t.b) > 4096 {
 		t.b = t.b[len(t.b)-4096:]
@@ -100,4 +106,8 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) String() string { return string(t.b) }
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
