@@ -19,15 +19,9 @@ func (a *Arbiter) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	resp, err := a.etcd.Get(octx, lockkey.HoldKey(r.key))
+	resp, err := a.readHold(ctx, r.key)
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
-	}
-	if a.observeHeader(resp.Header) {
-		st, _ := a.epochs.get()
-		return nil, a.sealedErr(st)
+		return nil, err
 	}
 	out := &lockv1.InspectResponse{Key: r.key}
 	if len(resp.Kvs) == 0 {
@@ -37,10 +31,27 @@ func (a *Arbiter) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	h, _ := decodeHold(kv.Value)
 	out.Held = true
 	out.Holder = &lockv1.Holder{Identity: h.Identity, SessionId: kv.Lease, Class: h.Class, Since: timestamppb.New(h.Since)}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
 	if ttl, err := a.etcd.TimeToLive(octx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL >= 0 {
 		out.Holder.RemainingTtl = durationpb.New(secs(ttl.TTL))
 	}
 	return out, nil
+}
+
+// readHold reads a key's hold linearizably, refusing on a sealed cluster.
+func (a *Arbiter) readHold(ctx context.Context, key string) (*clientv3.GetResponse, error) {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Get(octx, lockkey.HoldKey(key))
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	if a.observeHeader(resp.Header) {
+		st, _ := a.epochs.get()
+		return nil, a.sealedErr(st)
+	}
+	return resp, nil
 }
 
 func secs(n int64) time.Duration { return time.Duration(n) * time.Second }

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/token"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
@@ -33,14 +32,9 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 		return nil, err
 	}
 	t := token.Token(req.GetToken())
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	resp, err := a.etcd.Get(octx, lockkey.HoldKey(r.key))
+	resp, err := a.readHold(ctx, r.key)
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
-	}
-	if a.observeHeader(resp.Header) {
-		return nil, a.sealedErr(st)
+		return nil, err
 	}
 	out := &lockv1.ValidateTokenResponse{ReadRevision: resp.Header.Revision}
 	switch {

@@ -166,6 +166,22 @@ func (k *kit) holder(ctx context.Context) (*holderProc, error) {
 	return startHolder(ctx, k.cfg.Command, HolderConfig{Kind: k.cfg.Kind, Target: k.cfg.Target, Profile: k.cfg.Profile, Identity: k.cfg.Holder})
 }
 
+// grantedHolder starts a holder process and has it granted key.
+func (k *kit) grantedHolder(ctx context.Context, c *caseRun, key string) (*holderProc, bool) {
+	a, err := k.holder(ctx)
+	if err != nil {
+		c.fail("%v", err)
+		return nil, false
+	}
+	a.send(command{Op: "acquire", Key: key, Class: k.cfg.Class})
+	if _, err := a.expect("acquired", time.Minute); err != nil {
+		a.kill()
+		c.fail("%v", err)
+		return nil, false
+	}
+	return a, true
+}
+
 // messagesPerWrite runs one unobstructed write and counts its messages.
 func (k *kit) messagesPerWrite(ctx context.Context) (int, error) {
 	h, err := k.holder(ctx)
@@ -232,17 +248,11 @@ func (k *kit) frozenPastTTL(ctx context.Context, c *caseRun, a *holderProc, key 
 
 func (k *kit) pausedAt(ctx context.Context, c *caseRun, at int) {
 	key, rec := k.key(c.name), k.record(c.name)
-	a, err := k.holder(ctx)
-	if err != nil {
-		c.fail("%v", err)
+	a, ok := k.grantedHolder(ctx, c, key)
+	if !ok {
 		return
 	}
 	defer a.kill()
-	a.send(command{Op: "acquire", Key: key, Class: k.cfg.Class})
-	if _, err := a.expect("acquired", time.Minute); err != nil {
-		c.fail("%v", err)
-		return
-	}
 	c.step("A granted")
 	a.send(command{Op: "write", Record: rec, Value: "A", Gate: at})
 	if _, err := a.expect("gated", time.Minute); err != nil {
@@ -306,17 +316,11 @@ func (k *kit) pausedAt(ctx context.Context, c *caseRun, at int) {
 
 func (k *kit) equalToken(ctx context.Context, c *caseRun) {
 	key, rec := k.key(c.name), k.record(c.name)
-	a, err := k.holder(ctx)
-	if err != nil {
-		c.fail("%v", err)
+	a, ok := k.grantedHolder(ctx, c, key)
+	if !ok {
 		return
 	}
 	defer a.kill()
-	a.send(command{Op: "acquire", Key: key, Class: k.cfg.Class})
-	if _, err := a.expect("acquired", time.Minute); err != nil {
-		c.fail("%v", err)
-		return
-	}
 	a.send(command{Op: "write", Record: rec, Value: "A1"})
 	e, err := a.expect("wrote", time.Minute)
 	if err != nil || e.Stale || e.Error != "" {
@@ -373,17 +377,11 @@ func (k *kit) perRecord(ctx context.Context, c *caseRun) {
 	}
 	defer hb.Release(context.Background())
 	c.step("B granted key 2 (the older token)")
-	a, err := k.holder(ctx)
-	if err != nil {
-		c.fail("%v", err)
+	a, ok := k.grantedHolder(ctx, c, keyA)
+	if !ok {
 		return
 	}
 	defer a.kill()
-	a.send(command{Op: "acquire", Key: keyA, Class: k.cfg.Class})
-	if _, err := a.expect("acquired", time.Minute); err != nil {
-		c.fail("%v", err)
-		return
-	}
 	a.send(command{Op: "write", Record: k.record(c.name + "-a"), Value: "A"})
 	if e, err := a.expect("wrote", time.Minute); err != nil || e.Stale || e.Error != "" {
 		c.fail("A's write of record 1 was refused (%v, %s)", err, outcome(e))
