@@ -1,0 +1,122 @@
+package checker_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/test/gate/checker"
+	"github.com/lockplane/lockplane/test/gate/history"
+)
+
+func tk(rev int64) uint64 { t, _ := token.Mint(1, rev); return uint64(t) }
+
+// cycle is one client's lock-set loop on key k: acquire, start, read,
+// write (appending its element), release, at times from t.
+func cycle(client int, session int64, tok uint64, t int64, read, write []string, result history.Result) []history.Op {
+	k := "team-a/gate/1"
+	return []history.Op{
+		{Client: client, Session: session, Key: k, Kind: history.Acquire, Call: t, Return: t + 1, Result: history.OK, Token: tok},
+		{Client: client, Session: session, Key: k, Kind: history.Start, Call: t + 2, Return: t + 2, Result: history.OK, Token: tok},
+		{Client: client, Session: session, Key: k, Kind: history.Read, Call: t + 3, Return: t + 4, Result: history.OK, Value: read, Mark: markOf(read)},
+		{Client: client, Session: session, Key: k, Kind: history.Write, Call: t + 5, Return: t + 6, Result: result, Token: tok, Value: write},
+		{Client: client, Session: session, Key: k, Kind: history.Release, Call: t + 7, Return: t + 8, Result: history.OK, Token: tok},
+	}
+}
+
+// marks of the hand-made record, by its length: the i-th write used token i*10.
+func markOf(v []string) uint64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return tk(int64(len(v) * 10))
+}
+
+func good() []history.Op {
+	var ops []history.Op
+	ops = append(ops, cycle(0, 100, tk(10), 0, nil, []string{"a"}, history.OK)...)
+	ops = append(ops, cycle(1, 200, tk(20), 10, []string{"a"}, []string{"a", "b"}, history.OK)...)
+	// An unknown write whose effect shows in the next read is legal.
+	ops = append(ops, cycle(0, 100, tk(30), 20, []string{"a", "b"}, []string{"a", "b", "c"}, history.Unknown)...)
+	ops = append(ops, cycle(1, 200, tk(40), 30, []string{"a", "b", "c"}, []string{"a", "b", "c", "d"}, history.OK)...)
+	return ops
+}
+
+var final = map[string][]string{"team-a/gate/1": {"a", "b", "c", "d"}}
+
+func TestAGoodHistoryPasses(t *testing.T) {
+	r := checker.Check(good(), final, []uint32{1}, 10*time.Second)
+	if !r.OK() {
+		t.Fatalf("violations in a good history: %+v", r.Violations)
+	}
+	if r.Grants != 4 {
+		t.Fatalf("grants = %d", r.Grants)
+	}
+	if err := r.Visualize(filepath.Join(t.TempDir(), "h.html")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasCheck(vs []checker.Violation, name string) bool {
+	for _, v := range vs {
+		if v.Check == name {
+			return true
+		}
+	}
+	return false
+}
+
+// The double grant every check exists for: client 1 is granted while
+// client 0 still works, with a token that does not order after client 0's,
+// reads the record before client 0's write and overwrites it.
+func TestAnOverlappingGrantIsRejectedByEveryCheck(t *testing.T) {
+	k := "team-a/gate/1"
+	ops := []history.Op{
+		{Client: 0, Session: 100, Key: k, Kind: history.Acquire, Call: 0, Return: 1, Result: history.OK, Token: tk(20)},
+		{Client: 0, Session: 100, Key: k, Kind: history.Start, Call: 2, Return: 2, Result: history.OK, Token: tk(20)},
+		{Client: 1, Session: 200, Key: k, Kind: history.Acquire, Call: 3, Return: 4, Result: history.OK, Token: tk(10)},
+		{Client: 1, Session: 200, Key: k, Kind: history.Start, Call: 5, Return: 5, Result: history.OK, Token: tk(10)},
+		{Client: 0, Session: 100, Key: k, Kind: history.Read, Call: 6, Return: 7, Result: history.OK},
+		{Client: 1, Session: 200, Key: k, Kind: history.Read, Call: 6, Return: 7, Result: history.OK},
+		{Client: 0, Session: 100, Key: k, Kind: history.Start, Call: 8, Return: 8, Result: history.OK, Token: tk(20)},
+		{Client: 0, Session: 100, Key: k, Kind: history.Write, Call: 8, Return: 9, Result: history.OK, Token: tk(20), Value: []string{"a"}},
+		{Client: 1, Session: 200, Key: k, Kind: history.Write, Call: 10, Return: 11, Result: history.OK, Token: tk(10), Value: []string{"b"}},
+	}
+	r := checker.Check(ops, map[string][]string{k: {"b"}}, []uint32{1}, 10*time.Second)
+	for _, check := range []string{"linearizable", "token-order", "no-overlap", "nothing-lost"} {
+		if !hasCheck(r.Violations, check) {
+			t.Errorf("%s did not reject the overlapping grant; violations: %+v", check, r.Violations)
+		}
+	}
+}
+
+// Each check alone, on the smallest history that breaks only its property.
+func TestEachCheckFailsAlone(t *testing.T) {
+	// A lost update with well-ordered tokens: b's read missed a's write.
+	lost := good()[:10]
+	lost[7].Value, lost[7].Mark = nil, 0 // client 1 read [] after a's write returned
+	lost[8].Value = []string{"b"}
+	if vs, _ := checker.Linearizable(lost, 10*time.Second); !hasCheck(vs, "linearizable") {
+		t.Error("linearizable accepted a lost update")
+	}
+	// A token of an epoch not in force.
+	old := good()
+	e2, _ := token.Mint(2, 10)
+	old[0].Token = uint64(e2)
+	if !hasCheck(checker.TokenOrder(old, []uint32{1}), "token-order") {
+		t.Error("token-order accepted a token of another epoch")
+	}
+	// Work started by a second session inside the first's window.
+	overlap := good()
+	overlap = append(overlap,
+		history.Op{Client: 0, Session: 100, Key: "team-a/gate/1", Kind: history.Start, Call: 12, Return: 12, Token: tk(10)},
+		history.Op{Client: 1, Session: 200, Key: "team-a/gate/1", Kind: history.Start, Call: 11, Return: 11, Token: tk(20)})
+	if !hasCheck(checker.NoOverlap(overlap), "no-overlap") {
+		t.Error("no-overlap accepted overlapping windows")
+	}
+	// An acknowledged write missing from the end state.
+	if !hasCheck(checker.NothingLost(good(), map[string][]string{"team-a/gate/1": {"a", "b", "c"}}), "nothing-lost") {
+		t.Error("nothing-lost accepted a missing acknowledged write")
+	}
+}

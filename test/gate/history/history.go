@@ -1,0 +1,124 @@
+// Package history is the record of one release-gate run: every client
+// operation with its invoke and return times, read from CLOCK_MONOTONIC
+// (one clock for every process on the host), and its outcome. An operation
+// whose outcome the client did not observe is recorded as Unknown: it may
+// or may not have taken effect.
+//
+// Histories hold tokens: they are evidence from test clusters, never logs
+// of a real deployment.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind is what an operation did.
+type Kind string
+
+// The operations a workload client records.
+const (
+	// Acquire: Token is the grant's token when Result is OK.
+	Acquire Kind = "acquire"
+	// Release of the grant named by Token.
+	Release Kind = "release"
+	// Read of the fenced record: Value and Mark are what it held.
+	Read Kind = "read"
+	// Write of the fenced record under Token: Value is the whole new value.
+	Write Kind = "write"
+	// Start of a unit of work while CanStart was true (an instant: Call ==
+	// Return), under the hold named by Token.
+	Start Kind = "start"
+)
+
+// Result is an operation's outcome.
+type Result string
+
+// Outcomes.
+const (
+	OK      Result = "ok"
+	Stale   Result = "stale"   // the fence refused the token
+	Refused Result = "refused" // the lock service refused (contended, no quorum, ...)
+	Unknown Result = "unknown" // not observed: may or may not have happened
+)
+
+// Op is one operation.
+type Op struct {
+	Client  int      `json:"client"`
+	Session int64    `json:"session,omitempty"`
+	Key     string   `json:"key"`
+	Kind    Kind     `json:"kind"`
+	Call    int64    `json:"call"`
+	Return  int64    `json:"return"`
+	Result  Result   `json:"result"`
+	Token   uint64   `json:"token,omitempty"`
+	Value   []string `json:"value,omitempty"`
+	Mark    uint64   `json:"mark,omitempty"`
+	Detail  string   `json:"detail,omitempty"`
+}
+
+// Now reads CLOCK_MONOTONIC in nanoseconds. Go's own monotonic readings
+// are per process; this one is comparable across the host's processes.
+func Now() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("history: CLOCK_MONOTONIC: %v", err))
+	}
+	return ts.Nano()
+}
+
+// Recorder appends operations to a JSON-lines stream, one per client.
+type Recorder struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	w   *bufio.Writer
+}
+
+// NewRecorder records to w.
+func NewRecorder(w io.Writer) *Recorder {
+	bw := bufio.NewWriter(w)
+	return &Recorder{enc: json.NewEncoder(bw), w: bw}
+}
+
+// Record appends op and flushes it, so a killed client loses nothing it
+// recorded.
+func (r *Recorder) Record(op Op) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.enc.Encode(op); err != nil {
+		return err
+	}
+	return r.w.Flush()
+}
+
+// Load reads and merges the histories of several clients.
+func Load(paths ...string) ([]Op, error) {
+	var ops []Op
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc.Scan() {
+			var op Op
+			if err := json.Unmarshal(sc.Bytes(), &op); err != nil {
+				// A client killed mid-line leaves a torn last line.
+				continue
+			}
+			ops = append(ops, op)
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return ops, nil
+}
