@@ -1,0 +1,329 @@
+// Package cluster runs an etcd cluster as separate OS processes (the etcd
+// binary built from this module), with every member's client and peer
+// traffic through a fault proxy, and injects the faults of the release
+// gate: kills, pauses, isolation, partitions and peer-link delay.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockplane/lockplane/test/gate/faultproxy"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Config shapes a cluster.
+type Config struct {
+	// Bin is the etcd binary.
+	Bin string
+	// Dir receives each member's data directory and log.
+	Dir string
+	// Members is the member count; 3 when zero.
+	Members int
+}
+
+// Member is one etcd process and its proxies.
+type Member struct {
+	Name string
+	// ID is the member ID in hex, as etcd's peer traffic names it.
+	ID string
+	// Client is the member's client URL, through its proxy.
+	Client string
+
+	args        []string
+	cmd         *exec.Cmd
+	exited      chan struct{}
+	clientProxy *faultproxy.Proxy
+	peerProxy   *faultproxy.Proxy
+}
+
+// Cluster is a running process cluster.
+type Cluster struct {
+	cfg     Config
+	mu      sync.Mutex
+	Members []*Member
+}
+
+// Start creates the proxies, starts every member and waits until the
+// cluster has a leader.
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if cfg.Members == 0 {
+		cfg.Members = 3
+	}
+	c := &Cluster{cfg: cfg}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	var initial []string
+	ports := make([][2]int, cfg.Members)
+	for i := 0; i < cfg.Members; i++ {
+		if ports[i][0], err = freePort(); err != nil {
+			return nil, err
+		}
+		if ports[i][1], err = freePort(); err != nil {
+			return nil, err
+		}
+		m := &Member{Name: fmt.Sprintf("m%d", i+1)}
+		if m.clientProxy, err = faultproxy.New("127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", ports[i][0])); err != nil {
+			return nil, err
+		}
+		if m.peerProxy, err = faultproxy.New("127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", ports[i][1])); err != nil {
+			return nil, err
+		}
+		m.Client = "http://" + m.clientProxy.Addr()
+		initial = append(initial, fmt.Sprintf("%s=http://%s", m.Name, m.peerProxy.Addr()))
+		c.Members = append(c.Members, m)
+	}
+	token := fmt.Sprintf("gate-%d", time.Now().UnixNano())
+	for i, m := range c.Members {
+		m.args = []string{
+			"--name", m.Name, "--data-dir", filepath.Join(cfg.Dir, m.Name),
+			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[i][0]), "--advertise-client-urls", m.Client,
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[i][1]), "--initial-advertise-peer-urls", "http://" + m.peerProxy.Addr(),
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", token, "--initial-cluster-state", "new",
+			"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
+			"--log-level", "warn", "--log-outputs", filepath.Join(cfg.Dir, m.Name+".log"),
+		}
+		if err := c.startProcess(m); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	cli, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, mm := range ml.Members {
+		for _, m := range c.Members {
+			if mm.Name == m.Name {
+				m.ID = fmt.Sprintf("%x", mm.ID)
+			}
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) startProcess(m *Member) error {
+	cmd := exec.Command(c.cfg.Bin, m.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", m.Name, err)
+	}
+	m.cmd, m.exited = cmd, make(chan struct{})
+	go func(done chan struct{}) { cmd.Wait(); close(done) }(m.exited)
+	return nil
+}
+
+// Client returns a client of every member, through the proxies.
+func (c *Cluster) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// Endpoints are the members' client URLs, through their proxies.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.Client)
+	}
+	return eps
+}
+
+// WaitHealthy polls until every running member reports the same leader.
+func (c *Cluster) WaitHealthy(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last error
+	for time.Now().Before(deadline) {
+		if _, err := c.leaderID(ctx); err == nil {
+			return nil
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("cluster not healthy within %s: %v", within, last)
+}
+
+// Leader is the index of the member every running, reachable member
+// agrees leads.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	leader, err := c.leaderID(ctx)
+	if err != nil {
+		return -1, err
+	}
+	for i, m := range c.Members {
+		if m.ID == fmt.Sprintf("%x", leader) {
+			return i, nil
+		}
+	}
+	return -1, errors.New("leader is not a known member")
+}
+
+// leaderID is the leader every running member reports.
+func (c *Cluster) leaderID(ctx context.Context) (uint64, error) {
+	cli, err := c.Client()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	var leader uint64
+	for _, m := range c.Members {
+		if !m.running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(sctx, m.Client)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+			return 0, errors.New("members disagree on the leader")
+		}
+		leader = st.Leader
+	}
+	return leader, nil
+}
+
+// StatusOf asks member i alone who it thinks leads (its ID in hex, "" for
+// none).
+func (c *Cluster) StatusOf(ctx context.Context, i int) (string, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[i].Client}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := cli.Status(sctx, c.Members[i].Client)
+	if err != nil {
+		return "", err
+	}
+	if st.Leader == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("%x", st.Leader), nil
+}
+
+func (m *Member) running() bool {
+	if m.exited == nil {
+		return false
+	}
+	select {
+	case <-m.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL to member i and waits for it to die.
+func (c *Cluster) Kill(i int) {
+	m := c.Members[i]
+	if m.running() {
+		m.cmd.Process.Signal(syscall.SIGCONT)
+		m.cmd.Process.Kill()
+		<-m.exited
+	}
+}
+
+// Restart starts a killed member again on its data.
+func (c *Cluster) Restart(i int) error {
+	m := c.Members[i]
+	if m.running() {
+		return fmt.Errorf("%s is running", m.Name)
+	}
+	return c.startProcess(m)
+}
+
+// Pause and Resume freeze and thaw member i (SIGSTOP, SIGCONT).
+func (c *Cluster) Pause(i int) error  { return c.Members[i].cmd.Process.Signal(syscall.SIGSTOP) }
+func (c *Cluster) Resume(i int) error { return c.Members[i].cmd.Process.Signal(syscall.SIGCONT) }
+
+// Partition cuts the peer links between groups: a member hears only the
+// members of its own group. Client traffic is untouched.
+func (c *Cluster) Partition(groups ...[]int) {
+	group := map[int]int{}
+	for g, ms := range groups {
+		for _, i := range ms {
+			group[i] = g
+		}
+	}
+	for i, to := range c.Members {
+		for j, from := range c.Members {
+			if i != j && group[i] != group[j] {
+				to.peerProxy.Set(from.ID, faultproxy.Fault{Blackhole: true})
+			}
+		}
+	}
+}
+
+// Isolate cuts member i off from its peers.
+func (c *Cluster) Isolate(i int) {
+	var rest []int
+	for j := range c.Members {
+		if j != i {
+			rest = append(rest, j)
+		}
+	}
+	c.Partition([]int{i}, rest)
+}
+
+// DelayPeers delays every peer link by d.
+func (c *Cluster) DelayPeers(d time.Duration) {
+	for _, m := range c.Members {
+		m.peerProxy.Set(faultproxy.Any, faultproxy.Fault{Delay: d})
+	}
+}
+
+// Heal lifts every network fault.
+func (c *Cluster) Heal() {
+	for _, m := range c.Members {
+		m.peerProxy.Heal()
+		m.clientProxy.Heal()
+	}
+}
+
+// Close kills every member and stops the proxies.
+func (c *Cluster) Close() {
+	for i, m := range c.Members {
+		c.Kill(i)
+		if m.clientProxy != nil {
+			m.clientProxy.Close()
+		}
+		if m.peerProxy != nil {
+			m.peerProxy.Close()
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
