@@ -44,9 +44,18 @@ func StartPostgres(t testing.TB) *Postgres {
 // StopPostgres stops the shared server if one was started.
 func StopPostgres() {
 	if pg != nil {
-		exec.Command("runuser", "-u", "postgres", "--", filepath.Join(PGBin, "pg_ctl"), "-D", pg.dir, "-m", "immediate", "stop").Run()
-		os.RemoveAll(pg.dir)
+		pg.Stop()
 	}
+}
+
+// NewPostgres starts a server outside a test (the release gate's runner);
+// Stop removes it.
+func NewPostgres() (*Postgres, error) { return startPostgres() }
+
+// Stop stops the server and removes its data.
+func (p *Postgres) Stop() {
+	exec.Command("runuser", "-u", "postgres", "--", filepath.Join(PGBin, "pg_ctl"), "-D", p.dir, "-m", "immediate", "stop").Run()
+	os.RemoveAll(filepath.Dir(p.dir))
 }
 
 func startPostgres() (*Postgres, error) {

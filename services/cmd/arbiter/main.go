@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/arbiter"
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,6 +37,7 @@ type flags struct {
 	svidCert, svidKey, bundle, domain string
 	cluster, operatorPrefix           string
 	opTimeout                         time.Duration
+	classes                           []class.Class
 }
 
 func main() {
@@ -54,6 +56,15 @@ func main() {
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on each etcd call before answering NO_QUORUM")
+	flag.Func("class", "a lock class NAME=TTL (e.g. fast=3s), besides the default; repeatable until the class registry lands", func(v string) error {
+		name, ttl, ok := strings.Cut(v, "=")
+		d, err := time.ParseDuration(ttl)
+		if !ok || name == "" || err != nil || d < 2*time.Second {
+			return fmt.Errorf("want NAME=TTL with a TTL of at least 2s, got %q", v)
+		}
+		f.classes = append(f.classes, class.Class{Name: name, TTL: d, Tier: class.TierCoord})
+		return nil
+	})
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := run(f, log); err != nil {
@@ -102,7 +113,7 @@ func run(f flags, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a, err := arbiter.New(arbiter.Config{
 		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
-		OpTimeout: f.opTimeout, Metrics: reg, Logger: log,
+		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...),
 	})
 	if err != nil {
 		return err

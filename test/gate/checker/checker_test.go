@@ -107,6 +107,17 @@ func TestEachCheckFailsAlone(t *testing.T) {
 	if !hasCheck(checker.TokenOrder(old, []uint32{1}), "token-order") {
 		t.Error("token-order accepted a token of another epoch")
 	}
+	// The same token granted to two sessions.
+	twice := good()
+	twice[5].Token = twice[0].Token
+	if !hasCheck(checker.TokenOrder(twice, []uint32{1}), "token-order") {
+		t.Error("token-order accepted one token granted to two sessions")
+	}
+	// But an Acquire retried by the holding session returns the same grant.
+	retried := append(good(), history.Op{Client: 0, Session: 100, Key: "team-a/gate/1", Kind: history.Acquire, Call: 9, Return: 9, Result: history.OK, Token: tk(10)})
+	if vs := checker.TokenOrder(retried, []uint32{1}); len(vs) > 0 {
+		t.Errorf("token-order rejected a retried Acquire of a held grant: %v", vs)
+	}
 	// Work started by a second session inside the first's window.
 	overlap := good()
 	overlap = append(overlap,

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.Members == 0 {
 		cfg.Members = 3
 	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
 	c := &Cluster{cfg: cfg}
 	defer func() {
 		if err != nil {
@@ -107,7 +111,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	defer cli.Close()
-	ml, err := cli.MemberList(ctx)
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(mctx)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +208,9 @@ func (c *Cluster) leaderID(ctx context.Context) (uint64, error) {
 			return 0, errors.New("members disagree on the leader")
 		}
 		leader = st.Leader
+	}
+	if leader == 0 {
+		return 0, errors.New("no member is running")
 	}
 	return leader, nil
 }
