@@ -4,7 +4,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := images/tools
 
-.PHONY: all build dev test test-short vet proto proto-check tools minio bench-core clean
+.PHONY: all build dev test test-short vet proto proto-check tools minio bench-core gate gate-short clean
 
 all: build
 
@@ -51,6 +51,20 @@ proto-check: proto
 # Raw etcd Txn vs Lockplane vs concurrency.Mutex on one embedded cluster.
 bench-core: build
 	$(GO) run ./benchmarks/core $(BENCH_ARGS)
+
+# The release gate (ADR-23): fault-injected histories of etcd, arbiter and
+# client processes, checked by Porcupine and the grant checks. gate-short
+# is what CI runs (every fault kind, under 10 minutes on 2 cores).
+COUNT ?= 200
+SEED  ?= 1
+$(BIN)/gate: build
+	$(GO) build -o $(BIN)/gate ./test/gate/cmd/gate
+
+gate-short: $(BIN)/gate
+	$(BIN)/gate -count 20 -seed $(SEED) -etcd $(BIN)/etcd -arbiter $(BIN)/arbiter -artifacts artifacts/gate-short
+
+gate: $(BIN)/gate
+	$(BIN)/gate -count $(COUNT) -seed $(SEED) -etcd $(BIN)/etcd -arbiter $(BIN)/arbiter -artifacts artifacts/gate
 
 clean:
 	rm -rf $(BIN) .lockplane

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockplane/lockplane/services/devca"
+	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/test/gate/checker"
@@ -138,7 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 
 	// Inject at a quarter of the run, heal at two thirds.
 	sleep(ctx, cfg.Duration/4)
-	heal := inject(ctx, cfg.Fault, cl, arbiters, clients, rng)
+	heal := inject(ctx, cfg.Fault, cl, arbiters, clients, rng, holderOf(ctx, profiles[0], keys))
 	sleep(ctx, cfg.Duration*2/3-cfg.Duration/4)
 	heal()
 	cl.Heal()
@@ -159,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 }
 
 // inject applies the fault and returns what undoes it.
-func inject(ctx context.Context, f Fault, cl *cluster.Cluster, arbiters, clients []*proc, rng *rand.Rand) func() {
+func inject(ctx context.Context, f Fault, cl *cluster.Cluster, arbiters, clients []*proc, rng *rand.Rand, holder func() int) func() {
 	leader := func() int {
 		l, err := cl.Leader(ctx)
 		if err != nil {
@@ -206,12 +207,50 @@ func inject(ctx context.Context, f Fault, cl *cluster.Cluster, arbiters, clients
 		a.signal(syscall.SIGSTOP)
 		return func() { a.signal(syscall.SIGCONT) }
 	case HolderStop:
-		// Past the TTL, so its lease expires while it is frozen.
-		c := clients[rng.IntN(len(clients))]
+		// A client that holds a key now, most likely mid-work, frozen past
+		// the TTL so its lease expires while it is stopped.
+		i := holder()
+		if i < 0 {
+			i = rng.IntN(len(clients))
+		}
+		c := clients[i]
 		c.signal(syscall.SIGSTOP)
 		return func() { c.signal(syscall.SIGCONT) }
 	}
 	return func() {}
+}
+
+// holderOf returns a function naming a client that holds one of keys, from
+// the arbiter's Inspect (-1 if none does).
+func holderOf(ctx context.Context, profilePath string, keys []string) func() int {
+	return func() int {
+		p, err := profile.Load(profilePath)
+		if err != nil {
+			return -1
+		}
+		src, err := p.Source("c0")
+		if err != nil {
+			return -1
+		}
+		c, err := lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+		if err != nil {
+			return -1
+		}
+		defer c.Close(context.Background())
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		for _, k := range keys {
+			r, err := c.Inspect(ictx, k)
+			if err != nil || !r.GetHeld() {
+				continue
+			}
+			var i int
+			if _, err := fmt.Sscanf(r.GetHolder().GetIdentity(), "spiffe://gate.lockplane.test/ns/gate/sa/client-%d", &i); err == nil {
+				return i
+			}
+		}
+		return -1
+	}
 }
 
 // writeTrust writes a dev CA, SVIDs for the arbiters and each client, and

@@ -201,7 +201,7 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	// A little work between read and write: where a paused holder is
 	// caught. CanStart is sampled again, for the record only: in-flight
 	// work finishes (ADR-12), and the fence must refuse it if it is late.
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
 	if h.CanStart() {
 		now := history.Now()
 		w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
