@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockplane/lockplane/test/gate/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 var etcdBin string
@@ -54,7 +55,7 @@ func until(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func put(ctx context.Context, eps []string, k string) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,10 @@ func TestIsolatedLeaderIsReplacedAndRejoins(t *testing.T) {
 
 func TestKilledMemberRestartsAndMinorityPartitionCannotWrite(t *testing.T) {
 	c, ctx := start(t)
-	c.Kill(2)
+	c.Kill(2) // perhaps the leader: the others elect one first
+	if err := c.WaitHealthy(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if err := put(ctx, c.Endpoints()[:2], "/with-one-down"); err != nil {
 		t.Fatalf("write with one member killed: %v", err)
 	}
