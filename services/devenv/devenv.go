@@ -238,11 +238,7 @@ func (e *Env) StopArbiter() {
 
 // Client dials the arbiter as the named development identity.
 func (e *Env) Client(name string) (*lockclient.Client, error) {
-	src, err := e.Profile.Source(name)
-	if err != nil {
-		return nil, err
-	}
-	return lockclient.Dial(lockclient.Config{Target: e.Addr, Identity: src, ServerID: e.Profile.ServerID})
+	return lockclient.DialProfile(e.Profile, name)
 }
 
 // Close stops everything.

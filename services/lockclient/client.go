@@ -28,6 +28,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/profile"
 	"google.golang.org/grpc"
 )
 
@@ -115,4 +116,14 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	errs = append(errs, c.conn.Close())
 	return errors.Join(errs...)
+}
+
+// DialProfile dials the arbiter a profile names, as one of the profile's
+// identities ("" for its default).
+func DialProfile(p *profile.Profile, identity string) (*Client, error) {
+	src, err := p.Source(identity)
+	if err != nil {
+		return nil, err
+	}
+	return Dial(Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
 }

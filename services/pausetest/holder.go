@@ -67,11 +67,7 @@ func HolderMain(ctx context.Context, cfg HolderConfig, in io.Reader, out io.Writ
 	if err != nil {
 		return err
 	}
-	src, err := p.Source(cfg.Identity)
-	if err != nil {
-		return err
-	}
-	c, err := lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+	c, err := lockclient.DialProfile(p, cfg.Identity)
 	if err != nil {
 		return err
 	}

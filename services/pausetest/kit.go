@@ -117,7 +117,6 @@ type kit struct {
 	kind   Kind
 	run    string
 	rival  *lockclient.Client
-	prof   *profile.Profile
 	rivalS *lockclient.Session
 }
 
@@ -126,12 +125,7 @@ func (k *kit) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	src, err := p.Source(k.cfg.Rival)
-	if err != nil {
-		return err
-	}
-	k.prof = p
-	if k.rival, err = lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID}); err != nil {
+	if k.rival, err = lockclient.DialProfile(p, k.cfg.Rival); err != nil {
 		return err
 	}
 	if k.rivalS, err = k.rival.Session(ctx, k.cfg.Class); err != nil {

@@ -91,11 +91,7 @@ func (g *globals) dial(ctx context.Context) (*lockclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := p.Source(g.identity)
-	if err != nil {
-		return nil, err
-	}
-	return lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+	return lockclient.DialProfile(p, g.identity)
 }
 
 // call runs fn with a connected client, bounded by --timeout.

@@ -212,6 +212,12 @@ func (c *Cluster) leaderID(ctx context.Context) (uint64, error) {
 	if leader == 0 {
 		return 0, errors.New("no member is running")
 	}
+	// Followers name a killed leader until their election timeout passes.
+	for _, m := range c.Members {
+		if m.ID == fmt.Sprintf("%x", leader) && !m.running() {
+			return 0, fmt.Errorf("the members still follow %s, which is down", m.Name)
+		}
+	}
 	return leader, nil
 }
 

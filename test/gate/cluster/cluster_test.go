@@ -60,7 +60,7 @@ func put(ctx context.Context, eps []string, k string) error {
 		return err
 	}
 	defer cli.Close()
-	pctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 2*time.Second)
+	pctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 5*time.Second)
 	defer cancel()
 	_, err = cli.Put(pctx, k, "v")
 	return err

@@ -228,11 +228,7 @@ func holderOf(ctx context.Context, profilePath string, keys []string) func() int
 		if err != nil {
 			return -1
 		}
-		src, err := p.Source("c0")
-		if err != nil {
-			return -1
-		}
-		c, err := lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+		c, err := lockclient.DialProfile(p, "c0")
 		if err != nil {
 			return -1
 		}

@@ -106,11 +106,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	src, err := p.Source(cfg.Identity)
-	if err != nil {
-		return err
-	}
-	c, err := lockclient.Dial(lockclient.Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+	c, err := lockclient.DialProfile(p, cfg.Identity)
 	if err != nil {
 		return err
 	}
