@@ -209,3 +209,27 @@ func TestOnFenceIsRequired(t *testing.T) {
 		t.Fatal("Lock without OnFence succeeded")
 	}
 }
+
+// A holder's natural reaction to a fence, closing its client, must not
+// deadlock against the renewal loop that delivered the fence.
+func TestClosingTheClientFromOnFence(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	c, err := env.Client("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := devenvtest.Session(t, c, devenvtest.Fast.Name)
+	closed := make(chan error, 1)
+	if _, err := s.TryLock(ctx, "team-a/fence/close", func(*lockclient.Hold) { closed <- c.Close(context.Background()) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close from OnFence did not return")
+	}
+}

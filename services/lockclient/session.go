@@ -211,9 +211,13 @@ func (s *Session) fenceNow() {
 	}
 	s.mu.Unlock()
 	s.stop()
-	for _, h := range hs {
-		h.fenceOnce()
-	}
+	// Callbacks run on their own goroutine: one that closes the session or
+	// the client must not wait on the renewal loop that fenced it.
+	go func() {
+		for _, h := range hs {
+			h.fenceOnce()
+		}
+	}()
 }
 
 // Close revokes the session's lease, releasing every hold on it, and stops
