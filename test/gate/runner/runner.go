@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,29 @@ const (
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop}
 
+// ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
+// every kind.
+func ParseFaults(list string) ([]Fault, error) {
+	if list == "" || list == "all" {
+		return Faults, nil
+	}
+	var out []Fault
+	for _, name := range strings.Split(list, ",") {
+		f := Fault(strings.TrimSpace(name))
+		if !slices.Contains(Faults, f) {
+			names := make([]string, len(Faults))
+			for i, k := range Faults {
+				names[i] = string(k)
+			}
+			return nil, fmt.Errorf("faults: %q is not a fault kind; the kinds are %s", f, strings.Join(names, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
 // ClientEnv carries a traffic.Config to a client process.
 const ClientEnv = "LOCKPLANE_GATE_CLIENT"
 
@@ -64,8 +88,12 @@ type Config struct {
 	Seed          uint64
 	Clients, Keys int
 	Duration      time.Duration
-	// Unsafe makes clients write without the fence: the negative control.
+	// Unsafe makes clients write without the fence: a negative control.
 	Unsafe bool
+	// Locker is what clients lock with: traffic.LockerLockplane (the
+	// default) or traffic.LockerWatchGrant, the unsafe locker of the other
+	// negative control.
+	Locker string
 }
 
 // Outcome is a checked history.
@@ -127,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	for i := range cfg.Clients {
 		tc := traffic.Config{Client: i, Profile: profiles[i%2], Identity: fmt.Sprintf("c%d", i), Class: "gate",
 			Keys: keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
-			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe}
+			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL}
 		paths = append(paths, tc.History)
 		env, _ := json.Marshal(tc)
 		c, err := start(cfg.Client, []string{ClientEnv + "=" + string(env)}, filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.log", i)))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,15 +47,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func history(t *testing.T, f runner.Fault, seed uint64, unsafe bool) *runner.Outcome {
+// history runs one history; tweak, if given, changes its config.
+func history(t *testing.T, f runner.Fault, seed uint64, tweak func(*runner.Config)) *runner.Outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := runner.Run(ctx, runner.Config{
+	cfg := runner.Config{
 		Etcd: filepath.Join(bins, "etcd"), Arbiter: filepath.Join(bins, "arbiter"), Client: []string{os.Args[0], "-test.run=^$"},
 		Dir: t.TempDir(), Postgres: resourcetest.StartPostgres(t), Fault: f, Seed: seed,
-		Clients: 4, Keys: 2, Duration: 8 * time.Second, Unsafe: unsafe,
-	})
+		Clients: 4, Keys: 2, Duration: 8 * time.Second,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	out, err := runner.Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("history could not run: %v", err)
 	}
@@ -62,7 +68,7 @@ func history(t *testing.T, f runner.Fault, seed uint64, unsafe bool) *runner.Out
 }
 
 func TestFencedClientsUnderAHolderPausePass(t *testing.T) {
-	out := history(t, runner.HolderStop, 11, false)
+	out := history(t, runner.HolderStop, 11, nil)
 	if !out.Report.OK() {
 		t.Fatalf("violations: %+v", out.Report.Violations)
 	}
@@ -71,15 +77,48 @@ func TestFencedClientsUnderAHolderPausePass(t *testing.T) {
 	}
 }
 
-// The negative control: the same harness with clients that write without
+// A negative control: the same harness with clients that write without
 // the fence (a lease with no token, Redlock-style) must be caught.
 func TestUnfencedClientsAreCaught(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
-		out := history(t, runner.HolderStop, seed, true)
+		out := history(t, runner.HolderStop, seed, func(c *runner.Config) { c.Unsafe = true })
 		if !out.Report.OK() {
 			t.Logf("caught on seed %d: %+v", seed, out.Report.Violations[0])
 			return
 		}
 	}
 	t.Fatal("three histories of unfenced writes under a holder pause passed every check")
+}
+
+// The other negative control: an unsafe locker in the same harness, the
+// etcd recipe that takes a key with a blind Put when a watch reports it
+// deleted, with fenced writes. The fence keeps the record consistent, so
+// what must catch it is the check of the lock itself: two holders' work
+// windows overlapping.
+func TestWatchGrantLockerIsCaught(t *testing.T) {
+	out := history(t, runner.MemberKill, 1, func(c *runner.Config) { c.Locker = traffic.LockerWatchGrant })
+	if out.Report.Grants == 0 {
+		t.Fatal("no grants: the history proves nothing")
+	}
+	for _, v := range out.Report.Violations {
+		if v.Check == "no-overlap" {
+			t.Logf("caught (%d violations), e.g. %+v", len(out.Report.Violations), v)
+			return
+		}
+	}
+	t.Fatalf("a locker that grants on a watch event passed the overlap check; violations: %+v", out.Report.Violations)
+}
+
+func TestParseFaults(t *testing.T) {
+	all, err := runner.ParseFaults("")
+	if err != nil || len(all) != len(runner.Faults) {
+		t.Fatalf("empty list: %v, %v", all, err)
+	}
+	two, err := runner.ParseFaults("leader-kill, holder-stop,leader-kill")
+	if err != nil || len(two) != 2 || two[0] != runner.LeaderKill || two[1] != runner.HolderStop {
+		t.Fatalf("two kinds: %v, %v", two, err)
+	}
+	if _, err := runner.ParseFaults("leader-kil"); err == nil || !strings.Contains(err.Error(), `"leader-kil" is not a fault kind`) {
+		t.Fatalf("a misspelt kind: %v", err)
+	}
 }

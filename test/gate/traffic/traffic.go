@@ -19,8 +19,6 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/fence"
 	"github.com/lockplane/lockplane/services/fence/pgfence"
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/profile"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/token"
 	"github.com/lockplane/lockplane/test/gate/history"
@@ -40,8 +38,14 @@ type Config struct {
 	History  string   `json:"history"`
 	Until    int64    `json:"until"` // CLOCK_MONOTONIC ns
 	Seed     uint64   `json:"seed"`
-	// Unsafe skips the fence: a plain UPDATE. The negative control.
+	// Unsafe skips the fence: a plain UPDATE. A negative control.
 	Unsafe bool `json:"unsafe"`
+	// Locker is LockerLockplane (the default) or LockerWatchGrant, the
+	// unsafe locker of the other negative control, which locks straight in
+	// etcd at Etcd with leases of TTL.
+	Locker string        `json:"locker,omitempty"`
+	Etcd   []string      `json:"etcd,omitempty"`
+	TTL    time.Duration `json:"ttl,omitempty"`
 }
 
 // Prepare creates the records table and one empty record per key.
@@ -102,17 +106,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer f.Close()
 	rec := history.NewRecorder(f)
-	p, err := profile.Load(cfg.Profile)
+	l, err := newLocker(cfg)
 	if err != nil {
 		return err
 	}
-	c, err := lockclient.DialProfile(p, cfg.Identity)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.Background())
+	defer l.Close(context.Background())
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Client)))
-	w := &worker{cfg: cfg, rec: rec, c: c}
+	w := &worker{cfg: cfg, rec: rec, l: l}
 	for seq := 0; history.Now() < cfg.Until && ctx.Err() == nil; seq++ {
 		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
 		w.cycle(ctx, key, fmt.Sprintf("c%d.%d", cfg.Client, seq))
@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 type worker struct {
 	cfg  Config
 	rec  *history.Recorder
-	c    *lockclient.Client
+	l    Locker
 	conn *pgx.Conn
 }
 
@@ -144,25 +144,24 @@ func (w *worker) db(ctx context.Context) (*pgx.Conn, error) {
 }
 
 func (w *worker) cycle(ctx context.Context, key, me string) {
-	s, err := w.c.Session(ctx, w.cfg.Class)
-	if err != nil {
+	call := history.Now()
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	h, err := w.l.Lock(actx, key)
+	cancel()
+	ret := history.Now()
+	if errors.Is(err, ErrNoSession) {
 		time.Sleep(100 * time.Millisecond) // the service is down; do not spin
 		return
 	}
-	call := history.Now()
-	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	h, err := s.Lock(actx, key, func(*lockclient.Hold) {})
-	cancel()
-	ret := history.Now()
 	if err != nil {
-		w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused, Detail: err.Error()})
+		w.op(history.Op{Session: sessionOf(err), Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused, Detail: err.Error()})
 		if reason.Of(err) != lockv1.ErrorReason_CONTENDED {
 			time.Sleep(50 * time.Millisecond) // the service is failing fast; do not spin
 		}
 		return
 	}
-	tok := h.Token()
-	w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.OK, Token: uint64(tok)})
+	tok, sid := h.Token(), h.Session()
+	w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.OK, Token: uint64(tok)})
 	defer func() {
 		call := history.Now()
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -172,13 +171,13 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		if err != nil {
 			r = history.Unknown
 		}
-		w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Release, Call: call, Return: history.Now(), Result: r, Token: uint64(tok)})
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Release, Call: call, Return: history.Now(), Result: r, Token: uint64(tok)})
 	}()
 	if !h.CanStart() {
 		return
 	}
 	now := history.Now()
-	w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
+	w.op(history.Op{Session: sid, Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
 
 	conn, err := w.db(ctx)
 	if err != nil {
@@ -189,10 +188,10 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	var mark int64
 	err = conn.QueryRow(ctx, "SELECT value, fence FROM gate_records WHERE id = $1", key).Scan(&value, &mark)
 	if err != nil {
-		w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Read, Call: call, Return: history.Now(), Result: history.Unknown})
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Read, Call: call, Return: history.Now(), Result: history.Unknown})
 		return
 	}
-	w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Read, Call: call, Return: history.Now(), Result: history.OK, Value: split(value), Mark: uint64(mark)})
+	w.op(history.Op{Session: sid, Key: key, Kind: history.Read, Call: call, Return: history.Now(), Result: history.OK, Value: split(value), Mark: uint64(mark)})
 
 	// A little work between read and write: where a paused holder is
 	// caught. CanStart is sampled again, for the record only: in-flight
@@ -200,7 +199,7 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	time.Sleep(50 * time.Millisecond)
 	if h.CanStart() {
 		now := history.Now()
-		w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
 	}
 	next := append(split(value), me)
 	call = history.Now()
@@ -212,7 +211,7 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	case err != nil:
 		r = history.Unknown
 	}
-	w.op(history.Op{Session: s.ID(), Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
+	w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
 }
 
 func (w *worker) write(ctx context.Context, conn *pgx.Conn, tok token.Token, key, value string) error {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -33,10 +34,40 @@ func main() {
 	etcd := flag.String("etcd", "bin/etcd", "etcd binary")
 	arbiter := flag.String("arbiter", "bin/arbiter", "arbiter binary")
 	artifacts := flag.String("artifacts", "artifacts/gate", "where violating histories are saved")
-	unsafe := flag.Bool("unsafe", false, "clients write without the fence: the negative control, which must fail")
+	unsafe := flag.Bool("unsafe", false, "clients write without the fence: a negative control, which must fail")
+	locker := flag.String("locker", traffic.LockerLockplane, "what clients lock with: lockplane, or watch-grant (an unsafe etcd recipe: a negative control, which must fail)")
+	faultList := flag.String("faults", "all", "comma-separated fault kinds to cycle through (default every kind): "+kinds())
 	asJSON := flag.Bool("json", false, "print the summary as JSON")
 	flag.Parse()
-	os.Exit(run(*count, *seed, *duration, *clients, *keys, *etcd, *arbiter, *artifacts, *unsafe, *asJSON))
+	faults, err := runner.ParseFaults(*faultList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gate: -"+err.Error())
+		os.Exit(2)
+	}
+	if *locker != traffic.LockerLockplane && *locker != traffic.LockerWatchGrant {
+		fmt.Fprintf(os.Stderr, "gate: -locker %q: must be %s or %s\n", *locker, traffic.LockerLockplane, traffic.LockerWatchGrant)
+		os.Exit(2)
+	}
+	os.Exit(run(options{count: *count, seed: *seed, duration: *duration, clients: *clients, keys: *keys, etcd: *etcd, arbiter: *arbiter,
+		artifacts: *artifacts, unsafe: *unsafe, locker: *locker, faults: faults, asJSON: *asJSON}))
+}
+
+func kinds() string {
+	var names []string
+	for _, f := range runner.Faults {
+		names = append(names, string(f))
+	}
+	return strings.Join(names, ", ")
+}
+
+type options struct {
+	count, clients, keys  int
+	seed                  uint64
+	duration              time.Duration
+	etcd, arbiter, locker string
+	artifacts             string
+	unsafe, asJSON        bool
+	faults                []runner.Fault
 }
 
 func client(v string) int {
@@ -62,13 +93,13 @@ type row struct {
 	Violations int          `json:"violations"`
 }
 
-func run(count int, seed uint64, duration time.Duration, clients, keys int, etcd, arbiter, artifacts string, unsafe, asJSON bool) int {
+func run(o options) int {
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	for _, b := range []string{etcd, arbiter} {
+	for _, b := range []string{o.etcd, o.arbiter} {
 		if _, err := os.Stat(b); err != nil {
 			fmt.Fprintf(os.Stderr, "gate: %s is missing: run `make build` first\n", b)
 			return 2
@@ -90,21 +121,25 @@ func run(count int, seed uint64, duration time.Duration, clients, keys int, etcd
 	defer stop()
 
 	rows := map[runner.Fault]*row{}
-	for _, f := range runner.Faults {
+	for _, f := range o.faults {
 		rows[f] = &row{Fault: f}
 	}
-	failed := 0
+	failed, ran := 0, 0
 	begin := time.Now()
-	for i := 0; i < count && ctx.Err() == nil; i++ {
-		f := runner.Faults[i%len(runner.Faults)]
-		s := seed + uint64(i)
+	for i := 0; i < o.count && ctx.Err() == nil; i++ {
+		f := o.faults[i%len(o.faults)]
+		s := o.seed + uint64(i)
 		t0 := time.Now()
-		out, err := runner.Run(ctx, runner.Config{Etcd: etcd, Arbiter: arbiter, Client: []string{self}, Dir: filepath.Join(work, fmt.Sprint(i)),
-			Postgres: pg, Fault: f, Seed: s, Clients: clients, Keys: keys, Duration: duration, Unsafe: unsafe})
+		out, err := runner.Run(ctx, runner.Config{Etcd: o.etcd, Arbiter: o.arbiter, Client: []string{self}, Dir: filepath.Join(work, fmt.Sprint(i)),
+			Postgres: pg, Fault: f, Seed: s, Clients: o.clients, Keys: o.keys, Duration: o.duration, Unsafe: o.unsafe, Locker: o.locker})
+		if ctx.Err() != nil {
+			break // interrupted: this history is incomplete
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "gate: history %d (%s, seed %d) could not run: %v\n", i, f, s, err)
 			return 2
 		}
+		ran++
 		r := rows[f]
 		r.Histories++
 		r.Ops += out.Report.Ops
@@ -113,17 +148,17 @@ func run(count int, seed uint64, duration time.Duration, clients, keys int, etcd
 		verdict := "ok"
 		if !out.Report.OK() {
 			failed++
-			dir, err := save(artifacts, i, out)
+			dir, err := save(o.artifacts, i, out)
 			verdict = fmt.Sprintf("%d VIOLATIONS, saved to %s %v", len(out.Report.Violations), dir, errOrNil(err))
 		}
-		fmt.Fprintf(os.Stderr, "[%d/%d] %-19s seed %-5d %5d ops %4d grants  %s  (%s)\n", i+1, count, f, s, out.Report.Ops, out.Report.Grants, verdict, time.Since(t0).Round(100*time.Millisecond))
+		fmt.Fprintf(os.Stderr, "[%d/%d] %-19s seed %-5d %5d ops %4d grants  %s  (%s)\n", i+1, o.count, f, s, out.Report.Ops, out.Report.Grants, verdict, time.Since(t0).Round(100*time.Millisecond))
 	}
 	var table []row
-	for _, f := range runner.Faults {
+	for _, f := range o.faults {
 		table = append(table, *rows[f])
 	}
-	if asJSON {
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"rows": table, "failed_histories": failed, "elapsed": time.Since(begin).String()})
+	if o.asJSON {
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"rows": table, "histories": ran, "failed_histories": failed, "elapsed": time.Since(begin).String()})
 	} else {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "fault\thistories\toperations\tgrants\tviolations\t")
@@ -131,10 +166,14 @@ func run(count int, seed uint64, duration time.Duration, clients, keys int, etcd
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", r.Fault, r.Histories, r.Ops, r.Grants, r.Violations)
 		}
 		tw.Flush()
-		fmt.Printf("%d of %d histories violated a property (%s)\n", failed, count, time.Since(begin).Round(time.Second))
+		fmt.Printf("%d of %d histories violated a property (%s)\n", failed, ran, time.Since(begin).Round(time.Second))
 	}
 	if failed > 0 {
 		return 1
+	}
+	if ran < o.count {
+		fmt.Fprintf(os.Stderr, "gate: interrupted after %d of %d histories: not a pass\n", ran, o.count)
+		return 2
 	}
 	return 0
 }

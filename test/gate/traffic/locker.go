@@ -1,0 +1,129 @@
+package traffic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/test/gate/unsafelocker"
+)
+
+// Locker is what the workload takes its locks from: the real service, or a
+// deliberately unsafe locker that the gate must catch.
+type Locker interface {
+	// Lock waits for key until ctx ends. A nil Grant with ErrNoSession
+	// means no session could be opened: the service is down.
+	Lock(ctx context.Context, key string) (Grant, error)
+	Close(ctx context.Context) error
+}
+
+// Grant is one held key.
+type Grant interface {
+	Token() token.Token
+	// Session names the lease the grant hangs on, in the history.
+	Session() int64
+	// CanStart reports whether new work may start under the grant.
+	CanStart() bool
+	Release(ctx context.Context) error
+}
+
+// ErrNoSession means the locker could not open a session.
+var ErrNoSession = errors.New("traffic: no session")
+
+// The lockers a client can run.
+const (
+	LockerLockplane  = "lockplane"
+	LockerWatchGrant = "watch-grant"
+)
+
+func newLocker(cfg Config) (Locker, error) {
+	switch cfg.Locker {
+	case "", LockerLockplane:
+		p, err := profile.Load(cfg.Profile)
+		if err != nil {
+			return nil, err
+		}
+		c, err := lockclient.DialProfile(p, cfg.Identity)
+		if err != nil {
+			return nil, err
+		}
+		return &lockplane{c: c, class: cfg.Class}, nil
+	case LockerWatchGrant:
+		w, err := unsafelocker.DialWatchGrant(cfg.Etcd, cfg.TTL)
+		if err != nil {
+			return nil, err
+		}
+		return watchGrant{w}, nil
+	}
+	return nil, fmt.Errorf("traffic: locker %q: must be %q or %q", cfg.Locker, LockerLockplane, LockerWatchGrant)
+}
+
+// lockplane locks through the arbiter with the Go client library.
+type lockplane struct {
+	c     *lockclient.Client
+	class string
+}
+
+func (l *lockplane) Lock(ctx context.Context, key string) (Grant, error) {
+	s, err := l.c.Session(ctx, l.class)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoSession, err)
+	}
+	h, err := s.Lock(ctx, key, func(*lockclient.Hold) {})
+	if err != nil {
+		return nil, &sessionError{session: s.ID(), err: err}
+	}
+	return &hold{h: h, session: s.ID()}, nil
+}
+
+func (l *lockplane) Close(ctx context.Context) error { return l.c.Close(ctx) }
+
+type hold struct {
+	h       *lockclient.Hold
+	session int64
+}
+
+func (h *hold) Token() token.Token                { return h.h.Token() }
+func (h *hold) Session() int64                    { return h.session }
+func (h *hold) CanStart() bool                    { return h.h.CanStart() }
+func (h *hold) Release(ctx context.Context) error { return h.h.Release(ctx) }
+
+// sessionError is a refused Lock on a known session, so the history can
+// name the session.
+type sessionError struct {
+	session int64
+	err     error
+}
+
+func (e *sessionError) Error() string { return e.err.Error() }
+func (e *sessionError) Unwrap() error { return e.err }
+
+// sessionOf names the session a refused Lock was made on, if any.
+func sessionOf(err error) int64 {
+	var se *sessionError
+	if errors.As(err, &se) {
+		return se.session
+	}
+	return 0
+}
+
+// watchGrant adapts the unsafe negative control to Locker.
+type watchGrant struct{ *unsafelocker.WatchGrant }
+
+func (w watchGrant) Lock(ctx context.Context, key string) (Grant, error) {
+	g, err := w.WatchGrant.Lock(ctx, key)
+	var se *unsafelocker.SessionError
+	var le *unsafelocker.LockError
+	switch {
+	case errors.As(err, &se):
+		return nil, fmt.Errorf("%w: %v", ErrNoSession, err)
+	case errors.As(err, &le):
+		return nil, &sessionError{session: le.Lease, err: err}
+	case err != nil:
+		return nil, err
+	}
+	return g, nil
+}
