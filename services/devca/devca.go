@@ -7,14 +7,6 @@
 package devca
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -22,77 +14,36 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/pki"
 )
 
 // CA issues SVIDs for one trust domain.
 type CA struct {
 	TrustDomain string
-	cert        *x509.Certificate
-	key         *ecdsa.PrivateKey
-	certPEM     []byte
+	ca          *pki.CA
 }
 
 // New creates a CA valid for ttl.
 func New(trustDomain string, ttl time.Duration) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA(trustDomain+" dev CA", ttl, &url.URL{Scheme: "spiffe", Host: trustDomain})
 	if err != nil {
 		return nil, err
 	}
-	td := url.URL{Scheme: "spiffe", Host: trustDomain}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{Organization: []string{"Lockplane development"}, CommonName: trustDomain + " dev CA"},
-		URIs:                  []*url.URL{&td},
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(ttl),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{TrustDomain: trustDomain, cert: cert, key: key,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+	return &CA{TrustDomain: trustDomain, ca: ca}, nil
 }
 
 // BundlePEM is the trust bundle: the CA certificate.
-func (ca *CA) BundlePEM() []byte { return ca.certPEM }
+func (ca *CA) BundlePEM() []byte { return ca.ca.CertPEM }
 
 // Issue returns a PEM certificate and PKCS#8 key for spiffe://<td><path>.
 func (ca *CA) Issue(path string, ttl time.Duration) (certPEM, keyPEM []byte, err error) {
-	id := &url.URL{Scheme: "spiffe", Host: ca.TrustDomain, Path: path}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{Organization: []string{"Lockplane development"}},
-		URIs:         []*url.URL{id},
+	return ca.ca.Issue(pki.Request{
+		URIs: []*url.URL{{Scheme: "spiffe", Host: ca.TrustDomain, Path: path}},
 		// Loopback SANs let plain TLS tools (curl, grpcurl) talk to it too.
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		DNSNames:    []string{"localhost"},
-		NotBefore:   time.Now().Add(-time.Minute),
-		NotAfter:    time.Now().Add(ttl),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageKeyAgreement,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), nil
+		IPs:      []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames: []string{"localhost"},
+		Server:   true, Client: true, TTL: ttl,
+	})
 }
 
 // WriteBundle writes the bundle to dir/bundle.pem and returns its path.
@@ -101,7 +52,7 @@ func (ca *CA) WriteBundle(dir string) (string, error) {
 		return "", err
 	}
 	p := filepath.Join(dir, "bundle.pem")
-	return p, os.WriteFile(p, ca.certPEM, 0o644)
+	return p, os.WriteFile(p, ca.ca.CertPEM, 0o644)
 }
 
 // WriteSVID issues an SVID for path and writes dir/svid.pem and dir/key.pem
@@ -119,12 +70,4 @@ func (ca *CA) WriteSVID(dir, path string, ttl time.Duration) (identity.Files, er
 		return f, err
 	}
 	return f, os.WriteFile(f.Key, key, 0o600)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(fmt.Sprintf("devca: no randomness: %v", err))
-	}
-	return n
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/lockplane/lockplane/benchmarks/fsync"
 	"github.com/spf13/cobra"
 )
 
@@ -17,7 +18,9 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(devCmd())
+	bench := &cobra.Command{Use: "bench", Short: "Benchmarks that gate a deployment"}
+	bench.AddCommand(fsync.Command())
+	root.AddCommand(devCmd(), bench, upCmd(), previewCmd(), refreshCmd(), destroyCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "lockplane:", err)
 		os.Exit(1)

@@ -1,0 +1,90 @@
+package fsync_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/benchmarks/fsync"
+)
+
+func TestRunTimesEveryWrite(t *testing.T) {
+	dir := t.TempDir()
+	var progress []int64
+	r, err := fsync.Run(dir, fsync.Config{Size: 230_000, Progress: func(done, _ int64) { progress = append(progress, done) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Writes != 100 || r.P50 <= 0 || r.P50 > r.P99 || r.P99 > r.Max {
+		t.Fatalf("result: %+v", r)
+	}
+	if len(progress) != 10 || progress[9] != 230_000 {
+		t.Fatalf("progress: %v", progress)
+	}
+	if r.Device == "" || r.Device == "unknown" {
+		t.Fatalf("device of %s: %q", dir, r.Device)
+	}
+}
+
+func TestPercentileIsNearestRank(t *testing.T) {
+	var lat []time.Duration
+	for i := 1; i <= 100; i++ {
+		lat = append(lat, time.Duration(i))
+	}
+	if p := fsync.Percentile(lat, 99); p != 99 {
+		t.Fatalf("p99 of 1..100 = %d", p)
+	}
+	if p := fsync.Percentile(lat, 50); p != 50 {
+		t.Fatalf("p50 of 1..100 = %d", p)
+	}
+}
+
+func TestBadInputIsRefused(t *testing.T) {
+	if _, err := fsync.Run("/nonexistent/dir", fsync.Config{}); err == nil {
+		t.Fatal("a missing directory was accepted")
+	}
+	if _, err := fsync.Run(t.TempDir(), fsync.Config{Size: 10, Block: 2300}); err == nil {
+		t.Fatal("a size under one block was accepted")
+	}
+}
+
+// BenchmarkAgainstFio runs this package and fio's etcd recipe on the same
+// directory, one after the other in one run, and reports both p99s
+// (go test -bench AgainstFio ./benchmarks/fsync, or make bench-fsync).
+func BenchmarkAgainstFio(b *testing.B) {
+	fio, err := exec.LookPath("fio")
+	if err != nil {
+		b.Skip("fio is not installed (apt-get install fio)")
+	}
+	dir := b.TempDir()
+	for i := 0; i < b.N; i++ {
+		ours, err := fsync.Run(dir, fsync.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := exec.Command(fio, "--name=etcd", "--directory="+dir, "--rw=write", "--ioengine=sync", "--fdatasync=1",
+			"--size=22m", "--bs=2300", "--output-format=json").Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var res struct {
+			Jobs []struct {
+				Sync struct {
+					LatNs struct {
+						Percentile map[string]float64 `json:"percentile"`
+						Max        float64            `json:"max"`
+					} `json:"lat_ns"`
+				} `json:"sync"`
+			} `json:"jobs"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
+			b.Fatalf("fio output: %v", err)
+		}
+		fioP99 := res.Jobs[0].Sync.LatNs.Percentile["99.000000"] / 1e6
+		b.ReportMetric(ours.P99ms, "ours-p99-ms")
+		b.ReportMetric(fioP99, "fio-p99-ms")
+		b.ReportMetric(ours.P99ms/fioP99, "ours/fio")
+		b.Logf("ours: p50 %.3f ms p99 %.3f ms max %.3f ms | fio: p99 %.3f ms max %.3f ms", ours.P50ms, ours.P99ms, ours.MaxMs, fioP99, res.Jobs[0].Sync.LatNs.Max/1e6)
+	}
+}

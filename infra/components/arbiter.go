@@ -1,0 +1,131 @@
+package components
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// ArbiterServerID is the arbiter's SPIFFE ID path in a trust domain.
+const ArbiterServerID = "/lockplane/arbiter"
+
+// Arbiter is the lock service of a region: on hosts, or as a Kubernetes
+// deployment, serving the coord cluster.
+type Arbiter struct {
+	pulumi.ResourceState
+	Endpoints []string
+	// Client is an SVID for a demo workload (spiffe://td/ns/demo/sa/lockctl)
+	// and Operator one for an operator, for the first lock after `up`.
+	Client, Operator *nodes.Certificate
+}
+
+// ArbiterArgs wires the arbiter to its cluster and trust domain.
+type ArbiterArgs struct {
+	Coord    *EtcdCluster
+	EtcdCA   *nodes.CA
+	SpiffeCA *nodes.CA
+	Halls    map[string]*Hall
+}
+
+// ArbiterFlags is the arbiter's command line, with its files at paths.
+func ArbiterFlags(s *topology.Stack, listenAddr string, coord []string, f ArbiterFiles) []string {
+	flags := []string{
+		"--listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Port),
+		"--metrics-listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Metrics),
+		"--etcd-endpoints", strings.Join(coord, ","),
+		"--etcd-cert", f.EtcdCert, "--etcd-key", f.EtcdKey, "--etcd-ca", f.EtcdCA,
+		"--svid-cert", f.SVID, "--svid-key", f.SVIDKey, "--bundle", f.Bundle, "--trust-domain", s.TrustDomain,
+		"--cluster", "coord",
+	}
+	for _, c := range s.Arbiter.Classes {
+		flags = append(flags, "--class", c.Name+"="+c.TTL)
+	}
+	return flags
+}
+
+// ArbiterFiles are the arbiter's credentials on its host.
+type ArbiterFiles struct{ EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle string }
+
+// NewArbiter deploys the arbiter in the stack's runtime.
+func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.ResourceOption) (*Arbiter, error) {
+	s := env.Stack
+	arb := &Arbiter{}
+	if err := ctx.RegisterComponentResource("lockplane:infra:Arbiter", s.Region+"-arbiter", arb, opts...); err != nil {
+		return nil, err
+	}
+	in := pulumi.Parent(arb)
+	etcdClient, err := nodes.NewCertificate(ctx, s.Region+"-arbiter-etcd", nodes.CertificateArgs{CA: a.EtcdCA, CommonName: "lockplane-arbiter",
+		Client: true, ValidityHours: 365 * 24}, in)
+	if err != nil {
+		return nil, err
+	}
+	td := "spiffe://" + s.TrustDomain
+	svid, err := nodes.NewCertificate(ctx, s.Region+"-arbiter-svid", nodes.CertificateArgs{CA: a.SpiffeCA, URIs: []string{td + ArbiterServerID},
+		Server: true, Client: true, ValidityHours: 30 * 24}, in)
+	if err != nil {
+		return nil, err
+	}
+	if arb.Client, err = nodes.NewCertificate(ctx, s.Region+"-demo-svid", nodes.CertificateArgs{CA: a.SpiffeCA,
+		URIs: []string{td + "/ns/demo/sa/lockctl"}, Client: true, ValidityHours: 30 * 24}, in); err != nil {
+		return nil, err
+	}
+	if arb.Operator, err = nodes.NewCertificate(ctx, s.Region+"-operator-svid", nodes.CertificateArgs{CA: a.SpiffeCA,
+		URIs: []string{td + "/operator/deployer"}, Client: true, ValidityHours: 24}, in); err != nil {
+		return nil, err
+	}
+	if s.Runtime == topology.RuntimeKubernetes {
+		if err := deployArbiterKubernetes(ctx, env, arb, a, etcdClient, svid, in); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, h := range env.Plan.Arbiters {
+			if err := arb.onHost(ctx, env, h, a, etcdClient, svid, pulumi.Parent(a.Halls[h.Hall])); err != nil {
+				return nil, err
+			}
+			arb.Endpoints = append(arb.Endpoints, fmt.Sprintf("%s:%d", h.Address, s.Arbiter.Port))
+		}
+	}
+	return arb, ctx.RegisterResourceOutputs(arb, pulumi.Map{"endpoints": pulumi.ToStringArray(arb.Endpoints),
+		"serverId": pulumi.String(td + ArbiterServerID)})
+}
+
+// onHost installs the arbiter binary and its credentials on h and runs it.
+func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a ArbiterArgs, etcdClient, svid *nodes.Certificate, opts ...pulumi.ResourceOption) error {
+	s := env.Stack
+	conn := env.Connection(h)
+	name := s.Region + "-arbiter-" + h.Name
+	f := ArbiterFiles{EtcdCert: env.ConfPath(h, "arbiter/etcd.crt"), EtcdKey: env.ConfPath(h, "arbiter/etcd.key"), EtcdCA: env.ConfPath(h, "arbiter/etcd-ca.crt"),
+		SVID: env.ConfPath(h, "arbiter/svid.crt"), SVIDKey: env.ConfPath(h, "arbiter/svid.key"), Bundle: env.ConfPath(h, "arbiter/bundle.crt")}
+	var deps []pulumi.Resource
+	triggers := pulumi.StringArray{}
+	for _, file := range []struct {
+		path    string
+		content pulumi.StringInput
+		mode    string
+	}{
+		{f.EtcdCert, etcdClient.CertPem, "0644"}, {f.EtcdKey, etcdClient.KeyPem, "0600"}, {f.EtcdCA, a.EtcdCA.CertPem, "0644"},
+		{f.SVID, svid.CertPem, "0644"}, {f.SVIDKey, svid.KeyPem, "0600"}, {f.Bundle, a.SpiffeCA.CertPem, "0644"},
+	} {
+		r, err := nodes.NewFile(ctx, name+"-"+file.path[strings.LastIndex(file.path, "/")+1:], nodes.FileArgs{Connection: conn, Path: file.path,
+			Content: file.content, Mode: file.mode}, opts...)
+		if err != nil {
+			return err
+		}
+		deps = append(deps, r)
+		triggers = append(triggers, r.Sha256)
+	}
+	bin, err := nodes.NewFile(ctx, name+"-bin", nodes.FileArgs{Connection: conn, Path: env.BinPath(h, "arbiter"), Source: env.Arbiter.Path,
+		SourceSha256: env.Arbiter.Sha256, Mode: "0755"}, opts...)
+	if err != nil {
+		return err
+	}
+	deps = append(deps, bin, a.Coord)
+	triggers = append(triggers, bin.Sha256)
+	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
+		StateDir: env.StateDir(h), Command: append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a.Coord.Endpoints, f)...),
+		Triggers: triggers}, append(opts, pulumi.DependsOn(deps))...)
+	return err
+}

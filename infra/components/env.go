@@ -1,0 +1,61 @@
+// Package components holds the Pulumi component resources of a region,
+// one per real thing: Region, Hall, Node (a host), TangServer,
+// EtcdCluster, EtcdMember and Arbiter. Each takes typed args, registers
+// its outputs, and decides nothing inside an apply callback, so a preview
+// shows every resource an `up` will make.
+package components
+
+import (
+	"fmt"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/lockplane/lockplane/nodes/remote"
+)
+
+// Binary is a local file the program installs, with its checksum.
+type Binary struct {
+	Path   string
+	Sha256 string
+}
+
+// Env is what every component of a region shares.
+type Env struct {
+	Stack *topology.Stack
+	Plan  *topology.Plan
+	// PrivateKey is the SSH client key; KnownHosts maps an address to its
+	// pinned key (from ssh.knownHostsFile).
+	PrivateKey string
+	KnownHosts map[string]string
+	// Etcd, Arbiter and Node are the binaries etcd, arbiter and
+	// lockplane-node.
+	Etcd, Arbiter, Node Binary
+}
+
+// Connection is how resources reach host h.
+func (e *Env) Connection(h topology.Host) nodes.Connection {
+	key := h.HostKey
+	if key == "" {
+		key = e.KnownHosts[h.Address]
+	}
+	return nodes.Connection{Target: remote.Target{Host: h.Address, User: e.Stack.SSH.User, PrivateKey: e.PrivateKey,
+		HostKey: key, TrustOnFirstUse: e.Stack.SSH.TrustOnFirstUse}}
+}
+
+// StateDir is where services keep pid files and logs on h.
+func (e *Env) StateDir(h topology.Host) string { return h.HostPath("/var/lib/lockplane/run") }
+
+// BinPath is where binary name is installed on h.
+func (e *Env) BinPath(h topology.Host, name string) string {
+	return h.HostPath("/opt/lockplane/bin/" + name)
+}
+
+// ConfPath is where configuration file name goes on h.
+func (e *Env) ConfPath(h topology.Host, name string) string {
+	return h.HostPath("/etc/lockplane/" + name)
+}
+
+// TangURL is the URL of a Tang server on h.
+func (e *Env) TangURL(h topology.Host) string {
+	return fmt.Sprintf("http://%s:%d", h.Address, e.Stack.Tang.Port)
+}

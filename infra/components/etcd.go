@@ -1,0 +1,156 @@
+package components
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// EtcdCluster is one etcd cluster of the region: the coord cluster or an
+// entity shard, TLS on every URL.
+type EtcdCluster struct {
+	pulumi.ResourceState
+	Name      string
+	Endpoints []string
+	Members   []*EtcdMember
+	ClusterID pulumi.StringOutput
+	// Client is the certificate the deployer checks the cluster with.
+	Client *nodes.Certificate
+}
+
+// EtcdClusterArgs places a cluster.
+type EtcdClusterArgs struct {
+	Name    string
+	Members []topology.Member
+	Nodes   map[string]*Node
+	CA      *nodes.CA
+}
+
+// EtcdFlags is the command line of member m of a cluster, from the
+// stack's tuning. Every URL is https, and peers and clients must present
+// certificates from the region's etcd CA.
+func EtcdFlags(s *topology.Stack, cluster string, members []topology.Member, m topology.Member, files EtcdFiles) []string {
+	var initial []string
+	for _, o := range members {
+		initial = append(initial, fmt.Sprintf("%s=https://%s:%d", o.Name, o.Host.Address, s.Etcd.PeerPort))
+	}
+	client := fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort)
+	peer := fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.PeerPort)
+	return []string{
+		"--name", m.Name,
+		"--data-dir", m.Host.HostPath(m.Host.DataDisk + "/etcd-" + cluster),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", strings.Join(initial, ","),
+		"--initial-cluster-token", s.Region + "-" + cluster, "--initial-cluster-state", "new",
+		"--cert-file", files.Cert, "--key-file", files.Key, "--trusted-ca-file", files.CA, "--client-cert-auth",
+		"--peer-cert-file", files.Cert, "--peer-key-file", files.Key, "--peer-trusted-ca-file", files.CA, "--peer-client-cert-auth",
+		"--heartbeat-interval", itoa(s.Etcd.HeartbeatMs), "--election-timeout", itoa(s.Etcd.ElectionMs),
+		"--quota-backend-bytes", strconv.FormatInt(s.Etcd.QuotaBytes, 10),
+		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", s.Etcd.CompactionPeriod,
+		"--snapshot-count", itoa(s.Etcd.SnapshotCount),
+		"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
+		"--listen-metrics-urls", fmt.Sprintf("http://%s:%d", m.Host.Address, s.Etcd.ClientPort+2),
+		"--logger", "zap", "--log-level", "info",
+	}
+}
+
+// EtcdFiles are a member's TLS files on its host.
+type EtcdFiles struct{ Cert, Key, CA string }
+
+// NewEtcdCluster installs and starts every member, then waits for the
+// cluster to form.
+func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pulumi.ResourceOption) (*EtcdCluster, error) {
+	s := env.Stack
+	c := &EtcdCluster{Name: a.Name}
+	if err := ctx.RegisterComponentResource("lockplane:infra:EtcdCluster", s.Region+"-"+a.Name, c, opts...); err != nil {
+		return nil, err
+	}
+	in := pulumi.Parent(c)
+	var started []pulumi.Resource
+	for _, m := range a.Members {
+		c.Endpoints = append(c.Endpoints, fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort))
+	}
+	for _, m := range a.Members {
+		mem, err := NewEtcdMember(ctx, env, a, m, in)
+		if err != nil {
+			return nil, err
+		}
+		c.Members = append(c.Members, mem)
+		started = append(started, mem.Service)
+	}
+	var err error
+	if c.Client, err = nodes.NewCertificate(ctx, s.Region+"-"+a.Name+"-deployer", nodes.CertificateArgs{CA: a.CA,
+		CommonName: "lockplane-deployer", Client: true, ValidityHours: 365 * 24}, in); err != nil {
+		return nil, err
+	}
+	ready, err := nodes.NewEtcdCluster(ctx, s.Region+"-"+a.Name+"-formed", nodes.EtcdClusterArgs{Endpoints: c.Endpoints, CA: a.CA,
+		Client: c.Client, Members: len(a.Members)}, in, pulumi.DependsOn(started))
+	if err != nil {
+		return nil, err
+	}
+	c.ClusterID = ready.ClusterID
+	return c, ctx.RegisterResourceOutputs(c, pulumi.Map{"endpoints": pulumi.ToStringArray(c.Endpoints), "clusterId": ready.ClusterID,
+		"memberIds": ready.MemberIDs})
+}
+
+// EtcdMember is one member on its dedicated host.
+type EtcdMember struct {
+	pulumi.ResourceState
+	Service *nodes.Service
+}
+
+// NewEtcdMember installs etcd and the member's certificates on its host
+// and starts it, only after the host's fsync benchmark passed the gate.
+func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.Member, opts ...pulumi.ResourceOption) (*EtcdMember, error) {
+	s := env.Stack
+	name := s.Region + "-" + a.Name + "-" + m.Name
+	mem := &EtcdMember{}
+	if err := ctx.RegisterComponentResource("lockplane:infra:EtcdMember", name, mem, opts...); err != nil {
+		return nil, err
+	}
+	in := pulumi.Parent(mem)
+	h := m.Host
+	conn := env.Connection(h)
+	node := a.Nodes[h.Name]
+	gated := pulumi.DependsOn([]pulumi.Resource{node.Fsync})
+	cert, err := nodes.NewCertificate(ctx, name+"-tls", nodes.CertificateArgs{CA: a.CA, CommonName: m.Name,
+		IPs: []string{h.Address}, DNSNames: []string{h.Name}, Server: true, Client: true, ValidityHours: 2 * 365 * 24}, in)
+	if err != nil {
+		return nil, err
+	}
+	files := EtcdFiles{Cert: env.ConfPath(h, a.Name+"/tls.crt"), Key: env.ConfPath(h, a.Name+"/tls.key"), CA: env.ConfPath(h, a.Name+"/ca.crt")}
+	var deps []pulumi.Resource
+	triggers := pulumi.StringArray{}
+	for _, f := range []struct {
+		path    string
+		content pulumi.StringInput
+		mode    string
+	}{{files.Cert, cert.CertPem, "0644"}, {files.Key, cert.KeyPem, "0600"}, {files.CA, a.CA.CertPem, "0644"}} {
+		r, err := nodes.NewFile(ctx, name+"-"+f.path[strings.LastIndex(f.path, "/")+1:], nodes.FileArgs{Connection: conn, Path: f.path, Content: f.content, Mode: f.mode}, in, gated)
+		if err != nil {
+			return nil, err
+		}
+		deps = append(deps, r)
+		triggers = append(triggers, r.Sha256)
+	}
+	bin, err := nodes.NewFile(ctx, name+"-etcd", nodes.FileArgs{Connection: conn, Path: env.BinPath(h, "etcd"),
+		Source: env.Etcd.Path, SourceSha256: env.Etcd.Sha256, Mode: "0755"}, in, gated)
+	if err != nil {
+		return nil, err
+	}
+	deps = append(deps, bin)
+	triggers = append(triggers, bin.Sha256)
+	if mem.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "etcd-" + a.Name,
+		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: append([]string{env.BinPath(h, "etcd")}, EtcdFlags(s, a.Name, a.Members, m, files)...),
+		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
+		return nil, err
+	}
+	return mem, ctx.RegisterResourceOutputs(mem, pulumi.Map{"host": pulumi.String(h.Name), "address": pulumi.String(h.Address)})
+}

@@ -1,0 +1,102 @@
+package components
+
+import (
+	"fmt"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	policyv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/policy/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// deployArbiterKubernetes runs the arbiter as a Deployment spread across
+// halls (one hall's loss leaves replicas serving), kept off the etcd
+// nodes, behind a Service, with a PodDisruptionBudget so a drain never
+// takes more than one replica at a time. etcd and Tang never run here.
+func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a ArbiterArgs, etcdClient, svid *nodes.Certificate, opts ...pulumi.ResourceOption) error {
+	s := env.Stack
+	ns := s.Kubernetes.Namespace
+	labels := pulumi.StringMap{"app.kubernetes.io/name": pulumi.String("lockplane-arbiter"), "lockplane.io/region": pulumi.String(s.Region)}
+	meta := func(name string) *metav1.ObjectMetaArgs {
+		return &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: pulumi.String(ns), Labels: labels}
+	}
+	creds, err := corev1.NewSecret(ctx, s.Region+"-arbiter-credentials", &corev1.SecretArgs{
+		Metadata: meta("lockplane-arbiter-credentials"),
+		StringData: pulumi.StringMap{
+			"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
+			"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
+		},
+	}, opts...)
+	if err != nil {
+		return err
+	}
+	const dir = "/etc/lockplane/arbiter/"
+	files := ArbiterFiles{EtcdCert: dir + "etcd.crt", EtcdKey: dir + "etcd.key", EtcdCA: dir + "etcd-ca.crt",
+		SVID: dir + "svid.crt", SVIDKey: dir + "svid.key", Bundle: dir + "bundle.crt"}
+	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a.Coord.Endpoints, files))
+	_, err = appsv1.NewDeployment(ctx, s.Region+"-arbiter", &appsv1.DeploymentArgs{
+		Metadata: meta("lockplane-arbiter"),
+		Spec: &appsv1.DeploymentSpecArgs{
+			Replicas: pulumi.Int(s.Arbiter.Replicas),
+			Selector: &metav1.LabelSelectorArgs{MatchLabels: labels},
+			Strategy: &appsv1.DeploymentStrategyArgs{Type: pulumi.String("RollingUpdate"), RollingUpdate: &appsv1.RollingUpdateDeploymentArgs{
+				MaxUnavailable: pulumi.Int(1), MaxSurge: pulumi.Int(1)}},
+			Template: &corev1.PodTemplateSpecArgs{
+				Metadata: &metav1.ObjectMetaArgs{Labels: labels},
+				Spec: &corev1.PodSpecArgs{
+					TopologySpreadConstraints: corev1.TopologySpreadConstraintArray{&corev1.TopologySpreadConstraintArgs{
+						MaxSkew: pulumi.Int(1), TopologyKey: pulumi.String(s.Kubernetes.HallLabel),
+						WhenUnsatisfiable: pulumi.String("DoNotSchedule"), LabelSelector: &metav1.LabelSelectorArgs{MatchLabels: labels},
+					}},
+					// The etcd nodes are tainted and labelled lock-etcd=true
+					// (ADR-06); the arbiter never lands on them.
+					Affinity: &corev1.AffinityArgs{NodeAffinity: &corev1.NodeAffinityArgs{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelectorArgs{NodeSelectorTerms: corev1.NodeSelectorTermArray{
+							&corev1.NodeSelectorTermArgs{MatchExpressions: corev1.NodeSelectorRequirementArray{&corev1.NodeSelectorRequirementArgs{
+								Key: pulumi.String("lock-etcd"), Operator: pulumi.String("NotIn"), Values: pulumi.StringArray{pulumi.String("true")},
+							}}},
+						}},
+					}},
+					Containers: corev1.ContainerArray{&corev1.ContainerArgs{
+						Name: pulumi.String("arbiter"), Image: pulumi.String(s.Kubernetes.Image),
+						Args: args,
+						Ports: corev1.ContainerPortArray{
+							&corev1.ContainerPortArgs{Name: pulumi.String("grpc"), ContainerPort: pulumi.Int(s.Arbiter.Port)},
+							&corev1.ContainerPortArgs{Name: pulumi.String("metrics"), ContainerPort: pulumi.Int(s.Arbiter.Metrics)},
+						},
+						VolumeMounts: corev1.VolumeMountArray{&corev1.VolumeMountArgs{Name: pulumi.String("credentials"),
+							MountPath: pulumi.String(dir), ReadOnly: pulumi.Bool(true)}},
+						ReadinessProbe: &corev1.ProbeArgs{Grpc: &corev1.GRPCActionArgs{Port: pulumi.Int(s.Arbiter.Port)}},
+						Resources: &corev1.ResourceRequirementsArgs{
+							Requests: pulumi.StringMap{"cpu": pulumi.String("500m"), "memory": pulumi.String("256Mi")},
+							Limits:   pulumi.StringMap{"memory": pulumi.String("512Mi")},
+						},
+					}},
+					Volumes: corev1.VolumeArray{&corev1.VolumeArgs{Name: pulumi.String("credentials"),
+						Secret: &corev1.SecretVolumeSourceArgs{SecretName: creds.Metadata.Name().Elem(), DefaultMode: pulumi.Int(0o400)}}},
+				},
+			},
+		},
+	}, append(opts, pulumi.DependsOn([]pulumi.Resource{a.Coord}))...)
+	if err != nil {
+		return err
+	}
+	if _, err := corev1.NewService(ctx, s.Region+"-arbiter", &corev1.ServiceArgs{
+		Metadata: meta("lockplane-arbiter"),
+		Spec: &corev1.ServiceSpecArgs{Selector: labels, Ports: corev1.ServicePortArray{
+			&corev1.ServicePortArgs{Name: pulumi.String("grpc"), Port: pulumi.Int(s.Arbiter.Port), TargetPort: pulumi.String("grpc")},
+		}},
+	}, opts...); err != nil {
+		return err
+	}
+	if _, err := policyv1.NewPodDisruptionBudget(ctx, s.Region+"-arbiter", &policyv1.PodDisruptionBudgetArgs{
+		Metadata: meta("lockplane-arbiter"),
+		Spec:     &policyv1.PodDisruptionBudgetSpecArgs{MaxUnavailable: pulumi.Int(1), Selector: &metav1.LabelSelectorArgs{MatchLabels: labels}},
+	}, opts...); err != nil {
+		return err
+	}
+	arb.Endpoints = []string{fmt.Sprintf("lockplane-arbiter.%s.svc:%d", ns, s.Arbiter.Port)}
+	return nil
+}

@@ -1,0 +1,109 @@
+package components
+
+import (
+	"fmt"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// Region is everything of one region: its halls and hosts, the Tang
+// servers, the coord cluster and entity shards, and the arbiters.
+type Region struct {
+	pulumi.ResourceState
+	Coord    *EtcdCluster
+	Shards   []*EtcdCluster
+	Arbiter  *Arbiter
+	EtcdCA   *nodes.CA
+	SpiffeCA *nodes.CA
+}
+
+// NewRegion builds a region from a validated stack and its plan.
+func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*Region, error) {
+	s := env.Stack
+	r := &Region{}
+	if err := ctx.RegisterComponentResource("lockplane:infra:Region", s.Region, r, opts...); err != nil {
+		return nil, err
+	}
+	in := pulumi.Parent(r)
+	var err error
+	// One CA for etcd's peer and client TLS, one for the SPIFFE trust
+	// domain the arbiter and its clients authenticate in.
+	if r.EtcdCA, err = nodes.NewCA(ctx, s.Region+"-etcd-ca", "Lockplane "+s.Region+" etcd CA", 10*365*24, nil, in); err != nil {
+		return nil, err
+	}
+	if r.SpiffeCA, err = nodes.NewCA(ctx, s.Region+"-spiffe-ca", s.TrustDomain+" CA", 10*365*24, []string{"spiffe://" + s.TrustDomain}, in); err != nil {
+		return nil, err
+	}
+
+	halls := map[string]*Hall{}
+	for _, h := range s.Halls {
+		if halls[h], err = NewHall(ctx, s.Region+"-"+h, h, in); err != nil {
+			return nil, err
+		}
+	}
+
+	var tang []*TangServer
+	for _, h := range env.Plan.Tang {
+		t, err := NewTangServer(ctx, env, h, pulumi.Parent(halls[h.Hall]))
+		if err != nil {
+			return nil, err
+		}
+		tang = append(tang, t)
+	}
+
+	// Every etcd host: the node binary, its disk encrypted and bound to
+	// Tang, and its fsync benchmark, before any etcd is installed on it.
+	etcdNodes := map[string]*Node{}
+	for _, h := range s.Hosts {
+		if !h.Has("coord") && !h.Has("entity") {
+			continue
+		}
+		if etcdNodes[h.Name], err = NewNode(ctx, env, h, tang, pulumi.Parent(halls[h.Hall])); err != nil {
+			return nil, err
+		}
+	}
+
+	if r.Coord, err = NewEtcdCluster(ctx, env, EtcdClusterArgs{Name: "coord", Members: env.Plan.Coord, Nodes: etcdNodes, CA: r.EtcdCA}, in); err != nil {
+		return nil, err
+	}
+	for i, members := range env.Plan.Shards {
+		shard, err := NewEtcdCluster(ctx, env, EtcdClusterArgs{Name: fmt.Sprintf("entity-%d", i), Members: members, Nodes: etcdNodes, CA: r.EtcdCA}, in)
+		if err != nil {
+			return nil, err
+		}
+		r.Shards = append(r.Shards, shard)
+	}
+
+	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
+		return nil, err
+	}
+
+	shardIDs := pulumi.StringArray{}
+	for _, sh := range r.Shards {
+		shardIDs = append(shardIDs, sh.ClusterID)
+	}
+	return r, ctx.RegisterResourceOutputs(r, pulumi.Map{
+		"coordClusterId":   r.Coord.ClusterID,
+		"coordEndpoints":   pulumi.ToStringArray(r.Coord.Endpoints),
+		"entityClusterIds": shardIDs,
+		"arbiterEndpoints": pulumi.ToStringArray(r.Arbiter.Endpoints),
+		"etcdCaCertPem":    r.EtcdCA.CertPem,
+		"spiffeBundlePem":  r.SpiffeCA.CertPem,
+	})
+}
+
+// Hall groups the hosts of one hall.
+type Hall struct {
+	pulumi.ResourceState
+	Name string
+}
+
+// NewHall registers a hall.
+func NewHall(ctx *pulumi.Context, name, hall string, opts ...pulumi.ResourceOption) (*Hall, error) {
+	h := &Hall{Name: hall}
+	if err := ctx.RegisterComponentResource("lockplane:infra:Hall", name, h, opts...); err != nil {
+		return nil, err
+	}
+	return h, ctx.RegisterResourceOutputs(h, pulumi.Map{"hall": pulumi.String(hall)})
+}

@@ -1,0 +1,266 @@
+// Package nodes is the Go side of the lockplane resource provider
+// (nodes/provider): one typed resource per kind, registered as
+// lockplane:nodes:<Kind>. Inputs are plain Go values or Pulumi inputs;
+// outputs are the provider's.
+package nodes
+
+import (
+	"github.com/lockplane/lockplane/nodes/remote"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+const prefix = "lockplane:nodes:"
+
+// Connection reaches one host. Its private key is kept secret.
+type Connection struct {
+	remote.Target
+}
+
+// Input is the connection as a resource input.
+func (c Connection) Input() pulumi.Map {
+	m := pulumi.Map{
+		"host":       pulumi.String(c.Host),
+		"user":       pulumi.String(c.User),
+		"privateKey": pulumi.ToSecret(pulumi.String(c.PrivateKey)),
+	}
+	if c.Port != 0 {
+		m["port"] = pulumi.Int(c.Port)
+	}
+	if c.HostKey != "" {
+		m["hostKey"] = pulumi.String(c.HostKey)
+	}
+	if c.TrustOnFirstUse {
+		m["trustOnFirstUse"] = pulumi.Bool(true)
+	}
+	return m
+}
+
+func strings(list []string) pulumi.StringArray {
+	out := pulumi.StringArray{}
+	for _, s := range list {
+		out = append(out, pulumi.String(s))
+	}
+	return out
+}
+
+// File is a file on a host.
+type File struct {
+	pulumi.CustomResourceState
+	Path   pulumi.StringOutput `pulumi:"path"`
+	Sha256 pulumi.StringOutput `pulumi:"sha256"`
+}
+
+// FileArgs: exactly one of Content and Source; Source needs SourceSha256.
+type FileArgs struct {
+	Connection   Connection
+	Path         string
+	Content      pulumi.StringInput
+	Source       string
+	SourceSha256 string
+	Mode         string
+}
+
+// NewFile puts a file on a host.
+func NewFile(ctx *pulumi.Context, name string, a FileArgs, opts ...pulumi.ResourceOption) (*File, error) {
+	props := pulumi.Map{"connection": a.Connection.Input(), "path": pulumi.String(a.Path)}
+	if a.Content != nil {
+		props["content"] = a.Content
+	} else {
+		props["source"], props["sha256"] = pulumi.String(a.Source), pulumi.String(a.SourceSha256)
+	}
+	if a.Mode != "" {
+		props["mode"] = pulumi.String(a.Mode)
+	}
+	var r File
+	return &r, ctx.RegisterResource(prefix+"File", name, props, &r, opts...)
+}
+
+// Service is a long-running process on a host.
+type Service struct {
+	pulumi.CustomResourceState
+	Pid     pulumi.IntOutput    `pulumi:"pid"`
+	LogFile pulumi.StringOutput `pulumi:"logFile"`
+}
+
+// ServiceArgs describes a service.
+type ServiceArgs struct {
+	Connection Connection
+	Name       string
+	Mode       string
+	Command    []string
+	Env        map[string]string
+	StateDir   string
+	// Triggers restart the service when they change.
+	Triggers pulumi.StringArrayInput
+}
+
+// NewService runs a service on a host.
+func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.ResourceOption) (*Service, error) {
+	props := pulumi.Map{"connection": a.Connection.Input(), "name": pulumi.String(a.Name), "mode": pulumi.String(a.Mode),
+		"command": strings(a.Command)}
+	if a.StateDir != "" {
+		props["stateDir"] = pulumi.String(a.StateDir)
+	}
+	if len(a.Env) > 0 {
+		props["env"] = pulumi.ToStringMap(a.Env)
+	}
+	if a.Triggers != nil {
+		props["triggers"] = a.Triggers
+	}
+	var r Service
+	return &r, ctx.RegisterResource(prefix+"Service", name, props, &r, opts...)
+}
+
+// CA is a private certificate authority.
+type CA struct {
+	pulumi.CustomResourceState
+	CertPem pulumi.StringOutput `pulumi:"certPem"`
+	KeyPem  pulumi.StringOutput `pulumi:"keyPem"`
+}
+
+// NewCA makes a CA.
+func NewCA(ctx *pulumi.Context, name, commonName string, validityHours int, uris []string, opts ...pulumi.ResourceOption) (*CA, error) {
+	props := pulumi.Map{"commonName": pulumi.String(commonName), "validityHours": pulumi.Int(validityHours)}
+	if len(uris) > 0 {
+		props["uris"] = strings(uris)
+	}
+	var r CA
+	return &r, ctx.RegisterResource(prefix+"CA", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"keyPem"}))...)
+}
+
+// Certificate is a certificate signed by a CA.
+type Certificate struct {
+	pulumi.CustomResourceState
+	CertPem pulumi.StringOutput `pulumi:"certPem"`
+	KeyPem  pulumi.StringOutput `pulumi:"keyPem"`
+}
+
+// CertificateArgs describes a certificate.
+type CertificateArgs struct {
+	CA             *CA
+	CommonName     string
+	DNSNames, IPs  []string
+	URIs           []string
+	Server, Client bool
+	ValidityHours  int
+}
+
+// NewCertificate issues a certificate.
+func NewCertificate(ctx *pulumi.Context, name string, a CertificateArgs, opts ...pulumi.ResourceOption) (*Certificate, error) {
+	props := pulumi.Map{"caCertPem": a.CA.CertPem, "caKeyPem": a.CA.KeyPem, "commonName": pulumi.String(a.CommonName),
+		"server": pulumi.Bool(a.Server), "client": pulumi.Bool(a.Client), "validityHours": pulumi.Int(a.ValidityHours)}
+	if len(a.DNSNames) > 0 {
+		props["dnsNames"] = strings(a.DNSNames)
+	}
+	if len(a.IPs) > 0 {
+		props["ipAddresses"] = strings(a.IPs)
+	}
+	if len(a.URIs) > 0 {
+		props["uris"] = strings(a.URIs)
+	}
+	var r Certificate
+	return &r, ctx.RegisterResource(prefix+"Certificate", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"keyPem"}))...)
+}
+
+// TangKeys is a Tang server's key database.
+type TangKeys struct {
+	pulumi.CustomResourceState
+	Thumbprint pulumi.StringOutput `pulumi:"thumbprint"`
+}
+
+// NewTangKeys makes (or adopts) Tang keys in dir on a host.
+func NewTangKeys(ctx *pulumi.Context, name string, c Connection, dir string, opts ...pulumi.ResourceOption) (*TangKeys, error) {
+	var r TangKeys
+	return &r, ctx.RegisterResource(prefix+"TangKeys", name, pulumi.Map{"connection": c.Input(), "dir": pulumi.String(dir)}, &r, opts...)
+}
+
+// TangPin is a Tang server a volume binds to.
+type TangPin struct {
+	URL        string
+	Thumbprint pulumi.StringInput
+}
+
+// LuksVolume is an encrypted volume bound to Tang.
+type LuksVolume struct {
+	pulumi.CustomResourceState
+	UUID        pulumi.StringOutput `pulumi:"uuid"`
+	ClevisSlot  pulumi.IntOutput    `pulumi:"clevisSlot"`
+	Verified    pulumi.BoolOutput   `pulumi:"verified"`
+	RecoveryKey pulumi.StringOutput `pulumi:"recoveryKey"`
+}
+
+// LuksVolumeArgs describes a volume.
+type LuksVolumeArgs struct {
+	Connection Connection
+	Path       string
+	SizeMiB    int
+	Tang       []TangPin
+	Threshold  int
+}
+
+// NewLuksVolume formats and binds a volume.
+func NewLuksVolume(ctx *pulumi.Context, name string, a LuksVolumeArgs, opts ...pulumi.ResourceOption) (*LuksVolume, error) {
+	pins := pulumi.Array{}
+	for _, t := range a.Tang {
+		pins = append(pins, pulumi.Map{"url": pulumi.String(t.URL), "thumbprint": t.Thumbprint})
+	}
+	props := pulumi.Map{"connection": a.Connection.Input(), "path": pulumi.String(a.Path), "tang": pins, "threshold": pulumi.Int(a.Threshold)}
+	if a.SizeMiB > 0 {
+		props["sizeMiB"] = pulumi.Int(a.SizeMiB)
+	}
+	var r LuksVolume
+	return &r, ctx.RegisterResource(prefix+"LuksVolume", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"recoveryKey"}))...)
+}
+
+// FsyncBenchmark is a host disk's measured fdatasync latency, created only
+// if it is within the gate.
+type FsyncBenchmark struct {
+	pulumi.CustomResourceState
+	Device pulumi.StringOutput  `pulumi:"device"`
+	P50Ms  pulumi.Float64Output `pulumi:"p50Ms"`
+	P99Ms  pulumi.Float64Output `pulumi:"p99Ms"`
+	MaxMs  pulumi.Float64Output `pulumi:"maxMs"`
+}
+
+// FsyncBenchmarkArgs describes a benchmark run.
+type FsyncBenchmarkArgs struct {
+	Connection Connection
+	HostName   string
+	Binary     string
+	Dir        string
+	SizeMiB    int
+	GateP99Ms  float64
+}
+
+// NewFsyncBenchmark runs the benchmark on a host.
+func NewFsyncBenchmark(ctx *pulumi.Context, name string, a FsyncBenchmarkArgs, opts ...pulumi.ResourceOption) (*FsyncBenchmark, error) {
+	var r FsyncBenchmark
+	return &r, ctx.RegisterResource(prefix+"FsyncBenchmark", name, pulumi.Map{
+		"connection": a.Connection.Input(), "hostName": pulumi.String(a.HostName), "binary": pulumi.String(a.Binary),
+		"dir": pulumi.String(a.Dir), "sizeMiB": pulumi.Int(a.SizeMiB), "gateP99Ms": pulumi.Float64(a.GateP99Ms),
+	}, &r, opts...)
+}
+
+// EtcdCluster is a formed etcd cluster.
+type EtcdCluster struct {
+	pulumi.CustomResourceState
+	ClusterID pulumi.StringOutput    `pulumi:"clusterId"`
+	MemberIDs pulumi.StringMapOutput `pulumi:"memberIds"`
+}
+
+// EtcdClusterArgs is how to reach it.
+type EtcdClusterArgs struct {
+	Endpoints []string
+	CA        *CA
+	Client    *Certificate
+	Members   int
+}
+
+// NewEtcdCluster waits for a cluster to form.
+func NewEtcdCluster(ctx *pulumi.Context, name string, a EtcdClusterArgs, opts ...pulumi.ResourceOption) (*EtcdCluster, error) {
+	var r EtcdCluster
+	return &r, ctx.RegisterResource(prefix+"EtcdCluster", name, pulumi.Map{
+		"endpoints": strings(a.Endpoints), "caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem,
+		"members": pulumi.Int(a.Members),
+	}, &r, opts...)
+}

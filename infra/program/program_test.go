@@ -1,0 +1,244 @@
+package program_test
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lockplane/lockplane/infra/program"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"golang.org/x/crypto/ssh"
+)
+
+// mocks records every resource the program registers and answers with
+// plausible outputs.
+type mocks struct {
+	mu  sync.Mutex
+	res []pulumi.MockResourceArgs
+}
+
+func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
+	m.mu.Lock()
+	m.res = append(m.res, a)
+	m.mu.Unlock()
+	out := a.Inputs.Copy()
+	switch a.TypeToken {
+	case "lockplane:nodes:CA", "lockplane:nodes:Certificate":
+		out["certPem"], out["keyPem"] = resource.NewStringProperty("CERT "+a.Name), resource.NewStringProperty("KEY "+a.Name)
+	case "lockplane:nodes:TangKeys":
+		out["thumbprint"] = resource.NewStringProperty("thp-" + a.Name)
+	case "lockplane:nodes:EtcdCluster":
+		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
+	}
+	return a.Name + "-id", out, nil
+}
+
+func (m *mocks) Call(pulumi.MockCallArgs) (resource.PropertyMap, error) { return resource.PropertyMap{}, nil }
+
+func (m *mocks) of(typ string) []pulumi.MockResourceArgs {
+	var out []pulumi.MockResourceArgs
+	for _, r := range m.res {
+		if r.TypeToken == typ {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// run runs the program on a shipped stack file, with stand-in binaries
+// and SSH key, under Pulumi's mocks.
+func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, error) {
+	t.Helper()
+	cfg, err := program.StackFileConfig(filepath.Join("..", "..", "stacks", "Pulumi."+stack+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, b := range []string{"etcd", "arbiter", "lockplane-node"} {
+		os.WriteFile(filepath.Join(dir, b), []byte("binary "+b), 0o755)
+	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	block, _ := ssh.MarshalPrivateKey(priv, "")
+	os.WriteFile(filepath.Join(dir, "id"), pem.EncodeToMemory(block), 0o600)
+	var ssh map[string]any
+	json.Unmarshal([]byte(cfg["lockplane:ssh"]), &ssh)
+	ssh["privateKeyFile"] = filepath.Join(dir, "id")
+	b, _ := json.Marshal(ssh)
+	cfg["lockplane:ssh"], cfg["lockplane:binDir"] = string(b), dir
+	if edit != nil {
+		edit(cfg)
+	}
+	env, _ := json.Marshal(cfg)
+	t.Setenv(pulumi.EnvConfig, string(env))
+	m := &mocks{}
+	err = pulumi.RunErr(program.Run, pulumi.WithMocks("lockplane", stack, m))
+	return m, err
+}
+
+func strs(v resource.PropertyValue) []string {
+	var out []string
+	for _, e := range v.ArrayValue() {
+		out = append(out, e.StringValue())
+	}
+	return out
+}
+
+func etcdCommands(m *mocks) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if strings.HasPrefix(r.Inputs["name"].StringValue(), "etcd-") {
+			out[r.Name] = strs(r.Inputs["command"])
+		}
+	}
+	return out
+}
+
+func flag(cmd []string, name string) string {
+	for i, a := range cmd {
+		if a == name && i+1 < len(cmd) {
+			return cmd[i+1]
+		}
+	}
+	return ""
+}
+
+func TestEveryEtcdURLIsTLSAndFlagsComeFromConfig(t *testing.T) {
+	m, err := run(t, "eu-west", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := etcdCommands(m)
+	if len(cmds) != 5+2*3 {
+		t.Fatalf("%d etcd services, want 11 (coord 5, two shards of 3)", len(cmds))
+	}
+	for name, cmd := range cmds {
+		for _, f := range []string{"--listen-client-urls", "--advertise-client-urls", "--listen-peer-urls", "--initial-advertise-peer-urls", "--initial-cluster"} {
+			for _, u := range strings.Split(flag(cmd, f), ",") {
+				if !strings.Contains(u, "https://") {
+					t.Fatalf("%s: %s has a URL without TLS: %s", name, f, u)
+				}
+			}
+		}
+		joined := strings.Join(cmd, " ")
+		for _, want := range []string{"--client-cert-auth", "--peer-client-cert-auth", "--heartbeat-interval 100", "--election-timeout 1000",
+			"--quota-backend-bytes 8589934592", "--auto-compaction-mode periodic", "--auto-compaction-retention 1h",
+			"LeaseCheckpoint=true,LeaseCheckpointPersist=true"} {
+			if !strings.Contains(joined, want) {
+				t.Fatalf("%s: %q missing from %s", name, want, joined)
+			}
+		}
+	}
+	// A tuning change reaches every member's flags.
+	m, err = run(t, "eu-west", func(c map[string]string) {
+		c["lockplane:etcd"] = `{"heartbeatMs":50,"electionMs":500,"quotaBytes":4294967296,"compactionPeriod":"30m","leaseCheckpoint":true}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cmd := range etcdCommands(m) {
+		if flag(cmd, "--heartbeat-interval") != "50" || flag(cmd, "--election-timeout") != "500" ||
+			flag(cmd, "--quota-backend-bytes") != "4294967296" || flag(cmd, "--auto-compaction-retention") != "30m" {
+			t.Fatalf("%s: tuning not applied: %v", name, cmd)
+		}
+	}
+}
+
+// Every etcd member waits for its host's fsync benchmark, which carries
+// the stack's gate, and its host's LUKS volume binds to two Tang servers.
+func TestEtcdIsGatedOnTheFsyncBenchmark(t *testing.T) {
+	m, err := run(t, "eu-west", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench := m.of("lockplane:nodes:FsyncBenchmark")
+	if len(bench) != 11 {
+		t.Fatalf("%d benchmarks, want one per etcd host (11)", len(bench))
+	}
+	for _, b := range bench {
+		if b.Inputs["gateP99Ms"].NumberValue() != 10 || b.Inputs["sizeMiB"].NumberValue() != 22 {
+			t.Fatalf("%s: gate %v size %v", b.Name, b.Inputs["gateP99Ms"], b.Inputs["sizeMiB"])
+		}
+	}
+	for _, r := range m.of("lockplane:nodes:File") {
+		if strings.HasSuffix(r.Name, "-etcd") {
+			if !dependsOnSuffix(r, "-fsync") {
+				t.Fatalf("%s does not wait for its host's fsync benchmark: %v", r.Name, r.RegisterRPC.GetDependencies())
+			}
+		}
+	}
+	for _, v := range m.of("lockplane:nodes:LuksVolume") {
+		if n := len(v.Inputs["tang"].ArrayValue()); n != 2 || v.Inputs["threshold"].NumberValue() != 1 {
+			t.Fatalf("%s: %d tang pins, threshold %v", v.Name, n, v.Inputs["threshold"])
+		}
+	}
+}
+
+func dependsOnSuffix(r pulumi.MockResourceArgs, suffix string) bool {
+	for _, d := range r.RegisterRPC.GetDependencies() {
+		if strings.HasSuffix(d, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestKubernetesRuntimeSpreadsArbitersAndNeverRunsEtcd(t *testing.T) {
+	m, err := run(t, "us-east", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := m.of("kubernetes:apps/v1:Deployment")
+	if len(deps) != 1 {
+		t.Fatalf("%d deployments", len(deps))
+	}
+	spec := deps[0].Inputs["spec"].ObjectValue()
+	if spec["replicas"].NumberValue() != 3 {
+		t.Fatalf("replicas %v", spec["replicas"])
+	}
+	pod := spec["template"].ObjectValue()["spec"].ObjectValue()
+	tsc := pod["topologySpreadConstraints"].ArrayValue()
+	if len(tsc) != 1 || tsc[0].ObjectValue()["topologyKey"].StringValue() != "topology.kubernetes.io/zone" ||
+		tsc[0].ObjectValue()["whenUnsatisfiable"].StringValue() != "DoNotSchedule" || tsc[0].ObjectValue()["maxSkew"].NumberValue() != 1 {
+		t.Fatalf("arbiter replicas are not spread across halls: %v", tsc)
+	}
+	if !strings.Contains(pod["affinity"].String(), "lock-etcd") {
+		t.Fatalf("the arbiter may land on etcd nodes: %v", pod["affinity"])
+	}
+	if len(m.of("kubernetes:policy/v1:PodDisruptionBudget")) != 1 || len(m.of("kubernetes:core/v1:Service")) != 1 {
+		t.Fatal("no PodDisruptionBudget or Service for the arbiter")
+	}
+	for _, r := range m.res {
+		if strings.HasPrefix(r.TypeToken, "kubernetes:") && strings.Contains(strings.ToLower(fmt.Sprint(r.Inputs.Mappable())), "etcd:") {
+			t.Fatalf("%s %s runs etcd on Kubernetes", r.TypeToken, r.Name)
+		}
+		if r.TypeToken == "kubernetes:apps/v1:StatefulSet" {
+			t.Fatalf("a StatefulSet %s: etcd never runs on Kubernetes", r.Name)
+		}
+	}
+	if n := len(etcdCommands(m)); n != 11 {
+		t.Fatalf("%d etcd services on hosts, want 11", n)
+	}
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if r.Inputs["name"].StringValue() == "arbiter" {
+			t.Fatalf("an arbiter host service under the kubernetes runtime: %s", r.Name)
+		}
+	}
+}
+
+func TestAnInvalidStackCreatesNothing(t *testing.T) {
+	m, err := run(t, "eu-west", func(c map[string]string) { c["lockplane:halls"] = `["hall-1","hall-2"]` })
+	if err == nil || !strings.Contains(err.Error(), "halls: 2 named") {
+		t.Fatalf("want the halls refusal, got %v", err)
+	}
+	if len(m.res) != 0 {
+		t.Fatalf("%d resources registered by a refused stack", len(m.res))
+	}
+}

@@ -1,0 +1,507 @@
+// Package topology is a region's stack configuration, typed, and the rules
+// that decide whether its hosts can carry the service: a 5-member coord
+// etcd cluster split 2-2-1 across three halls, entity shards of three
+// members one per hall, two Tang servers in two halls, and arbiters spread
+// across halls, with etcd and Tang on dedicated hosts (ADR-06, 07, 08). A
+// stack that breaks a rule is refused before anything is created, with the
+// hall or role that is missing named.
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Roles a host can have.
+const (
+	RoleCoord   = "coord"
+	RoleEntity  = "entity"
+	RoleTang    = "tang"
+	RoleArbiter = "arbiter"
+)
+
+// Runtimes for the services that are not etcd or Tang.
+const (
+	RuntimeHost       = "host"
+	RuntimeKubernetes = "kubernetes"
+)
+
+// Stack is the configuration of one region.
+type Stack struct {
+	Region  string   `json:"region"`
+	Runtime string   `json:"runtime"`
+	Halls   []string `json:"halls"`
+	Hosts   []Host   `json:"hosts"`
+	SSH     SSH      `json:"ssh"`
+	Coord   Coord    `json:"coord"`
+	Entity  Entity   `json:"entity"`
+	Tang    Tang     `json:"tang"`
+	Gates   Gates    `json:"gates"`
+	Etcd    Etcd     `json:"etcd"`
+	Arbiter Arbiter  `json:"arbiter"`
+	// Kubernetes is the arbiter's placement under the kubernetes runtime.
+	Kubernetes Kubernetes `json:"kubernetes"`
+	// BinDir holds the binaries the program installs (etcd, arbiter,
+	// lockplane-node), on the machine running the program.
+	BinDir string `json:"binDir"`
+	// TrustDomain is the SPIFFE trust domain of the region's workloads.
+	TrustDomain string `json:"trustDomain"`
+}
+
+// Host is one machine the operator owns.
+type Host struct {
+	Name    string   `json:"name"`
+	Address string   `json:"address"`
+	Hall    string   `json:"hall"`
+	Roles   []string `json:"roles"`
+	// Shard is the entity shard an entity host belongs to.
+	Shard int `json:"shard,omitempty"`
+	// DataDisk is the directory on the disk etcd writes to, where the
+	// fsync benchmark runs.
+	DataDisk string `json:"dataDisk,omitempty"`
+	// LuksDevice is the block device encrypted for etcd's data; on hosts
+	// without device-mapper, an image file made at LuksImageMiB.
+	LuksDevice   string `json:"luksDevice,omitempty"`
+	LuksImageMiB int    `json:"luksImageMiB,omitempty"`
+	// HostKey pins the host's SSH key (authorized_keys form).
+	HostKey string `json:"hostKey,omitempty"`
+	// Root is where the host's filesystem starts: "/" on real hosts; a
+	// directory on test hosts that share one machine's disk.
+	Root string `json:"root,omitempty"`
+}
+
+// SSH is how the program reaches hosts.
+type SSH struct {
+	User           string `json:"user"`
+	PrivateKeyFile string `json:"privateKeyFile"`
+	// KnownHostsFile pins host keys not pinned on the host itself.
+	KnownHostsFile string `json:"knownHostsFile,omitempty"`
+	// TrustOnFirstUse accepts unpinned host keys. Never for production.
+	TrustOnFirstUse bool `json:"trustOnFirstUse,omitempty"`
+	// ServiceMode is systemd, or supervised on hosts without systemd.
+	ServiceMode string `json:"serviceMode"`
+}
+
+// Coord is the coord tier.
+type Coord struct {
+	Members int `json:"members"`
+}
+
+// Entity is the entity tier.
+type Entity struct {
+	Shards  int `json:"shards"`
+	Members int `json:"members"`
+}
+
+// Tang is the Tang servers that unlock etcd disks.
+type Tang struct {
+	Servers int `json:"servers"`
+	Port    int `json:"port"`
+}
+
+// Gates are the figures a stack must meet.
+type Gates struct {
+	FsyncP99Ms   float64 `json:"fsyncP99Ms"`
+	AcquireP99Ms float64 `json:"acquireP99Ms"`
+	// FsyncSizeMiB is the benchmark's size (etcd's recipe: 22).
+	FsyncSizeMiB int `json:"fsyncSizeMiB,omitempty"`
+}
+
+// Etcd is the tuning every member gets.
+type Etcd struct {
+	HeartbeatMs      int    `json:"heartbeatMs"`
+	ElectionMs       int    `json:"electionMs"`
+	QuotaBytes       int64  `json:"quotaBytes"`
+	CompactionPeriod string `json:"compactionPeriod"`
+	LeaseCheckpoint  bool   `json:"leaseCheckpoint"`
+	SnapshotCount    int    `json:"snapshotCount,omitempty"`
+	ClientPort       int    `json:"clientPort,omitempty"`
+	PeerPort         int    `json:"peerPort,omitempty"`
+}
+
+// Arbiter is the lock service.
+type Arbiter struct {
+	Replicas int     `json:"replicas"`
+	Port     int     `json:"port"`
+	Metrics  int     `json:"metricsPort"`
+	Classes  []Class `json:"classes,omitempty"`
+}
+
+// Class is a lock class the arbiter serves until the class registry lands.
+type Class struct {
+	Name string `json:"name"`
+	TTL  string `json:"ttl"`
+}
+
+// Kubernetes places the arbiter on a cluster.
+type Kubernetes struct {
+	Namespace string `json:"namespace"`
+	Image     string `json:"image"`
+	// HallLabel is the node label whose value is the hall.
+	HallLabel string `json:"hallLabel"`
+}
+
+// Member is one etcd member: a host and its name in the cluster.
+type Member struct {
+	Name string
+	Host Host
+}
+
+// Plan is where everything goes.
+type Plan struct {
+	Coord    []Member
+	Shards   [][]Member
+	Tang     []Host
+	Arbiters []Host
+}
+
+var name = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+
+// Defaults fills what a stack may leave out.
+func (s *Stack) Defaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if s.Runtime == "" {
+		s.Runtime = RuntimeHost
+	}
+	def(&s.Coord.Members, 5)
+	def(&s.Entity.Members, 3)
+	def(&s.Tang.Servers, 2)
+	def(&s.Tang.Port, 7500)
+	def(&s.Gates.FsyncSizeMiB, 22)
+	def(&s.Etcd.HeartbeatMs, 100)
+	def(&s.Etcd.ElectionMs, 1000)
+	def(&s.Etcd.ClientPort, 2379)
+	def(&s.Etcd.PeerPort, 2380)
+	def(&s.Etcd.SnapshotCount, 10000)
+	def(&s.Arbiter.Replicas, 1)
+	def(&s.Arbiter.Port, 7443)
+	def(&s.Arbiter.Metrics, 9464)
+	if s.Etcd.QuotaBytes == 0 {
+		s.Etcd.QuotaBytes = 8 << 30
+	}
+	if s.Etcd.CompactionPeriod == "" {
+		s.Etcd.CompactionPeriod = "1h"
+	}
+	if s.SSH.User == "" {
+		s.SSH.User = "root"
+	}
+	if s.SSH.ServiceMode == "" {
+		s.SSH.ServiceMode = "systemd"
+	}
+	if s.BinDir == "" {
+		s.BinDir = "bin"
+	}
+	if s.Kubernetes.HallLabel == "" {
+		s.Kubernetes.HallLabel = "topology.kubernetes.io/zone"
+	}
+	for i := range s.Hosts {
+		if s.Hosts[i].Root == "" {
+			s.Hosts[i].Root = "/"
+		}
+	}
+}
+
+// HostPath is p on host h, under its root.
+func (h Host) HostPath(p string) string { return path.Join(h.Root, p) }
+
+// Has reports whether h has role r.
+func (h Host) Has(r string) bool { return slices.Contains(h.Roles, r) }
+
+// Validate checks every field and the topology, returning the plan. Its
+// errors name the field or the missing hall or role.
+func (s *Stack) Validate() (*Plan, error) {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !name.MatchString(s.Region) {
+		bad("region: %q must be a lower-case name (letters, digits, dashes)", s.Region)
+	}
+	if s.Runtime != RuntimeHost && s.Runtime != RuntimeKubernetes {
+		bad("runtime: %q must be %s or %s", s.Runtime, RuntimeHost, RuntimeKubernetes)
+	}
+	if s.TrustDomain == "" || strings.ContainsAny(s.TrustDomain, "/: ") {
+		bad("trustDomain: %q must be a SPIFFE trust domain name such as %s.lockplane.example", s.TrustDomain, s.Region)
+	}
+	if s.SSH.PrivateKeyFile == "" {
+		bad("ssh.privateKeyFile: is required")
+	}
+	if s.SSH.ServiceMode != "systemd" && s.SSH.ServiceMode != "supervised" {
+		bad("ssh.serviceMode: %q must be systemd or supervised", s.SSH.ServiceMode)
+	}
+	if len(s.Halls) < 3 {
+		bad("halls: %d named; a region needs at least three halls so that losing one keeps every quorum", len(s.Halls))
+	}
+	for i, h := range s.Halls {
+		if !name.MatchString(h) || slices.Index(s.Halls, h) != i {
+			bad("halls[%d]: %q must be a unique lower-case name", i, h)
+		}
+	}
+	if s.Coord.Members != 5 && s.Coord.Members != 3 {
+		bad("coord.members: %d must be 5 (production: 2-2-1 across three halls) or 3 (one per hall)", s.Coord.Members)
+	}
+	if s.Entity.Members != 3 {
+		bad("entity.members: %d must be 3 (one per hall)", s.Entity.Members)
+	}
+	if s.Entity.Shards < 1 || s.Entity.Shards > 64 {
+		bad("entity.shards: %d must be between 1 and 64", s.Entity.Shards)
+	}
+	if s.Tang.Servers < 2 {
+		bad("tang.servers: %d must be at least 2, in different halls", s.Tang.Servers)
+	}
+	if s.Gates.FsyncP99Ms <= 0 || s.Gates.FsyncP99Ms > 100 {
+		bad("gates.fsyncP99Ms: %v must be above 0 and at most 100 (etcd's guidance is under 10)", s.Gates.FsyncP99Ms)
+	}
+	if s.Gates.AcquireP99Ms <= 0 {
+		bad("gates.acquireP99Ms: %v must be positive", s.Gates.AcquireP99Ms)
+	}
+	if s.Etcd.ElectionMs < 5*s.Etcd.HeartbeatMs || s.Etcd.HeartbeatMs < 10 {
+		bad("etcd.electionMs: %d must be at least 5 × etcd.heartbeatMs (%d), which must be at least 10", s.Etcd.ElectionMs, s.Etcd.HeartbeatMs)
+	}
+	if s.Etcd.QuotaBytes < 1<<30 || s.Etcd.QuotaBytes > 8<<30 {
+		bad("etcd.quotaBytes: %d must be between 1 GiB and 8 GiB (etcd's suggested maximum)", s.Etcd.QuotaBytes)
+	}
+	if d, err := time.ParseDuration(s.Etcd.CompactionPeriod); err != nil || d < time.Minute {
+		bad("etcd.compactionPeriod: %q must be a duration of at least 1m, such as 1h", s.Etcd.CompactionPeriod)
+	}
+	if !s.Etcd.LeaseCheckpoint {
+		bad("etcd.leaseCheckpoint: must be true: without it a leader change resets every lease's TTL (ADR-05)")
+	}
+	if s.Arbiter.Replicas < 1 {
+		bad("arbiter.replicas: %d must be at least 1", s.Arbiter.Replicas)
+	}
+	for i, c := range s.Arbiter.Classes {
+		d, err := time.ParseDuration(c.TTL)
+		if !name.MatchString(c.Name) || err != nil || d < 5*time.Second || d > 300*time.Second {
+			bad("arbiter.classes[%d]: %q with ttl %q: a class needs a lower-case name and a TTL from 5s to 300s (ADR-11)", i, c.Name, c.TTL)
+		}
+	}
+	if s.Runtime == RuntimeKubernetes && (s.Kubernetes.Namespace == "" || s.Kubernetes.Image == "") {
+		bad("kubernetes.namespace, kubernetes.image: are required with runtime kubernetes")
+	}
+	s.validateHosts(bad)
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	return s.place()
+}
+
+func (s *Stack) validateHosts(bad func(string, ...any)) {
+	seen := map[string]string{}
+	for i, h := range s.Hosts {
+		where := fmt.Sprintf("hosts[%d] (%s)", i, h.Name)
+		if !name.MatchString(h.Name) {
+			bad("hosts[%d].name: %q must be a lower-case name", i, h.Name)
+		}
+		if prev, dup := seen[h.Name]; dup {
+			bad("%s.name: also used by %s", where, prev)
+		}
+		seen[h.Name] = where
+		if _, err := netip.ParseAddr(h.Address); err != nil {
+			bad("%s.address: %q is not an IP address", where, h.Address)
+		} else if prev, dup := seen["addr:"+h.Address]; dup {
+			bad("%s.address: %s is also %s's", where, h.Address, prev)
+		}
+		seen["addr:"+h.Address] = where
+		if !slices.Contains(s.Halls, h.Hall) {
+			bad("%s.hall: %q is not one of the region's halls %v", where, h.Hall, s.Halls)
+		}
+		if len(h.Roles) == 0 {
+			bad("%s.roles: at least one of coord, entity, tang, arbiter", where)
+		}
+		for _, r := range h.Roles {
+			if !slices.Contains([]string{RoleCoord, RoleEntity, RoleTang, RoleArbiter}, r) {
+				bad("%s.roles: %q is not coord, entity, tang or arbiter", where, r)
+			}
+		}
+		dedicated := 0
+		for _, r := range []string{RoleCoord, RoleEntity, RoleTang} {
+			if h.Has(r) {
+				dedicated++
+			}
+		}
+		if dedicated > 1 || (dedicated == 1 && len(h.Roles) > 1) {
+			bad("%s.roles: %v: etcd (coord, entity) and Tang hosts are dedicated and take no other role (ADR-06)", where, h.Roles)
+		}
+		if h.Has(RoleCoord) || h.Has(RoleEntity) {
+			if !path.IsAbs(h.DataDisk) {
+				bad("%s.dataDisk: an etcd host needs the absolute path of a directory on its data disk", where)
+			}
+			if h.LuksDevice == "" || !path.IsAbs(h.LuksDevice) {
+				bad("%s.luksDevice: an etcd host needs the absolute path of the device (or image file) to encrypt", where)
+			}
+		}
+		if h.Has(RoleEntity) && (h.Shard < 0 || h.Shard >= s.Entity.Shards) {
+			bad("%s.shard: %d is not one of the %d entity shards", where, h.Shard, s.Entity.Shards)
+		}
+		if h.HostKey == "" && s.SSH.KnownHostsFile == "" && !s.SSH.TrustOnFirstUse {
+			bad("%s.hostKey: not pinned, no ssh.knownHostsFile, and ssh.trustOnFirstUse is off: the host cannot be verified", where)
+		}
+		if !path.IsAbs(h.Root) {
+			bad("%s.root: %q must be an absolute path", where, h.Root)
+		}
+	}
+}
+
+// place assigns members, checking the spread across halls.
+func (s *Stack) place() (*Plan, error) {
+	var errs []error
+	p := &Plan{}
+	byRole := func(role string, keep func(Host) bool) map[string][]Host {
+		out := map[string][]Host{}
+		for _, h := range s.Hosts {
+			if h.Has(role) && (keep == nil || keep(h)) {
+				out[h.Hall] = append(out[h.Hall], h)
+			}
+		}
+		return out
+	}
+
+	// Coord: 2-2-1 over three halls (or 1-1-1 for three members), so any
+	// one hall lost leaves a majority.
+	coord := byRole(RoleCoord, nil)
+	want := []int{2, 2, 1}
+	if s.Coord.Members == 3 {
+		want = []int{1, 1, 1}
+	}
+	halls := sortedHalls(s.Halls, coord)
+	for i, n := range want {
+		if i >= len(halls) || len(coord[halls[i]]) < n {
+			errs = append(errs, fmt.Errorf("coord tier: needs %d members split %s across three halls; %s", s.Coord.Members, split(want), shortfall(s.Halls, coord, want)))
+			break
+		}
+	}
+	if len(errs) == 0 {
+		for i, n := range want {
+			for _, h := range coord[halls[i]][:n] {
+				p.Coord = append(p.Coord, Member{Name: h.Name, Host: h})
+			}
+		}
+		if total := countHosts(coord); total > s.Coord.Members {
+			errs = append(errs, fmt.Errorf("coord tier: %d hosts have role coord, the tier has %d members: remove the role from %d", total, s.Coord.Members, total-s.Coord.Members))
+		}
+	}
+
+	// Entity shards: one member per hall.
+	for shard := 0; shard < s.Entity.Shards; shard++ {
+		members := byRole(RoleEntity, func(h Host) bool { return h.Shard == shard })
+		var shardMembers []Member
+		for _, hall := range s.Halls[:3] {
+			switch len(members[hall]) {
+			case 0:
+				errs = append(errs, fmt.Errorf("entity shard %d: hall %s has no host with role entity and shard %d", shard, hall, shard))
+			case 1:
+				shardMembers = append(shardMembers, Member{Name: members[hall][0].Name, Host: members[hall][0]})
+			default:
+				errs = append(errs, fmt.Errorf("entity shard %d: hall %s has %d members; a shard has one per hall", shard, hall, len(members[hall])))
+			}
+		}
+		for _, hall := range s.Halls[3:] {
+			if len(members[hall]) > 0 {
+				errs = append(errs, fmt.Errorf("entity shard %d: hall %s is not one of the first three halls %v that carry shards", shard, hall, s.Halls[:3]))
+			}
+		}
+		p.Shards = append(p.Shards, shardMembers)
+	}
+
+	// Tang: servers in distinct halls.
+	tang := byRole(RoleTang, nil)
+	if len(tang) < s.Tang.Servers || countHosts(tang) < s.Tang.Servers {
+		errs = append(errs, fmt.Errorf("tang: needs %d servers in %d different halls; hosts with role tang are in %s", s.Tang.Servers, s.Tang.Servers, describe(s.Halls, tang)))
+	} else {
+		for _, hall := range sortedHalls(s.Halls, tang)[:s.Tang.Servers] {
+			p.Tang = append(p.Tang, tang[hall][0])
+		}
+	}
+
+	// Arbiters on hosts: spread over at least two halls when there are
+	// two or more.
+	if s.Runtime == RuntimeHost {
+		arb := byRole(RoleArbiter, nil)
+		if countHosts(arb) < s.Arbiter.Replicas {
+			errs = append(errs, fmt.Errorf("arbiter: %d replicas on the host runtime need %d hosts with role arbiter; there are %d (%s)", s.Arbiter.Replicas, s.Arbiter.Replicas, countHosts(arb), describe(s.Halls, arb)))
+		} else {
+			// Round-robin over halls, so replicas spread before they stack.
+			for i := 0; len(p.Arbiters) < s.Arbiter.Replicas; i++ {
+				for _, hall := range s.Halls {
+					if i < len(arb[hall]) && len(p.Arbiters) < s.Arbiter.Replicas {
+						p.Arbiters = append(p.Arbiters, arb[hall][i])
+					}
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	return p, nil
+}
+
+// sortedHalls orders halls by how many hosts they have for a role, most
+// first, keeping the stack's order among equals.
+func sortedHalls(halls []string, by map[string][]Host) []string {
+	out := slices.Clone(halls)
+	sort.SliceStable(out, func(i, j int) bool { return len(by[out[i]]) > len(by[out[j]]) })
+	var with []string
+	for _, h := range out {
+		if len(by[h]) > 0 {
+			with = append(with, h)
+		}
+	}
+	return with
+}
+
+func countHosts(by map[string][]Host) int {
+	n := 0
+	for _, hs := range by {
+		n += len(hs)
+	}
+	return n
+}
+
+func split(want []int) string {
+	parts := make([]string, len(want))
+	for i, n := range want {
+		parts[i] = fmt.Sprint(n)
+	}
+	return strings.Join(parts, "-")
+}
+
+func describe(halls []string, by map[string][]Host) string {
+	var parts []string
+	for _, h := range halls {
+		parts = append(parts, fmt.Sprintf("%s: %d", h, len(by[h])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// shortfall says which halls lack coord hosts.
+func shortfall(halls []string, by map[string][]Host, want []int) string {
+	var missing []string
+	for _, h := range halls {
+		if len(by[h]) == 0 {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 && len(sortedHalls(halls, by)) < len(want) {
+		return fmt.Sprintf("hosts with role coord by hall are %s: hall %s has none", describe(halls, by), strings.Join(missing, " and hall "))
+	}
+	return fmt.Sprintf("hosts with role coord by hall are %s", describe(halls, by))
+}
+
+func join(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New("the stack cannot be deployed:\n  - " + strings.Join(msgs, "\n  - "))
+}

@@ -1,0 +1,135 @@
+package topology_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lockplane/lockplane/infra/program"
+	"github.com/lockplane/lockplane/infra/topology"
+)
+
+func stackFile(t *testing.T, name string) *topology.Stack {
+	t.Helper()
+	cfg, err := program.StackFileConfig(filepath.Join("..", "..", "stacks", "Pulumi."+name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := program.LoadStack(func(k string) string { return cfg["lockplane:"+k] }, "/repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestShippedStacksAreValid(t *testing.T) {
+	for _, name := range []string{"local", "eu-west", "us-east"} {
+		t.Run(name, func(t *testing.T) {
+			s := stackFile(t, name)
+			p, err := s.Validate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Coord) != 5 || len(p.Shards) != s.Entity.Shards || len(p.Tang) != 2 {
+				t.Fatalf("plan: %d coord, %d shards, %d tang", len(p.Coord), len(p.Shards), len(p.Tang))
+			}
+		})
+	}
+}
+
+// The coord tier is 2-2-1 across three halls: losing any one hall leaves
+// three of five members, a majority.
+func TestCoordIsSplitTwoTwoOne(t *testing.T) {
+	s := stackFile(t, "eu-west")
+	p, err := s.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, m := range p.Coord {
+		per[m.Host.Hall]++
+	}
+	if len(per) != 3 || per["hall-1"] != 2 || per["hall-2"] != 2 || per["hall-3"] != 1 {
+		t.Fatalf("coord members per hall: %v", per)
+	}
+	for hall, n := range per {
+		if 5-n < 3 {
+			t.Fatalf("losing %s leaves %d of 5", hall, 5-n)
+		}
+	}
+	for i, shard := range p.Shards {
+		halls := map[string]bool{}
+		for _, m := range shard {
+			halls[m.Host.Hall] = true
+		}
+		if len(shard) != 3 || len(halls) != 3 {
+			t.Fatalf("shard %d: %d members in %d halls", i, len(shard), len(halls))
+		}
+	}
+}
+
+// Each broken topology is refused with a message naming what is missing.
+func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
+	cases := []struct {
+		name   string
+		break_ func(s *topology.Stack)
+		want   string
+	}{
+		{"coord hosts in two halls", func(s *topology.Stack) { moveRole(s, "coord", "hall-3", "hall-2") },
+			"coord tier: needs 5 members split 2-2-1 across three halls; hosts with role coord by hall are hall-1: 2, hall-2: 3, hall-3: 0: hall hall-3 has none"},
+		{"coord hall with one host", func(s *topology.Stack) { moveRole(s, "coord", "hall-2", "hall-1") },
+			"coord tier: needs 5 members split 2-2-1 across three halls"},
+		{"shard without a hall", func(s *topology.Stack) { dropHost(s, "eu-west-e1-2") },
+			"entity shard 1: hall hall-2 has no host with role entity and shard 1"},
+		{"tang in one hall", func(s *topology.Stack) { s.Hosts[hostIndex(s, "eu-west-tang-2")].Hall = "hall-1" },
+			"tang: needs 2 servers in 2 different halls; hosts with role tang are in hall-1: 2, hall-2: 0, hall-3: 0"},
+		{"etcd host shared with the arbiter", func(s *topology.Stack) {
+			i := hostIndex(s, "eu-west-coord-1")
+			s.Hosts[i].Roles = append(s.Hosts[i].Roles, "arbiter")
+		}, "hosts[0] (eu-west-coord-1).roles: [coord arbiter]: etcd (coord, entity) and Tang hosts are dedicated"},
+		{"too few arbiter hosts", func(s *topology.Stack) { s.Arbiter.Replicas = 4 },
+			"arbiter: 4 replicas on the host runtime need 4 hosts with role arbiter; there are 3"},
+		{"unknown hall", func(s *topology.Stack) { s.Hosts[0].Hall = "hall-9" },
+			`hosts[0] (eu-west-coord-1).hall: "hall-9" is not one of the region's halls`},
+		{"two halls", func(s *topology.Stack) { s.Halls = s.Halls[:2] }, "halls: 2 named; a region needs at least three halls"},
+		{"lease checkpointing off", func(s *topology.Stack) { s.Etcd.LeaseCheckpoint = false }, "etcd.leaseCheckpoint: must be true"},
+		{"quota too big", func(s *topology.Stack) { s.Etcd.QuotaBytes = 16 << 30 }, "etcd.quotaBytes: 17179869184 must be between 1 GiB and 8 GiB"},
+		{"unpinned host", func(s *topology.Stack) { s.Hosts[3].HostKey = "" }, "hosts[3] (eu-west-coord-4).hostKey: not pinned"},
+		{"class TTL out of range", func(s *topology.Stack) { s.Arbiter.Classes[0].TTL = "2s" }, "a TTL from 5s to 300s"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := stackFile(t, "eu-west")
+			c.break_(s)
+			_, err := s.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want an error containing\n  %s\ngot\n  %v", c.want, err)
+			}
+		})
+	}
+}
+
+func hostIndex(s *topology.Stack, name string) int {
+	for i, h := range s.Hosts {
+		if h.Name == name {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("no host %s", name))
+}
+
+func dropHost(s *topology.Stack, name string) {
+	i := hostIndex(s, name)
+	s.Hosts = append(s.Hosts[:i], s.Hosts[i+1:]...)
+}
+
+// moveRole moves the first host of role from one hall to another.
+func moveRole(s *topology.Stack, role, from, to string) {
+	for i, h := range s.Hosts {
+		if h.Has(role) && h.Hall == from {
+			s.Hosts[i].Hall = to
+			return
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package provider
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/lockplane/lockplane/services/pki"
+)
+
+// CAInputs is a private CA. Its key is a secret in the stack's state.
+type CAInputs struct {
+	CommonName    string   `json:"commonName"`
+	ValidityHours int      `json:"validityHours"`
+	URIs          []string `json:"uris,omitempty"`
+}
+
+// CertificateInputs is a certificate signed by a CA resource.
+type CertificateInputs struct {
+	CACertPem     string   `json:"caCertPem"`
+	CAKeyPem      string   `json:"caKeyPem"`
+	CommonName    string   `json:"commonName"`
+	DNSNames      []string `json:"dnsNames,omitempty"`
+	IPAddresses   []string `json:"ipAddresses,omitempty"`
+	URIs          []string `json:"uris,omitempty"`
+	Server        bool     `json:"server,omitempty"`
+	Client        bool     `json:"client,omitempty"`
+	ValidityHours int      `json:"validityHours"`
+}
+
+func parseURIs(field string, list []string) ([]*url.URL, error) {
+	var out []*url.URL
+	for i, s := range list {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme == "" {
+			return nil, fmt.Errorf("%s[%d]: %q is not an absolute URI", field, i, s)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+func sum(b string) string {
+	s := sha256.Sum256([]byte(b))
+	return hex.EncodeToString(s[:])
+}
+
+func init() {
+	register("CA", spec[CAInputs]{
+		Validate: func(in *CAInputs) error {
+			if in.CommonName == "" {
+				return errors.New("commonName: is required")
+			}
+			if in.ValidityHours < 24 {
+				return fmt.Errorf("validityHours: %d must be at least 24", in.ValidityHours)
+			}
+			_, err := parseURIs("uris", in.URIs)
+			return err
+		},
+		Create: func(_ context.Context, _ *Env, in *CAInputs) (string, map[string]any, error) {
+			uris, _ := parseURIs("uris", in.URIs)
+			ca, err := pki.NewCA(in.CommonName, time.Duration(in.ValidityHours)*time.Hour, uris...)
+			if err != nil {
+				return "", nil, err
+			}
+			return sum(string(ca.CertPEM))[:16], map[string]any{"certPem": string(ca.CertPEM), "keyPem": string(ca.KeyPEM)}, nil
+		},
+		Secrets: []string{"keyPem"},
+	})
+	register("Certificate", spec[CertificateInputs]{
+		Validate: func(in *CertificateInputs) error {
+			if in.CACertPem != "" && in.CAKeyPem != "" {
+				if _, err := pki.LoadCA([]byte(in.CACertPem), []byte(in.CAKeyPem)); err != nil {
+					return fmt.Errorf("caCertPem, caKeyPem: %v", err)
+				}
+			}
+			if !in.Server && !in.Client {
+				return errors.New("server, client: at least one must be true")
+			}
+			if in.ValidityHours < 1 {
+				return fmt.Errorf("validityHours: %d must be at least 1", in.ValidityHours)
+			}
+			for i, ip := range in.IPAddresses {
+				if net.ParseIP(ip) == nil {
+					return fmt.Errorf("ipAddresses[%d]: %q is not an IP address", i, ip)
+				}
+			}
+			_, err := parseURIs("uris", in.URIs)
+			return err
+		},
+		Create: func(_ context.Context, _ *Env, in *CertificateInputs) (string, map[string]any, error) {
+			ca, err := pki.LoadCA([]byte(in.CACertPem), []byte(in.CAKeyPem))
+			if err != nil {
+				return "", nil, err
+			}
+			uris, _ := parseURIs("uris", in.URIs)
+			var ips []net.IP
+			for _, ip := range in.IPAddresses {
+				ips = append(ips, net.ParseIP(ip))
+			}
+			cert, key, err := ca.Issue(pki.Request{CommonName: in.CommonName, DNSNames: in.DNSNames, IPs: ips, URIs: uris,
+				Server: in.Server, Client: in.Client, TTL: time.Duration(in.ValidityHours) * time.Hour})
+			if err != nil {
+				return "", nil, err
+			}
+			return sum(string(cert))[:16], map[string]any{"certPem": string(cert), "keyPem": string(key)}, nil
+		},
+		Secrets: []string{"keyPem", "caKeyPem"},
+	})
+}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lockplane/lockplane/infra/program"
+	"github.com/lockplane/lockplane/services/profile"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/spf13/cobra"
+)
+
+// LocalPassphrase encrypts the local stack's secrets when no passphrase is
+// set: that stack lives on this machine only. Every other stack needs
+// PULUMI_CONFIG_PASSPHRASE (or _FILE).
+const LocalPassphrase = "lockplane-local-stack"
+
+type stackFlags struct {
+	stack, backend, output string
+}
+
+func (f *stackFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.stack, "stack", "", "stack (region) to act on: a stacks/Pulumi.<stack>.yaml (required)")
+	c.Flags().StringVar(&f.backend, "backend", "", "Pulumi state backend URL (default file://.lockplane/state)")
+	c.Flags().StringVarP(&f.output, "output", "o", "text", "output: text, or json (progress then goes to stderr)")
+	c.MarkFlagRequired("stack")
+}
+
+func (f *stackFlags) check() error {
+	if f.output != "text" && f.output != "json" {
+		return fmt.Errorf("--output: %q is not text or json", f.output)
+	}
+	return nil
+}
+
+// progress is where Pulumi's live progress goes.
+func (f *stackFlags) progress() io.Writer {
+	if f.output == "json" {
+		return os.Stderr
+	}
+	return os.Stdout
+}
+
+// projectRoot is the directory holding Pulumi.yaml, from the working
+// directory up.
+func projectRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "Pulumi.yaml")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no Pulumi.yaml here or above: run lockplane from the repository")
+		}
+		dir = parent
+	}
+}
+
+// openStack selects (creating if new) the stack, with the program inline,
+// the repository's Pulumi CLI and provider plugin, and a file backend.
+func openStack(ctx context.Context, f *stackFlags) (auto.Stack, string, error) {
+	root, err := projectRoot()
+	if err != nil {
+		return auto.Stack{}, "", err
+	}
+	// The program resolves the stack's relative paths from here.
+	if err := os.Chdir(root); err != nil {
+		return auto.Stack{}, "", err
+	}
+	if _, err := os.Stat(filepath.Join(root, "stacks", "Pulumi."+f.stack+".yaml")); err != nil {
+		return auto.Stack{}, "", fmt.Errorf("--stack: no stacks/Pulumi.%s.yaml", f.stack)
+	}
+	for _, bin := range []string{"pulumi", "pulumi-resource-lockplane"} {
+		if _, err := os.Stat(filepath.Join(root, "bin", bin)); err != nil {
+			return auto.Stack{}, "", fmt.Errorf("bin/%s is missing: run `make infra-tools`", bin)
+		}
+	}
+	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root, SkipVersionCheck: true})
+	if err != nil {
+		return auto.Stack{}, "", err
+	}
+	backend := f.backend
+	if backend == "" {
+		state := filepath.Join(root, ".lockplane", "state")
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			return auto.Stack{}, "", err
+		}
+		backend = "file://" + state
+	}
+	env := map[string]string{
+		"PULUMI_BACKEND_URL":       backend,
+		"PULUMI_SKIP_UPDATE_CHECK": "true",
+		"PULUMI_HOME":              filepath.Join(root, ".lockplane", "pulumi-home"),
+		"PATH":                     filepath.Join(root, "bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
+	}
+	if os.Getenv("PULUMI_CONFIG_PASSPHRASE") == "" && os.Getenv("PULUMI_CONFIG_PASSPHRASE_FILE") == "" {
+		if f.stack != "local" {
+			return auto.Stack{}, "", fmt.Errorf("stack %s: set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): it encrypts the stack's secrets (keys, certificates)", f.stack)
+		}
+		env["PULUMI_CONFIG_PASSPHRASE"] = LocalPassphrase
+	}
+	s, err := auto.UpsertStackInlineSource(ctx, f.stack, "lockplane", program.Run,
+		auto.WorkDir(root), auto.Pulumi(cmd), auto.EnvVars(env), auto.SecretsProvider("passphrase"))
+	return s, root, err
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// summary is what every verb prints as JSON.
+type summary struct {
+	Stack   string         `json:"stack"`
+	Verb    string         `json:"verb"`
+	Result  string         `json:"result"`
+	Changes map[string]int `json:"changes"`
+	Elapsed string         `json:"elapsed"`
+	Outputs map[string]any `json:"outputs,omitempty"`
+	Profile string         `json:"profile,omitempty"`
+}
+
+func (s summary) print(asJSON bool) {
+	if asJSON {
+		json.NewEncoder(os.Stdout).Encode(s)
+		return
+	}
+	var parts []string
+	for _, k := range sortedKeys(s.Changes) {
+		parts = append(parts, fmt.Sprintf("%d %s", s.Changes[k], k))
+	}
+	fmt.Printf("\nlockplane %s --stack %s: %s in %s (%s)\n", s.Verb, s.Stack, s.Result, s.Elapsed, strings.Join(parts, ", "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func upCmd() *cobra.Command {
+	var f stackFlags
+	var expectNoChanges bool
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Create or update a region's stack: hosts, Tang, LUKS, etcd tiers, the arbiter",
+		Long: `up runs the region program (infra/) for --stack with the Pulumi CLI built in bin/,
+printing live progress. A stack whose hosts cannot carry the topology is
+refused before anything is created. Afterwards it writes a lockctl profile
+for the deployed arbiter to .lockplane/<stack>/profile.json.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			begin := time.Now()
+			s, root, err := openStack(ctx, &f)
+			if err != nil {
+				return err
+			}
+			opts := []optup.Option{optup.ProgressStreams(f.progress())}
+			if expectNoChanges {
+				opts = append(opts, optup.ExpectNoChanges())
+			}
+			res, err := s.Up(ctx, opts...)
+			if err != nil {
+				return fmt.Errorf("up --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+			}
+			out := summary{Stack: f.stack, Verb: "up", Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges),
+				Elapsed: time.Since(begin).Round(time.Second).String(), Outputs: map[string]any{}}
+			for k, v := range res.Outputs {
+				if !v.Secret {
+					out.Outputs[k] = v.Value
+				}
+			}
+			if out.Profile, err = writeProfile(root, f.stack, res.Outputs); err != nil {
+				return err
+			}
+			out.print(f.output == "json")
+			if f.output == "text" {
+				fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
+					res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVar(&expectNoChanges, "expect-no-changes", false, "fail if anything would change")
+	return c
+}
+
+func changes(m *map[string]int) map[string]int {
+	if m == nil {
+		return map[string]int{}
+	}
+	return *m
+}
+
+func previewCmd() *cobra.Command {
+	var f stackFlags
+	var expectNoChanges bool
+	c := &cobra.Command{
+		Use:   "preview",
+		Short: "Show what up would change, changing nothing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			begin := time.Now()
+			s, _, err := openStack(ctx, &f)
+			if err != nil {
+				return err
+			}
+			opts := []optpreview.Option{optpreview.ProgressStreams(f.progress())}
+			if expectNoChanges {
+				opts = append(opts, optpreview.ExpectNoChanges())
+			}
+			res, err := s.Preview(ctx, opts...)
+			if err != nil {
+				return fmt.Errorf("preview --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+			}
+			ch := map[string]int{}
+			for k, v := range res.ChangeSummary {
+				ch[string(k)] = v
+			}
+			summary{Stack: f.stack, Verb: "preview", Result: "succeeded", Changes: ch, Elapsed: time.Since(begin).Round(time.Second).String()}.print(f.output == "json")
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVar(&expectNoChanges, "expect-no-changes", false, "fail if anything would change")
+	return c
+}
+
+func refreshCmd() *cobra.Command {
+	var f stackFlags
+	c := &cobra.Command{
+		Use:   "refresh",
+		Short: "Read every resource back from the hosts and record what drifted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			begin := time.Now()
+			s, _, err := openStack(ctx, &f)
+			if err != nil {
+				return err
+			}
+			res, err := s.Refresh(ctx, optrefresh.ProgressStreams(f.progress()))
+			if err != nil {
+				return fmt.Errorf("refresh --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+			}
+			summary{Stack: f.stack, Verb: "refresh", Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges),
+				Elapsed: time.Since(begin).Round(time.Second).String()}.print(f.output == "json")
+			return nil
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func destroyCmd() *cobra.Command {
+	var f stackFlags
+	c := &cobra.Command{
+		Use:   "destroy",
+		Short: "Stop and remove everything the stack made on its hosts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			begin := time.Now()
+			s, root, err := openStack(ctx, &f)
+			if err != nil {
+				return err
+			}
+			res, err := s.Destroy(ctx, optdestroy.ProgressStreams(f.progress()))
+			if err != nil {
+				return fmt.Errorf("destroy --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+			}
+			os.RemoveAll(filepath.Join(root, ".lockplane", f.stack))
+			summary{Stack: f.stack, Verb: "destroy", Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges),
+				Elapsed: time.Since(begin).Round(time.Second).String()}.print(f.output == "json")
+			return nil
+		},
+	}
+	f.add(c)
+	return c
+}
+
+// lastLines keeps the end of a long Pulumi error, where the cause is.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// writeProfile writes a lockctl profile for the deployed arbiter, with the
+// demo workload's and the deployer operator's SVIDs.
+func writeProfile(root, stack string, out auto.OutputMap) (string, error) {
+	str := func(k string) string { s, _ := out[k].Value.(string); return s }
+	eps, _ := out["arbiterEndpoints"].Value.([]any)
+	if len(eps) == 0 {
+		return "", nil
+	}
+	dir := filepath.Join(root, ".lockplane", stack)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	files := map[string]string{"bundle.pem": str("spiffeBundlePem"), "demo.pem": str("clientSvidPem"), "demo-key.pem": str("clientKeyPem"),
+		"operator.pem": str("operatorSvidPem"), "operator-key.pem": str("operatorKeyPem")}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			return "", err
+		}
+	}
+	td := str("trustDomain")
+	p := &profile.Profile{Endpoint: fmt.Sprint(eps[0]), ServerID: str("arbiterServerId"), TrustDomain: td,
+		Bundle: filepath.Join(dir, "bundle.pem"), DefaultIdentity: "demo", Identities: map[string]profile.Identity{
+			"demo":     {SPIFFEID: "spiffe://" + td + "/ns/demo/sa/lockctl", Cert: filepath.Join(dir, "demo.pem"), Key: filepath.Join(dir, "demo-key.pem")},
+			"operator": {SPIFFEID: "spiffe://" + td + "/operator/deployer", Cert: filepath.Join(dir, "operator.pem"), Key: filepath.Join(dir, "operator-key.pem")},
+		}}
+	path := filepath.Join(dir, "profile.json")
+	return path, p.Save(path)
+}
