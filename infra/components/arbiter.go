@@ -125,7 +125,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	deps = append(deps, bin, a.Coord)
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
-		StateDir: env.StateDir(h), Command: append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a.Coord.Endpoints, f)...),
+		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a.Coord.Endpoints, f)...)),
 		Triggers: triggers}, append(opts, pulumi.DependsOn(deps))...)
 	return err
 }

@@ -30,25 +30,27 @@ type EtcdClusterArgs struct {
 	Members []topology.Member
 	Nodes   map[string]*Node
 	CA      *nodes.CA
+	// Token is the cluster's initial-cluster-token (set by NewEtcdCluster).
+	Token pulumi.StringInput
 }
 
 // EtcdFlags is the command line of member m of a cluster, from the
 // stack's tuning. Every URL is https, and peers and clients must present
 // certificates from the region's etcd CA.
-func EtcdFlags(s *topology.Stack, cluster string, members []topology.Member, m topology.Member, files EtcdFiles) []string {
+func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, members []topology.Member, m topology.Member, files EtcdFiles) pulumi.StringArray {
 	var initial []string
 	for _, o := range members {
 		initial = append(initial, fmt.Sprintf("%s=https://%s:%d", o.Name, o.Host.Address, s.Etcd.PeerPort))
 	}
 	client := fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort)
 	peer := fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.PeerPort)
-	return []string{
+	before := []string{
 		"--name", m.Name,
 		"--data-dir", m.Host.HostPath(m.Host.DataDisk + "/etcd-" + cluster),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", strings.Join(initial, ","),
-		"--initial-cluster-token", s.Region + "-" + cluster, "--initial-cluster-state", "new",
+		"--initial-cluster-state", "new",
 		"--cert-file", files.Cert, "--key-file", files.Key, "--trusted-ca-file", files.CA, "--client-cert-auth",
 		"--peer-cert-file", files.Cert, "--peer-key-file", files.Key, "--peer-trusted-ca-file", files.CA, "--peer-client-cert-auth",
 		"--heartbeat-interval", itoa(s.Etcd.HeartbeatMs), "--election-timeout", itoa(s.Etcd.ElectionMs),
@@ -58,7 +60,9 @@ func EtcdFlags(s *topology.Stack, cluster string, members []topology.Member, m t
 		"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
 		"--listen-metrics-urls", fmt.Sprintf("http://%s:%d", m.Host.Address, s.Etcd.ClientPort+2),
 		"--logger", "zap", "--log-level", "info",
+		"--initial-cluster-token",
 	}
+	return append(pulumi.ToStringArray(before), token)
 }
 
 // EtcdFiles are a member's TLS files on its host.
@@ -74,6 +78,11 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 	}
 	in := pulumi.Parent(c)
 	var started []pulumi.Resource
+	tok, err := nodes.NewClusterToken(ctx, s.Region+"-"+a.Name+"-token", s.Region+"-"+a.Name, in)
+	if err != nil {
+		return nil, err
+	}
+	a.Token = tok.Token
 	for _, m := range a.Members {
 		c.Endpoints = append(c.Endpoints, fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort))
 	}
@@ -85,7 +94,6 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 		c.Members = append(c.Members, mem)
 		started = append(started, mem.Service)
 	}
-	var err error
 	if c.Client, err = nodes.NewCertificate(ctx, s.Region+"-"+a.Name+"-deployer", nodes.CertificateArgs{CA: a.CA,
 		CommonName: "lockplane-deployer", Client: true, ValidityHours: 365 * 24}, in); err != nil {
 		return nil, err
@@ -148,7 +156,7 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 	deps = append(deps, bin)
 	triggers = append(triggers, bin.Sha256)
 	if mem.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "etcd-" + a.Name,
-		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: append([]string{env.BinPath(h, "etcd")}, EtcdFlags(s, a.Name, a.Members, m, files)...),
+		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: append(pulumi.StringArray{pulumi.String(env.BinPath(h, "etcd"))}, EtcdFlags(s, a.Name, a.Token, a.Members, m, files)...),
 		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
 		return nil, err
 	}

@@ -75,8 +75,8 @@ func NewTangServer(ctx *pulumi.Context, env *Env, h topology.Host, opts ...pulum
 	// (Debian's unit does the same with socket activation).
 	if t.Service, err = nodes.NewService(ctx, h.Name+"-tangd", nodes.ServiceArgs{Connection: conn, Name: "tangd", Mode: env.Stack.SSH.ServiceMode,
 		StateDir: env.StateDir(h),
-		Command: []string{"/usr/bin/socat", "TCP-LISTEN:" + itoa(env.Stack.Tang.Port) + ",bind=" + h.Address + ",reuseaddr,fork",
-			"EXEC:/usr/libexec/tangd " + db}}, in, pulumi.DependsOn([]pulumi.Resource{t.Keys})); err != nil {
+		Command: pulumi.ToStringArray([]string{"/usr/bin/socat", "TCP-LISTEN:" + itoa(env.Stack.Tang.Port) + ",bind=" + h.Address + ",reuseaddr,fork",
+			"EXEC:/usr/libexec/tangd " + db})}, in, pulumi.DependsOn([]pulumi.Resource{t.Keys})); err != nil {
 		return nil, err
 	}
 	return t, ctx.RegisterResourceOutputs(t, pulumi.Map{"url": pulumi.String(t.URL), "thumbprint": t.Keys.Thumbprint})

@@ -9,7 +9,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
-const prefix = "lockplane:nodes:"
+const prefix_ = "lockplane:nodes:"
 
 // Connection reaches one host. Its private key is kept secret.
 type Connection struct {
@@ -66,13 +66,25 @@ func NewFile(ctx *pulumi.Context, name string, a FileArgs, opts ...pulumi.Resour
 	if a.Content != nil {
 		props["content"] = a.Content
 	} else {
-		props["source"], props["sha256"] = pulumi.String(a.Source), pulumi.String(a.SourceSha256)
+		props["source"], props["sourceSha256"] = pulumi.String(a.Source), pulumi.String(a.SourceSha256)
 	}
 	if a.Mode != "" {
 		props["mode"] = pulumi.String(a.Mode)
 	}
 	var r File
-	return &r, ctx.RegisterResource(prefix+"File", name, props, &r, opts...)
+	return &r, ctx.RegisterResource(prefix_+"File", name, props, &r, opts...)
+}
+
+// ClusterToken is a new etcd cluster's random initial-cluster-token.
+type ClusterToken struct {
+	pulumi.CustomResourceState
+	Token pulumi.StringOutput `pulumi:"token"`
+}
+
+// NewClusterToken makes a token starting with prefix.
+func NewClusterToken(ctx *pulumi.Context, name, prefix string, opts ...pulumi.ResourceOption) (*ClusterToken, error) {
+	var r ClusterToken
+	return &r, ctx.RegisterResource(prefix_+"ClusterToken", name, pulumi.Map{"prefix": pulumi.String(prefix)}, &r, opts...)
 }
 
 // Service is a long-running process on a host.
@@ -87,7 +99,7 @@ type ServiceArgs struct {
 	Connection Connection
 	Name       string
 	Mode       string
-	Command    []string
+	Command    pulumi.StringArrayInput
 	Env        map[string]string
 	StateDir   string
 	// Triggers restart the service when they change.
@@ -97,7 +109,7 @@ type ServiceArgs struct {
 // NewService runs a service on a host.
 func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.ResourceOption) (*Service, error) {
 	props := pulumi.Map{"connection": a.Connection.Input(), "name": pulumi.String(a.Name), "mode": pulumi.String(a.Mode),
-		"command": strings(a.Command)}
+		"command": a.Command}
 	if a.StateDir != "" {
 		props["stateDir"] = pulumi.String(a.StateDir)
 	}
@@ -108,7 +120,7 @@ func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.
 		props["triggers"] = a.Triggers
 	}
 	var r Service
-	return &r, ctx.RegisterResource(prefix+"Service", name, props, &r, opts...)
+	return &r, ctx.RegisterResource(prefix_+"Service", name, props, &r, opts...)
 }
 
 // CA is a private certificate authority.
@@ -125,7 +137,7 @@ func NewCA(ctx *pulumi.Context, name, commonName string, validityHours int, uris
 		props["uris"] = strings(uris)
 	}
 	var r CA
-	return &r, ctx.RegisterResource(prefix+"CA", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"keyPem"}))...)
+	return &r, ctx.RegisterResource(prefix_+"CA", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"keyPem"}))...)
 }
 
 // Certificate is a certificate signed by a CA.
@@ -159,7 +171,7 @@ func NewCertificate(ctx *pulumi.Context, name string, a CertificateArgs, opts ..
 		props["uris"] = strings(a.URIs)
 	}
 	var r Certificate
-	return &r, ctx.RegisterResource(prefix+"Certificate", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"keyPem"}))...)
+	return &r, ctx.RegisterResource(prefix_+"Certificate", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"keyPem"}))...)
 }
 
 // TangKeys is a Tang server's key database.
@@ -171,7 +183,7 @@ type TangKeys struct {
 // NewTangKeys makes (or adopts) Tang keys in dir on a host.
 func NewTangKeys(ctx *pulumi.Context, name string, c Connection, dir string, opts ...pulumi.ResourceOption) (*TangKeys, error) {
 	var r TangKeys
-	return &r, ctx.RegisterResource(prefix+"TangKeys", name, pulumi.Map{"connection": c.Input(), "dir": pulumi.String(dir)}, &r, opts...)
+	return &r, ctx.RegisterResource(prefix_+"TangKeys", name, pulumi.Map{"connection": c.Input(), "dir": pulumi.String(dir)}, &r, opts...)
 }
 
 // TangPin is a Tang server a volume binds to.
@@ -209,7 +221,7 @@ func NewLuksVolume(ctx *pulumi.Context, name string, a LuksVolumeArgs, opts ...p
 		props["sizeMiB"] = pulumi.Int(a.SizeMiB)
 	}
 	var r LuksVolume
-	return &r, ctx.RegisterResource(prefix+"LuksVolume", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"recoveryKey"}))...)
+	return &r, ctx.RegisterResource(prefix_+"LuksVolume", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"recoveryKey"}))...)
 }
 
 // FsyncBenchmark is a host disk's measured fdatasync latency, created only
@@ -235,7 +247,7 @@ type FsyncBenchmarkArgs struct {
 // NewFsyncBenchmark runs the benchmark on a host.
 func NewFsyncBenchmark(ctx *pulumi.Context, name string, a FsyncBenchmarkArgs, opts ...pulumi.ResourceOption) (*FsyncBenchmark, error) {
 	var r FsyncBenchmark
-	return &r, ctx.RegisterResource(prefix+"FsyncBenchmark", name, pulumi.Map{
+	return &r, ctx.RegisterResource(prefix_+"FsyncBenchmark", name, pulumi.Map{
 		"connection": a.Connection.Input(), "hostName": pulumi.String(a.HostName), "binary": pulumi.String(a.Binary),
 		"dir": pulumi.String(a.Dir), "sizeMiB": pulumi.Int(a.SizeMiB), "gateP99Ms": pulumi.Float64(a.GateP99Ms),
 	}, &r, opts...)
@@ -259,7 +271,7 @@ type EtcdClusterArgs struct {
 // NewEtcdCluster waits for a cluster to form.
 func NewEtcdCluster(ctx *pulumi.Context, name string, a EtcdClusterArgs, opts ...pulumi.ResourceOption) (*EtcdCluster, error) {
 	var r EtcdCluster
-	return &r, ctx.RegisterResource(prefix+"EtcdCluster", name, pulumi.Map{
+	return &r, ctx.RegisterResource(prefix_+"EtcdCluster", name, pulumi.Map{
 		"endpoints": strings(a.Endpoints), "caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem,
 		"members": pulumi.Int(a.Members),
 	}, &r, opts...)

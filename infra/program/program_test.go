@@ -35,13 +35,17 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 		out["certPem"], out["keyPem"] = resource.NewStringProperty("CERT "+a.Name), resource.NewStringProperty("KEY "+a.Name)
 	case "lockplane:nodes:TangKeys":
 		out["thumbprint"] = resource.NewStringProperty("thp-" + a.Name)
+	case "lockplane:nodes:ClusterToken":
+		out["token"] = resource.NewStringProperty(a.Inputs["prefix"].StringValue() + "-0123abcd")
 	case "lockplane:nodes:EtcdCluster":
 		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
 	}
 	return a.Name + "-id", out, nil
 }
 
-func (m *mocks) Call(pulumi.MockCallArgs) (resource.PropertyMap, error) { return resource.PropertyMap{}, nil }
+func (m *mocks) Call(pulumi.MockCallArgs) (resource.PropertyMap, error) {
+	return resource.PropertyMap{}, nil
+}
 
 func (m *mocks) of(typ string) []pulumi.MockResourceArgs {
 	var out []pulumi.MockResourceArgs
@@ -135,6 +139,31 @@ func TestEveryEtcdURLIsTLSAndFlagsComeFromConfig(t *testing.T) {
 				t.Fatalf("%s: %q missing from %s", name, want, joined)
 			}
 		}
+	}
+	// Each cluster's initial-cluster-token is its own ClusterToken's random
+	// value, so a cluster made again gets a new cluster ID (ADR-03).
+	tokens := map[string]map[string]bool{}
+	for name, cmd := range cmds {
+		cluster := "coord"
+		if i := strings.Index(name, "-entity-"); i >= 0 {
+			cluster = name[i+1 : i+9]
+		}
+		if tokens[cluster] == nil {
+			tokens[cluster] = map[string]bool{}
+		}
+		tokens[cluster][flag(cmd, "--initial-cluster-token")] = true
+	}
+	seen := map[string]bool{}
+	for cluster, toks := range tokens {
+		for tok := range toks {
+			if len(toks) != 1 || !strings.HasSuffix(tok, "-0123abcd") || seen[tok] {
+				t.Fatalf("cluster %s: tokens %v (want one, from its ClusterToken, unlike the others')", cluster, toks)
+			}
+			seen[tok] = true
+		}
+	}
+	if len(tokens) != 3 {
+		t.Fatalf("tokens by cluster: %v", tokens)
 	}
 	// A tuning change reaches every member's flags.
 	m, err = run(t, "eu-west", func(c map[string]string) {

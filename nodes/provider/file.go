@@ -22,7 +22,7 @@ type FileInputs struct {
 	Path       string        `json:"path"`
 	Content    *string       `json:"content,omitempty"`
 	Source     string        `json:"source,omitempty"`
-	Sha256     string        `json:"sha256,omitempty"`
+	Sha256     string        `json:"sourceSha256,omitempty"`
 	Mode       string        `json:"mode,omitempty"`
 }
 
@@ -97,7 +97,7 @@ func init() {
 			}
 			if in.Source != "" {
 				if len(in.Sha256) != 64 {
-					return errors.New("sha256: the source's hex SHA-256 is required with source")
+					return errors.New("sourceSha256: the source's hex SHA-256 is required with source")
 				}
 				if _, err := os.Stat(in.Source); err != nil {
 					return fmt.Errorf("source: %v", err)

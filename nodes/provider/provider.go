@@ -85,8 +85,9 @@ func marshal(m resource.PropertyMap) (*structpb.Struct, error) {
 }
 
 // decode turns plain (secret-free) properties into a kind's input struct,
-// ignoring unknown values.
-func decode(k kind, pm resource.PropertyMap) (any, error) {
+// ignoring unknown values. Inputs must have only the kind's fields; a
+// resource's state also has its outputs.
+func decode(k kind, pm resource.PropertyMap, strict bool) (any, error) {
 	known := resource.PropertyMap{}
 	for key, v := range pm {
 		if !v.ContainsUnknowns() {
@@ -99,7 +100,9 @@ func decode(k kind, pm resource.PropertyMap) (any, error) {
 		return nil, err
 	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(in); err != nil {
 		return nil, fmt.Errorf("inputs: %v", err)
 	}
@@ -111,8 +114,22 @@ func inputsOf(k kind, s *structpb.Struct) (any, resource.PropertyMap, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	in, err := decode(k, plain)
+	in, err := decode(k, plain, true)
 	return in, plain, err
+}
+
+// stateInputs decodes a resource's inputs from its old inputs, or from its
+// state when the engine sent none.
+func stateInputs(k kind, oldInputs, state *structpb.Struct) (any, error) {
+	if oldInputs != nil {
+		in, _, err := inputsOf(k, oldInputs)
+		return in, err
+	}
+	plain, err := unmarshal(state, false)
+	if err != nil {
+		return nil, err
+	}
+	return decode(k, plain, false)
 }
 
 // GetPluginInfo implements pulumirpc.ResourceProviderServer.
@@ -250,6 +267,14 @@ func state(k kind, inputs *structpb.Struct, out map[string]any) (*structpb.Struc
 			props[resource.PropertyKey(key)] = resource.MakeSecret(v)
 		}
 	}
+	// An SSH key is a secret in the state whether or not the program said so.
+	if c, ok := props["connection"]; ok && c.IsObject() {
+		conn := c.ObjectValue().Copy()
+		if v, ok := conn["privateKey"]; ok && !v.IsSecret() {
+			conn["privateKey"] = resource.MakeSecret(v)
+			props["connection"] = resource.NewObjectProperty(conn)
+		}
+	}
 	return marshal(props)
 }
 
@@ -284,14 +309,11 @@ func (s *Server) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulumir
 	if err != nil {
 		return nil, err
 	}
-	inputs := req.GetInputs()
-	if inputs == nil {
-		inputs = req.GetProperties()
-	}
-	in, _, err := inputsOf(k, inputs)
+	in, err := stateInputs(k, req.GetInputs(), req.GetProperties())
 	if err != nil {
 		return nil, err
 	}
+	inputs := req.GetInputs()
 	old, err := unmarshal(req.GetProperties(), false)
 	if err != nil {
 		return nil, err
@@ -303,11 +325,14 @@ func (s *Server) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulumir
 	if out == nil {
 		return &pulumirpc.ReadResponse{}, nil
 	}
+	if inputs == nil {
+		inputs = req.GetProperties()
+	}
 	st, err := state(k, inputs, out)
 	if err != nil {
 		return nil, err
 	}
-	return &pulumirpc.ReadResponse{Id: req.GetId(), Properties: st, Inputs: inputs}, nil
+	return &pulumirpc.ReadResponse{Id: req.GetId(), Properties: st, Inputs: req.GetInputs()}, nil
 }
 
 // Update implements pulumirpc.ResourceProviderServer.
@@ -316,11 +341,7 @@ func (s *Server) Update(ctx context.Context, req *pulumirpc.UpdateRequest) (*pul
 	if err != nil {
 		return nil, err
 	}
-	oldInputs := req.GetOldInputs()
-	if oldInputs == nil {
-		oldInputs = req.GetOlds()
-	}
-	olds, _, err := inputsOf(k, oldInputs)
+	olds, err := stateInputs(k, req.GetOldInputs(), req.GetOlds())
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +373,7 @@ func (s *Server) Delete(ctx context.Context, req *pulumirpc.DeleteRequest) (*emp
 	if err != nil {
 		return nil, err
 	}
-	inputs := req.GetOldInputs()
-	if inputs == nil {
-		inputs = req.GetProperties()
-	}
-	in, _, err := inputsOf(k, inputs)
+	in, err := stateInputs(k, req.GetOldInputs(), req.GetProperties())
 	if err != nil {
 		return nil, err
 	}

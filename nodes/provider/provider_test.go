@@ -1,0 +1,263 @@
+package provider_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/lockplane/lockplane/nodes/provider"
+	"github.com/lockplane/lockplane/nodes/remote"
+	"github.com/lockplane/lockplane/test/hosts"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// A test region: two hosts on a private bridge, each with its own sshd.
+func harness(t *testing.T) *hosts.Harness {
+	t.Helper()
+	if err := hosts.Check(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	h, err := hosts.Up(context.Background(), hosts.Config{Dir: t.TempDir(), Prefix: "lptp", Subnet: "10.231.252.0/24",
+		Hosts: []hosts.Spec{{Name: "n1", Address: "10.231.252.11"}, {Name: "n2", Address: "10.231.252.12"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Down() })
+	return h
+}
+
+func target(t *testing.T, h *hosts.Harness, name string) map[string]any {
+	key, err := os.ReadFile(h.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := h.Host(name)
+	return map[string]any{"host": host.Address, "user": "root", "privateKey": string(key), "hostKey": host.HostKey}
+}
+
+func urn(kind, name string) string {
+	return "urn:pulumi:test::lockplane::lockplane:nodes:" + kind + "::" + name
+}
+
+func props(t *testing.T, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := plugin.MarshalProperties(resource.NewPropertyMapFromMap(m), plugin.MarshalOptions{KeepSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func outputs(t *testing.T, s *structpb.Struct) map[string]any {
+	t.Helper()
+	pm, err := plugin.UnmarshalProperties(s, plugin.MarshalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pm.Mappable()
+}
+
+func run(t *testing.T, h *hosts.Harness, host, cmd string) string {
+	t.Helper()
+	c, err := h.Dial(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, _ := c.NewSession()
+	defer s.Close()
+	out, _ := s.CombinedOutput(cmd)
+	return strings.TrimSpace(string(out))
+}
+
+func TestFileLifecycleOnARealHost(t *testing.T) {
+	h := harness(t)
+	p := provider.New()
+	ctx := context.Background()
+	path := filepath.Join(h.Host("n1").Root, "etc/lockplane/app.conf")
+	in := map[string]any{"connection": target(t, h, "n1"), "path": path, "content": "a = 1\n", "mode": "0640"}
+
+	check, err := p.Check(ctx, &pulumirpc.CheckRequest{Urn: urn("File", "conf"), News: props(t, in)})
+	if err != nil || len(check.Failures) > 0 {
+		t.Fatalf("check: %v %v", err, check.GetFailures())
+	}
+	created, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("File", "conf"), Properties: props(t, in)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, h, "n1", "cat "+path+"; stat -c %a "+path); got != "a = 1\n640" && got != "a = 1\n\n640" && !strings.HasPrefix(got, "a = 1") {
+		t.Fatalf("on the host: %q", got)
+	}
+	if mode := run(t, h, "n1", "stat -c %a "+path); mode != "640" {
+		t.Fatalf("mode %s", mode)
+	}
+	// The private key is stored as a secret.
+	st, _ := plugin.UnmarshalProperties(created.Properties, plugin.MarshalOptions{KeepSecrets: true})
+	if !st["connection"].ObjectValue()["privateKey"].IsSecret() && !st["connection"].IsSecret() {
+		t.Fatal("the SSH private key is stored in the clear")
+	}
+
+	// Nothing changed: no diff. Content changed: an update, not a replace.
+	same, err := p.Diff(ctx, &pulumirpc.DiffRequest{Urn: urn("File", "conf"), Olds: created.Properties, News: props(t, in)})
+	if err != nil || same.Changes != pulumirpc.DiffResponse_DIFF_NONE {
+		t.Fatalf("diff of identical inputs: %v %v", same, err)
+	}
+	in2 := map[string]any{"connection": target(t, h, "n1"), "path": path, "content": "a = 2\n", "mode": "0640"}
+	d, err := p.Diff(ctx, &pulumirpc.DiffRequest{Urn: urn("File", "conf"), Olds: created.Properties, News: props(t, in2)})
+	if err != nil || d.Changes != pulumirpc.DiffResponse_DIFF_SOME || len(d.Replaces) != 0 || strings.Join(d.Diffs, ",") != "content" {
+		t.Fatalf("diff of new content: %+v %v", d, err)
+	}
+	if _, err := p.Update(ctx, &pulumirpc.UpdateRequest{Urn: urn("File", "conf"), Id: created.Id, Olds: created.Properties, News: props(t, in2)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, h, "n1", "cat "+path); got != "a = 2" {
+		t.Fatalf("after update: %q", got)
+	}
+	// A new path replaces.
+	in3 := map[string]any{"connection": target(t, h, "n1"), "path": path + ".new", "content": "a = 2\n"}
+	if d, _ := p.Diff(ctx, &pulumirpc.DiffRequest{Urn: urn("File", "conf"), Olds: created.Properties, News: props(t, in3)}); len(d.Replaces) != 1 || d.Replaces[0] != "path" {
+		t.Fatalf("a new path should replace: %+v", d)
+	}
+
+	// Read finds it; deleted behind Pulumi's back, Read reports it gone.
+	r, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("File", "conf"), Id: created.Id, Properties: created.Properties, Inputs: props(t, in2)})
+	if err != nil || r.Id == "" {
+		t.Fatalf("read: %v %v", r, err)
+	}
+	if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("File", "conf"), Id: created.Id, Properties: created.Properties, OldInputs: props(t, in2)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, h, "n1", "test -e "+path+" && echo present || echo absent"); got != "absent" {
+		t.Fatalf("after delete: %s", got)
+	}
+	r, err = p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("File", "conf"), Id: created.Id, Properties: created.Properties, Inputs: props(t, in2)})
+	if err != nil || r.Id != "" {
+		t.Fatalf("read of a deleted file: %v %v", r, err)
+	}
+}
+
+// An unchanged file is not sent again: the upload is skipped when the
+// host's copy has the same checksum.
+func TestUnchangedFilesAreNotResent(t *testing.T) {
+	h := harness(t)
+	var pool remote.Pool
+	defer pool.Close()
+	var tg remote.Target
+	m := target(t, h, "n2")
+	tg.Host, tg.User, tg.PrivateKey, tg.HostKey = m["host"].(string), "root", m["privateKey"].(string), m["hostKey"].(string)
+	c, err := pool.Dial(context.Background(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(h.Host("n2").Root, "opt/blob")
+	body := strings.Repeat("lockplane ", 100000)
+	sum := mustSum(body)
+	for i, want := range []bool{true, false} {
+		sent, err := c.Put(context.Background(), path, strings.NewReader(body), sum, 0o644)
+		if err != nil || sent != want {
+			t.Fatalf("put %d: sent=%v err=%v, want sent=%v", i, sent, err, want)
+		}
+	}
+	// A source that does not match its declared checksum is not installed.
+	if _, err := c.Put(context.Background(), path, strings.NewReader("other"), mustSum("different"), 0o644); err == nil || !strings.Contains(err.Error(), "changed while it was sent") {
+		t.Fatalf("a mismatched source: %v", err)
+	}
+	if got, _ := c.Sha256(context.Background(), path); got != sum {
+		t.Fatal("the host's file changed after a refused upload")
+	}
+}
+
+func mustSum(s string) string {
+	f, _ := os.CreateTemp("", "sum")
+	defer os.Remove(f.Name())
+	f.WriteString(s)
+	f.Close()
+	sum, _ := provider.SumFile(f.Name())
+	return sum
+}
+
+func TestAnUnknownHostKeyIsRefused(t *testing.T) {
+	h := harness(t)
+	p := provider.New()
+	conn := target(t, h, "n1")
+	conn["hostKey"] = h.Host("n2").HostKey // another host's key
+	in := map[string]any{"connection": conn, "path": filepath.Join(h.Host("n1").Root, "x"), "content": "x"}
+	_, err := p.Create(context.Background(), &pulumirpc.CreateRequest{Urn: urn("File", "x"), Properties: props(t, in)})
+	if err == nil || !strings.Contains(err.Error(), "host key mismatch") || !strings.Contains(err.Error(), "refusing to connect") {
+		t.Fatalf("a wrong pinned key: %v", err)
+	}
+	delete(conn, "hostKey")
+	check, _ := p.Check(context.Background(), &pulumirpc.CheckRequest{Urn: urn("File", "x"), News: props(t, in)})
+	if len(check.GetFailures()) != 1 || !strings.Contains(check.Failures[0].Reason, "no pinned host key; pin it, or set trustOnFirstUse") {
+		t.Fatalf("no pinned key: %v", check.GetFailures())
+	}
+	conn["trustOnFirstUse"] = true
+	if _, err := p.Create(context.Background(), &pulumirpc.CreateRequest{Urn: urn("File", "x"), Properties: props(t, in)}); err != nil {
+		t.Fatalf("explicit trust on first use: %v", err)
+	}
+}
+
+func TestServiceRunsRestartsAndStops(t *testing.T) {
+	h := harness(t)
+	p := provider.New()
+	ctx := context.Background()
+	state := filepath.Join(h.Host("n1").Root, "run")
+	in := map[string]any{"connection": target(t, h, "n1"), "name": "sleeper", "mode": "supervised", "stateDir": state,
+		"command": []any{"/bin/sleep", "600"}}
+	created, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", "s"), Properties: props(t, in)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := outputs(t, created.Properties)["pid"]
+	if got := services(h, "n1"); got != "sh sleep" {
+		t.Fatalf("processes on n1 after start: %q, want the loop and sleep", got)
+	}
+	// The command dies: the loop starts it again. (-x: the loop's own
+	// command line names the command too.)
+	first := run(t, h, "n1", "pgrep -x sleep")
+	run(t, h, "n1", "kill "+first)
+	if got := run(t, h, "n1", "for i in $(seq 50); do p=$(pgrep -x sleep) && [ \"$p\" != "+first+" ] && echo $p && exit 0; sleep 0.1; done; echo none"); got == "none" {
+		t.Fatal("the service was not restarted")
+	}
+	// An update restarts it with the new command.
+	in["command"] = []any{"/bin/sleep", "700"}
+	up, err := p.Update(ctx, &pulumirpc.UpdateRequest{Urn: urn("Service", "s"), Id: created.Id, Olds: created.Properties, News: props(t, in)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outputs(t, up.Properties)["pid"] == pid {
+		t.Fatal("update did not restart the service")
+	}
+	if got := run(t, h, "n1", "ps -o args= -C sleep"); got != "/bin/sleep 700" {
+		t.Fatalf("after the update the service runs %q, want only /bin/sleep 700", got)
+	}
+	if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("Service", "s"), Id: created.Id, Properties: up.Properties, OldInputs: props(t, in)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := services(h, "n1"); got != "" {
+		t.Fatalf("processes left on n1 after delete: %q", got)
+	}
+}
+
+// services lists the commands running in a host's namespace, but sshd.
+func services(h *hosts.Harness, host string) string {
+	var names []string
+	for _, pid := range h.Processes()[host] {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if name := strings.TrimSpace(string(b)); err == nil && name != "sshd" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, " ")
+}
