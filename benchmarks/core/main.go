@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/lockplane/lockplane/benchmarks/latency"
 	"log"
 	"os"
 	"runtime/pprof"
@@ -183,15 +184,8 @@ func measure(ctx context.Context, modes []mode, n int, warmup, d time.Duration, 
 	}
 	var out []result
 	for i, m := range modes {
-		l := lat[i]
-		slices.Sort(l)
-		pct := func(p float64) float64 {
-			if len(l) == 0 {
-				return 0
-			}
-			return float64(l[int(p*float64(len(l)-1))]) / float64(time.Millisecond)
-		}
-		out = append(out, result{Mode: m.name, Clients: n, Ops: len(l), P50ms: pct(0.50), P99ms: pct(0.99), OpsSec: float64(len(l)) / spent[i].Seconds()})
+		sum := latency.Summarize(lat[i])
+		out = append(out, result{Mode: m.name, Clients: n, Ops: sum.N, P50ms: sum.P50ms, P99ms: sum.P99ms, OpsSec: float64(sum.N) / spent[i].Seconds()})
 	}
 	return out, nil
 }

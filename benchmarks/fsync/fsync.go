@@ -10,10 +10,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/lockplane/lockplane/benchmarks/latency"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,22 +89,11 @@ func Run(dir string, cfg Config) (Result, error) {
 			cfg.Progress(int64(i+1)*int64(cfg.Block), cfg.Size)
 		}
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	sum := latency.Summarize(lat)
 	abs, _ := filepath.Abs(dir)
-	r := Result{Dir: abs, Device: Device(abs), Writes: n, P50: Percentile(lat, 50), P99: Percentile(lat, 99), Max: lat[len(lat)-1]}
-	r.P50ms, r.P99ms, r.MaxMs = ms(r.P50), ms(r.P99), ms(r.Max)
+	r := Result{Dir: abs, Device: Device(abs), Writes: n, P50: latency.Percentile(lat, 50), P99: latency.Percentile(lat, 99), Max: lat[len(lat)-1],
+		P50ms: sum.P50ms, P99ms: sum.P99ms, MaxMs: sum.MaxMs}
 	return r, nil
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// Percentile is the nearest-rank percentile p of sorted latencies.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p/100+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // Device names the filesystem source that holds dir, from the mount table.

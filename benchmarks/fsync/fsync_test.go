@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/lockplane/lockplane/benchmarks/fsync"
 )
@@ -24,19 +23,6 @@ func TestRunTimesEveryWrite(t *testing.T) {
 	}
 	if r.Device == "" || r.Device == "unknown" {
 		t.Fatalf("device of %s: %q", dir, r.Device)
-	}
-}
-
-func TestPercentileIsNearestRank(t *testing.T) {
-	var lat []time.Duration
-	for i := 1; i <= 100; i++ {
-		lat = append(lat, time.Duration(i))
-	}
-	if p := fsync.Percentile(lat, 99); p != 99 {
-		t.Fatalf("p99 of 1..100 = %d", p)
-	}
-	if p := fsync.Percentile(lat, 50); p != 50 {
-		t.Fatalf("p50 of 1..100 = %d", p)
 	}
 }
 

@@ -35,8 +35,14 @@ func NewNode(ctx *pulumi.Context, env *Env, h topology.Host, tang []*TangServer,
 		pins = append(pins, nodes.TangPin{URL: t.URL, Thumbprint: t.Keys.Thumbprint})
 		tangDeps = append(tangDeps, t.Service)
 	}
+	// A block device is opened and mounted as the data disk; an image file
+	// (test hosts: no device-mapper) is bound and verified only.
+	mount := ""
+	if h.LuksImageMiB == 0 {
+		mount = h.HostPath(h.DataDisk)
+	}
 	if n.Luks, err = nodes.NewLuksVolume(ctx, h.Name+"-data", nodes.LuksVolumeArgs{Connection: conn, Path: h.HostPath(h.LuksDevice),
-		SizeMiB: h.LuksImageMiB, Tang: pins, Threshold: 1}, in, pulumi.DependsOn(tangDeps)); err != nil {
+		SizeMiB: h.LuksImageMiB, Tang: pins, Threshold: 1, MountPoint: mount}, in, pulumi.DependsOn(tangDeps)); err != nil {
 		return nil, err
 	}
 	if n.Fsync, err = nodes.NewFsyncBenchmark(ctx, h.Name+"-fsync", nodes.FsyncBenchmarkArgs{Connection: conn, HostName: h.Name,

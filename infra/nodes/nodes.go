@@ -208,6 +208,7 @@ type LuksVolumeArgs struct {
 	SizeMiB    int
 	Tang       []TangPin
 	Threshold  int
+	MountPoint string
 }
 
 // NewLuksVolume formats and binds a volume.
@@ -219,6 +220,9 @@ func NewLuksVolume(ctx *pulumi.Context, name string, a LuksVolumeArgs, opts ...p
 	props := pulumi.Map{"connection": a.Connection.Input(), "path": pulumi.String(a.Path), "tang": pins, "threshold": pulumi.Int(a.Threshold)}
 	if a.SizeMiB > 0 {
 		props["sizeMiB"] = pulumi.Int(a.SizeMiB)
+	}
+	if a.MountPoint != "" {
+		props["mountPoint"] = pulumi.String(a.MountPoint)
 	}
 	var r LuksVolume
 	return &r, ctx.RegisterResource(prefix_+"LuksVolume", name, props, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"recoveryKey"}))...)

@@ -115,6 +115,10 @@ func Run(ctx *pulumi.Context) error {
 	ctx.Export("operatorSvidPem", region.Arbiter.Operator.CertPem)
 	ctx.Export("operatorKeyPem", pulumi.ToSecret(region.Arbiter.Operator.KeyPem))
 	ctx.Export("acquireP99GateMs", pulumi.Float64(s.Gates.AcquireP99Ms))
+	// Set by `lockplane promote` when the stack met its acquire gate.
+	if rec := cfg.Get("promotion"); rec != "" {
+		ctx.Export("promotion", pulumi.String(rec))
+	}
 	return nil
 }
 

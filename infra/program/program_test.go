@@ -207,6 +207,10 @@ func TestEtcdIsGatedOnTheFsyncBenchmark(t *testing.T) {
 		if n := len(v.Inputs["tang"].ArrayValue()); n != 2 || v.Inputs["threshold"].NumberValue() != 1 {
 			t.Fatalf("%s: %d tang pins, threshold %v", v.Name, n, v.Inputs["threshold"])
 		}
+		// Production disks are opened and mounted as etcd's data disk.
+		if v.Inputs["mountPoint"].StringValue() != "/var/lib/etcd" || v.Inputs["path"].StringValue() != "/dev/nvme1n1" {
+			t.Fatalf("%s: device %v mounted at %v", v.Name, v.Inputs["path"], v.Inputs["mountPoint"])
+		}
 	}
 }
 

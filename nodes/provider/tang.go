@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -93,6 +94,39 @@ type LuksVolumeInputs struct {
 	SizeMiB   int       `json:"sizeMiB,omitempty"`
 	Tang      []TangPin `json:"tang"`
 	Threshold int       `json:"threshold"`
+	// MountPoint, for a block device, is where the opened volume is
+	// mounted (etcd's data disk), with crypttab and fstab entries so the
+	// node unlocks through Tang at boot. Image files cannot be opened
+	// without device-mapper and take no mount point.
+	MountPoint string `json:"mountPoint,omitempty"`
+}
+
+// mapperName is the device-mapper name of an opened volume.
+const mapperName = "lockplane-data"
+
+// mountScript opens a bound device through Tang, makes its filesystem
+// once, mounts it, and records it for boot (clevis unlocks _netdev
+// crypttab entries through Tang; a node that cannot reach Tang stays
+// locked, ADR-06).
+func (in *LuksVolumeInputs) mountScript() string {
+	return fmt.Sprintf(`dev=%[1]s; mp=%[2]s; name=%[3]s
+[ -e /dev/mapper/$name ] || clevis luks unlock -d "$dev" -n $name
+blkid /dev/mapper/$name >/dev/null 2>&1 || mkfs.ext4 -q -L $name /dev/mapper/$name
+mkdir -p "$mp"
+mountpoint -q "$mp" || mount -o noatime /dev/mapper/$name "$mp"
+grep -q "^$name " /etc/crypttab 2>/dev/null || echo "$name UUID=$(cryptsetup luksUUID "$dev") none _netdev" >> /etc/crypttab
+grep -q " $mp " /etc/fstab || echo "/dev/mapper/$name $mp ext4 defaults,noatime,_netdev 0 2" >> /etc/fstab
+systemctl enable clevis-luks-askpass.path >/dev/null 2>&1 || true
+`, remote.Quote(in.Path), remote.Quote(in.MountPoint), mapperName)
+}
+
+func (in *LuksVolumeInputs) unmountScript() string {
+	return fmt.Sprintf(`mp=%[1]s; name=%[2]s
+mountpoint -q "$mp" && umount "$mp"
+[ -e /dev/mapper/$name ] && cryptsetup close $name
+sed -i "\# $mp #d" /etc/fstab
+sed -i "/^$name /d" /etc/crypttab
+`, remote.Quote(in.MountPoint), mapperName)
 }
 
 func (in *LuksVolumeInputs) sssConfig() string {
@@ -138,6 +172,12 @@ func init() {
 			if in.Threshold < 1 || in.Threshold > len(in.Tang) {
 				return fmt.Errorf("threshold: %d must be between 1 and the number of Tang servers (%d)", in.Threshold, len(in.Tang))
 			}
+			if in.MountPoint != "" {
+				if in.SizeMiB > 0 {
+					return errors.New("mountPoint: an image file cannot be opened here (no device-mapper); only a block device is mounted")
+				}
+				return validatePath("mountPoint", in.MountPoint)
+			}
 			return nil
 		},
 		Create: func(ctx context.Context, env *Env, in *LuksVolumeInputs) (string, map[string]any, error) {
@@ -159,6 +199,9 @@ printf '%%s' %[2]s > "$key"
 cryptsetup luksFormat --batch-mode --type luks2 --pbkdf pbkdf2 --iter-time 200 %[1]s "$key"
 clevis luks bind -y -k "$key" -d %[1]s sss %[3]s
 `, dev, remote.Quote(recovery), remote.Quote(in.sssConfig())) + verifyScript(in.Path)
+			if in.MountPoint != "" {
+				script += in.mountScript()
+			}
 			out, err := c.Run(ctx, script)
 			if err != nil {
 				return "", nil, fmt.Errorf("LUKS volume %s on %s: %w", in.Path, in.Connection.Host, err)
@@ -191,7 +234,11 @@ clevis luks bind -y -k "$key" -d %[1]s sss %[3]s
 				return err
 			}
 			// A device keeps its bytes, but without key slots they are noise.
-			_, err = c.Run(ctx, "cryptsetup erase --batch-mode "+remote.Quote(in.Path))
+			script := "cryptsetup erase --batch-mode " + remote.Quote(in.Path)
+			if in.MountPoint != "" {
+				script = in.unmountScript() + script
+			}
+			_, err = c.Run(ctx, script)
 			return err
 		},
 		Secrets: []string{"recoveryKey"},

@@ -135,4 +135,3 @@ func lastLine(b []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-

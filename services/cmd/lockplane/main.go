@@ -1,6 +1,7 @@
-// Command lockplane is the distribution's operator command. `lockplane dev`
-// runs the embedded default; the infrastructure verbs (up, preview, destroy,
-// bench, promote) join it as they land.
+// Command lockplane is the distribution's operator command: `lockplane dev`
+// runs the embedded default; up, preview, refresh and destroy drive a
+// region's stack; bench fsync measures a disk; promote gates a stack on
+// its acquire latency.
 package main
 
 import (
@@ -20,7 +21,7 @@ func main() {
 	}
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks that gate a deployment"}
 	bench.AddCommand(fsync.Command())
-	root.AddCommand(devCmd(), bench, upCmd(), previewCmd(), refreshCmd(), destroyCmd())
+	root.AddCommand(devCmd(), bench, upCmd(), previewCmd(), refreshCmd(), destroyCmd(), promoteCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "lockplane:", err)
 		os.Exit(1)
