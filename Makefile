@@ -75,7 +75,7 @@ proto-check: proto
 
 # This package's fsync benchmark beside fio's etcd recipe on one directory.
 bench-fsync:
-	$(GO) test -run '^$$' -bench AgainstFio -benchtime 3x ./benchmarks/fsync
+	$(GO) test -run '^$$' -bench AgainstFio -benchtime 7x ./benchmarks/fsync
 
 # Raw etcd Txn vs Lockplane vs concurrency.Mutex on one embedded cluster.
 bench-core: build

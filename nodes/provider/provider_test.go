@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -260,4 +261,66 @@ func services(h *hosts.Harness, host string) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, " ")
+}
+
+// A LUKS volume bound to two Tang servers is verified to unlock through
+// them; with both stopped the verification fails, and one is enough.
+func TestLuksVolumeUnlocksOnlyThroughTang(t *testing.T) {
+	for _, bin := range []string{"cryptsetup", "clevis", "socat", "jose", "/usr/libexec/tangd"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing (apt-get install cryptsetup-bin clevis clevis-luks tang-common socat jose)", bin)
+			}
+			t.Skipf("%s is missing", bin)
+		}
+	}
+	h := harness(t)
+	p := provider.New()
+	ctx := context.Background()
+	var pins []any
+	tangs := map[string]*pulumirpc.CreateResponse{}
+	tangIn := map[string]map[string]any{}
+	for _, n := range []string{"n1", "n2"} {
+		db := filepath.Join(h.Host(n).Root, "var/db/tang")
+		keys, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("TangKeys", n), Properties: props(t, map[string]any{"connection": target(t, h, n), "dir": db})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := h.Host(n).Address
+		tangIn[n] = map[string]any{"connection": target(t, h, n), "name": "tangd", "mode": "supervised", "stateDir": filepath.Join(h.Host(n).Root, "run"),
+			"command": []any{"/usr/bin/socat", "TCP-LISTEN:7500,bind=" + addr + ",reuseaddr,fork", "EXEC:/usr/libexec/tangd " + db}}
+		if tangs[n], err = p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", n), Properties: props(t, tangIn[n])}); err != nil {
+			t.Fatal(err)
+		}
+		pins = append(pins, map[string]any{"url": "http://" + addr + ":7500", "thumbprint": outputs(t, keys.Properties)["thumbprint"]})
+	}
+	vin := map[string]any{"connection": target(t, h, "n1"), "path": filepath.Join(h.Host("n1").Root, "var/lib/luks/data.img"),
+		"sizeMiB": 32, "tang": pins, "threshold": 1}
+	vol, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("LuksVolume", "v"), Properties: props(t, vin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outputs(t, vol.Properties); o["verified"] != true || o["uuid"] == "" {
+		t.Fatalf("volume: %v", o)
+	}
+	verified := func() bool {
+		r, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("LuksVolume", "v"), Id: vol.Id, Properties: vol.Properties, Inputs: props(t, vin)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outputs(t, r.Properties)["verified"] == true
+	}
+	stop := func(n string) {
+		if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("Service", n), Id: tangs[n].Id, Properties: tangs[n].Properties, OldInputs: props(t, tangIn[n])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop("n1")
+	if !verified() {
+		t.Fatal("with one of two Tang servers up the volume did not unlock (threshold 1)")
+	}
+	stop("n2")
+	if verified() {
+		t.Fatal("the volume unlocked with every Tang server down: the binding proves nothing")
+	}
 }

@@ -213,6 +213,9 @@ clevis luks bind -y -k "$key" -d %[1]s sss %[3]s
 			}
 			return uuid, map[string]any{"uuid": uuid, "clevisSlot": slot, "recoveryKey": recovery, "verified": true}, nil
 		},
+		// Read proves the unlock through Tang again: a volume whose Tang
+		// servers are all gone, or whose binding was removed, reads back
+		// with verified false.
 		Read: func(ctx context.Context, env *Env, _ string, in *LuksVolumeInputs, st map[string]any) (map[string]any, error) {
 			c, err := env.Pool.Dial(ctx, in.Connection)
 			if err != nil {
@@ -222,6 +225,8 @@ clevis luks bind -y -k "$key" -d %[1]s sss %[3]s
 			if err != nil || strings.TrimSpace(out) == "" {
 				return nil, err
 			}
+			_, verr := c.Run(ctx, verifyScript(in.Path))
+			st["verified"] = verr == nil
 			return st, nil
 		},
 		Delete: func(ctx context.Context, env *Env, _ string, in *LuksVolumeInputs, _ map[string]any) error {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/lockplane/lockplane/services/token"
@@ -107,11 +108,79 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		t.Fatalf("token from the deployed arbiter: %q (%v)", tokOut, err)
 	}
 
+	// promote: within the gate it is recorded as a tag and an output (the
+	// stack's config gains lockplane:promotion: restored afterwards);
+	// over a gate it exits non-zero with the figures and records nothing.
+	stackFile := filepath.Join(dir, "stacks", "Pulumi.local.yaml")
+	orig, err := os.ReadFile(stackFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(stackFile, orig, 0o644) })
+	cmd := exec.Command(filepath.Join(dir, "bin", "lockplane"), "promote", "--stack", "local", "--ops", "30", "--gate-p99-ms", "0.001", "-o", "json")
+	cmd.Dir = dir
+	failed, err := cmd.Output()
+	var rec struct {
+		P99  float64 `json:"acquire_p99_ms"`
+		Pass bool    `json:"pass"`
+	}
+	if err == nil || json.Unmarshal(lastLine(failed), &rec) != nil || rec.Pass || rec.P99 <= 0 {
+		t.Fatalf("promote over an impossible gate: err %v, %s", err, failed)
+	}
+	out = run(t, dir, "lockplane", "promote", "--stack", "local", "--ops", "50", "-o", "json")
+	if err := json.Unmarshal(firstLine(out), &rec); err != nil || !rec.Pass {
+		t.Fatalf("promote: %s (%v)", out, err)
+	}
+	t.Logf("promote: acquire p99 %.3f ms through the deployed arbiter", rec.P99)
+	if b, _ := os.ReadFile(stackFile); !bytes.Contains(b, []byte("lockplane:promotion")) {
+		t.Fatal("the promotion was not recorded in the stack")
+	}
+
 	// Nothing changed: the second up touches nothing.
 	var again summary
 	out = run(t, dir, "lockplane", "up", "--stack", "local", "--expect-no-changes", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &again); err != nil || len(again.Changes) != 1 || again.Changes["same"] == 0 {
 		t.Fatalf("second up: %s (%v)", out, err)
+	}
+
+	// A change reaches only what depends on it: a new lock class changes
+	// the arbiters' command lines and nothing else.
+	classes := []byte("      - name: demo\n        ttl: 15s\n")
+	current, _ := os.ReadFile(stackFile)
+	if !bytes.Contains(current, classes) {
+		t.Fatal("the local stack's class list is not where the test expects it")
+	}
+	os.WriteFile(stackFile, bytes.Replace(current, classes, append(classes, "      - name: batch\n        ttl: 60s\n"...), 1), 0o644)
+	var pv summary
+	out = run(t, dir, "lockplane", "preview", "--stack", "local", "-o", "json")
+	os.WriteFile(stackFile, current, 0o644)
+	if err := json.Unmarshal(lastLine(out), &pv); err != nil || pv.Changes["update"] != 2 || len(pv.Changes) != 2 {
+		t.Fatalf("preview of a new class: %s (%v); want 2 updates (the arbiters) and the rest the same", out, err)
+	}
+
+	// Drift: a member's etcd killed behind Pulumi's back is found by
+	// refresh, and the next up makes that one service again.
+	coord5 := h.Host("coord-5")
+	pidFile := filepath.Join(coord5.Root, "var/lib/lockplane/run/etcd-coord.pid")
+	pid, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The service's restart loop leads its own process group. (Not
+	// /usr/bin/kill: procps-ng 4.0.2 mistakes a negative PID for -1, every
+	// process.)
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err != nil || pgid <= 1 {
+		t.Fatalf("coord-5's pid file holds %q", pid)
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill coord-5's etcd: %v", err)
+	}
+	run(t, dir, "lockplane", "refresh", "--stack", "local", "-o", "json")
+	var repair summary
+	out = run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &repair); err != nil || repair.Changes["create"] != 1 {
+		t.Fatalf("up after the drift: %s (%v); want the one service created again", out, err)
 	}
 
 	var down summary
@@ -127,6 +196,11 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 			}
 		}
 	}
+}
+
+func firstLine(b []byte) []byte {
+	line, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte("\n"))
+	return line
 }
 
 func lastLine(b []byte) []byte {

@@ -34,6 +34,7 @@ func promoteCmd() *cobra.Command {
 	var f stackFlags
 	var ops int
 	var class string
+	var gateOverride float64
 	c := &cobra.Command{
 		Use:   "promote",
 		Short: "Benchmark acquire latency through the stack's arbiter and record the promotion if p99 is within the gate",
@@ -63,6 +64,9 @@ Over the gate it exits 1 with the figures and records nothing.`,
 				return err
 			}
 			gate, _ := out["acquireP99GateMs"].Value.(float64)
+			if gateOverride > 0 {
+				gate = gateOverride
+			}
 			path, err := writeProfile(root, f.stack, out)
 			if err != nil || path == "" {
 				return fmt.Errorf("stack %s has no deployed arbiter: run `lockplane up --stack %s` first", f.stack, f.stack)
@@ -99,6 +103,7 @@ Over the gate it exits 1 with the figures and records nothing.`,
 	f.add(c)
 	c.Flags().IntVar(&ops, "ops", 200, "acquisitions to time")
 	c.Flags().StringVar(&class, "class", "", "lock class to acquire in (default: the arbiter's default class)")
+	c.Flags().Float64Var(&gateOverride, "gate-p99-ms", 0, "use this gate instead of the stack's gates.acquireP99Ms (a tighter bar for a canary)")
 	return c
 }
 
