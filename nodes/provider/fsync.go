@@ -73,7 +73,7 @@ func init() {
 				return "", nil, fmt.Errorf("fsync benchmark on %s: unreadable result %q: %v", in.HostName, out, err)
 			}
 			if r.P99ms > in.GateP99Ms {
-				return "", nil, fmt.Errorf("fsync gate: host %s, disk %s (%s): p99 %.3f ms is over the stack's gate of %.3f ms (p50 %.3f ms, max %.3f ms, %d writes); etcd will not be installed on it",
+				return "", nil, fmt.Errorf("fsync gate: host %s, disk %s (%s): p99 %.3f ms is over the stack's gate of %g ms (p50 %.3f ms, max %.3f ms, %d writes); etcd will not be installed on it",
 					in.HostName, r.Device, r.Dir, r.P99ms, in.GateP99Ms, r.P50ms, r.MaxMs, r.Writes)
 			}
 			return in.HostName + ":" + in.Dir, map[string]any{"device": r.Device, "p50Ms": r.P50ms, "p99Ms": r.P99ms, "maxMs": r.MaxMs, "writes": r.Writes}, nil

@@ -324,3 +324,41 @@ func TestLuksVolumeUnlocksOnlyThroughTang(t *testing.T) {
 		t.Fatal("the volume unlocked with every Tang server down: the binding proves nothing")
 	}
 }
+
+// The fsync benchmark runs on the host's disk and refuses a disk over the
+// gate, naming the host, the disk, the figure and the gate.
+func TestFsyncGateRefusesASlowDisk(t *testing.T) {
+	h := harness(t)
+	bin := filepath.Join(t.TempDir(), "lockplane-node")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lockplane/lockplane/services/cmd/lockplane-node").CombinedOutput(); err != nil {
+		t.Fatalf("build lockplane-node: %v %s", err, out)
+	}
+	sum, err := provider.SumFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := provider.New()
+	ctx := context.Background()
+	remoteBin := filepath.Join(h.Host("n1").Root, "opt/lockplane/bin/lockplane-node")
+	if _, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("File", "bin"), Properties: props(t, map[string]any{
+		"connection": target(t, h, "n1"), "path": remoteBin, "source": bin, "sourceSha256": sum, "mode": "0755"})}); err != nil {
+		t.Fatal(err)
+	}
+	bench := func(gate float64) (*pulumirpc.CreateResponse, error) {
+		return p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("FsyncBenchmark", "b"), Properties: props(t, map[string]any{
+			"connection": target(t, h, "n1"), "hostName": "n1", "binary": remoteBin, "dir": filepath.Join(h.Host("n1").Root, "var/lib/etcd"),
+			"sizeMiB": 1, "gateP99Ms": gate})})
+	}
+	ok, err := bench(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outputs(t, ok.Properties); o["p99Ms"].(float64) <= 0 || o["device"] == "" {
+		t.Fatalf("benchmark outputs: %v", o)
+	}
+	_, err = bench(0.0001)
+	if err == nil || !strings.Contains(err.Error(), "fsync gate: host n1, disk ") || !strings.Contains(err.Error(), "is over the stack's gate of 0.0001 ms") ||
+		!strings.Contains(err.Error(), "etcd will not be installed on it") {
+		t.Fatalf("a disk over the gate: %v", err)
+	}
+}
