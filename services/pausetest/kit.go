@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer k.close()
 
-	res := &Result{APIVersion: "lockplane.io/v1alpha1", Kind: "PauseTestResult",
+	res := &Result{APIVersion: APIVersion, Kind: "PauseTestResult",
 		Metadata: Metadata{Name: fmt.Sprintf("%s-%s-%s", cfg.Class, cfg.Kind, run)},
 		Spec:     ResultSpec{Class: cfg.Class, KitVersion: KitVersion, Resource: ResourceSpec{Kind: cfg.Kind, Identity: kind.Identity(cfg.Target), SchemaVersion: cfg.SchemaVersion}},
 		Status:   ResultStatus{StartedAt: time.Now().UTC()}}

@@ -2,6 +2,9 @@ package pausetest
 
 import "time"
 
+// APIVersion is the PauseTestResult document's apiVersion.
+const APIVersion = "lockplane.io/v1alpha1"
+
 // KitVersion is recorded in every result: a result from an older kit may be
 // refused when the kit learns a new case.
 const KitVersion = "1"

@@ -140,6 +140,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := createDB(ctx, cfg.Postgres, db); err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
+	defer dropDB(cfg.Postgres, db)
 	var keys []string
 	for i := range cfg.Keys {
 		keys = append(keys, fmt.Sprintf("gate/record/%d", i))
@@ -352,6 +353,18 @@ func createDB(ctx context.Context, pg *resourcetest.Postgres, name string) error
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
 	return err
+}
+
+// dropDB removes a history's database once its final records are read.
+func dropDB(pg *resourcetest.Postgres, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 }
 
 func sleep(ctx context.Context, d time.Duration) {

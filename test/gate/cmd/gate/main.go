@@ -130,7 +130,8 @@ func run(o options) int {
 		f := o.faults[i%len(o.faults)]
 		s := o.seed + uint64(i)
 		t0 := time.Now()
-		out, err := runner.Run(ctx, runner.Config{Etcd: o.etcd, Arbiter: o.arbiter, Client: []string{self}, Dir: filepath.Join(work, fmt.Sprint(i)),
+		hdir := filepath.Join(work, fmt.Sprint(i))
+		out, err := runner.Run(ctx, runner.Config{Etcd: o.etcd, Arbiter: o.arbiter, Client: []string{self}, Dir: hdir,
 			Postgres: pg, Fault: f, Seed: s, Clients: o.clients, Keys: o.keys, Duration: o.duration, Unsafe: o.unsafe, Locker: o.locker})
 		if ctx.Err() != nil {
 			break // interrupted: this history is incomplete
@@ -148,9 +149,12 @@ func run(o options) int {
 		verdict := "ok"
 		if !out.Report.OK() {
 			failed++
-			dir, err := save(o.artifacts, i, out)
+			dir, err := save(o.artifacts, i, out, hdir)
 			verdict = fmt.Sprintf("%d VIOLATIONS, saved to %s %v", len(out.Report.Violations), dir, errOrNil(err))
 		}
+		// A history's etcd data is hundreds of MB: a 200-history gate must
+		// not keep them all (what a violation needs is saved above).
+		os.RemoveAll(hdir)
 		fmt.Fprintf(os.Stderr, "[%d/%d] %-19s seed %-5d %5d ops %4d grants  %s  (%s)\n", i+1, o.count, f, s, out.Report.Ops, out.Report.Grants, verdict, time.Since(t0).Round(100*time.Millisecond))
 	}
 	var table []row
@@ -185,8 +189,9 @@ func errOrNil(err error) string {
 	return ""
 }
 
-// save writes a violating history and its visualisation.
-func save(root string, i int, out *runner.Outcome) (string, error) {
+// save writes a violating history, its visualisation and the logs of its
+// processes.
+func save(root string, i int, out *runner.Outcome, hdir string) (string, error) {
 	dir := filepath.Join(root, fmt.Sprintf("%03d-%s-seed%d", i, out.Fault, out.Seed))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return dir, err
@@ -194,6 +199,13 @@ func save(root string, i int, out *runner.Outcome) (string, error) {
 	b, _ := json.MarshalIndent(map[string]any{"fault": out.Fault, "seed": out.Seed, "violations": out.Report.Violations, "final": out.Final, "ops": out.Ops}, "", " ")
 	if err := os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644); err != nil {
 		return dir, err
+	}
+	logs, _ := filepath.Glob(filepath.Join(hdir, "*.log"))
+	etcdLogs, _ := filepath.Glob(filepath.Join(hdir, "etcd", "*.log"))
+	for _, l := range append(logs, etcdLogs...) {
+		if b, err := os.ReadFile(l); err == nil {
+			os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
+		}
 	}
 	return dir, out.Report.Visualize(filepath.Join(dir, "porcupine.html"))
 }

@@ -1,0 +1,98 @@
+// Package policy is the class registry's source: LockClass and LockGrant
+// documents, reviewed files shaped like Kubernetes custom resources
+// (ADR-24), and the one library that validates them. lockctl policy
+// check, the infrastructure program and the arbiter all load a directory
+// through Load, so a set that passes review is exactly the set that
+// serves, and an invalid set is refused everywhere with the file, the
+// document, the field and the rule named.
+package policy
+
+import (
+	"time"
+)
+
+// APIVersion is the documents' apiVersion.
+const APIVersion = "lockplane.io/v1"
+
+// The document kinds.
+const (
+	KindClass     = "LockClass"
+	KindGrant     = "LockGrant"
+	KindPauseTest = "PauseTestResult"
+)
+
+// Metadata names a document.
+type Metadata struct {
+	Name string `json:"name"`
+}
+
+// LockClass is a reviewed lock class.
+type LockClass struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Metadata   Metadata  `json:"metadata"`
+	Spec       ClassSpec `json:"spec"`
+}
+
+// ClassSpec is what a class decides (ADR-01, 04, 07, 11, 14).
+type ClassSpec struct {
+	// Namespace is the tenant namespace whose keys the class locks.
+	Namespace string `json:"namespace"`
+	// Purpose is correctness (two holders cause damage) or efficiency (two
+	// holders waste work).
+	Purpose string `json:"purpose"`
+	// Enforcement is fenced (the resource refuses stale tokens, proven by
+	// a pause test) or advisory.
+	Enforcement string `json:"enforcement"`
+	// RiskOwner and WaiverExpires are required of an advisory correctness
+	// class: who accepts the risk, until when.
+	RiskOwner     string `json:"riskOwner,omitempty"`
+	WaiverExpires string `json:"waiverExpires,omitempty"`
+	// TTL of the class's sessions: 5 s to 300 s, 15 s by default, at least
+	// 30 s when advisory.
+	TTL string `json:"ttl,omitempty"`
+	// Tier is coord or entity.
+	Tier string `json:"tier"`
+	// Fairness is memory (arrival order in the arbiter, best effort) or
+	// durable (waiter keys in etcd).
+	Fairness string `json:"fairness,omitempty"`
+	// OnQuorumLoss is closed, or open for efficiency classes only.
+	OnQuorumLoss string `json:"onQuorumLoss,omitempty"`
+	// PauseTestResult names the PauseTestResult document that proves the
+	// fence; required when fenced.
+	PauseTestResult string `json:"pauseTestResult,omitempty"`
+}
+
+// LockGrant lets one SPIFFE identity lock keys under prefixes.
+type LockGrant struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Metadata   Metadata  `json:"metadata"`
+	Spec       GrantSpec `json:"spec"`
+}
+
+// GrantSpec is an identity and its prefixes.
+type GrantSpec struct {
+	SPIFFEID string   `json:"spiffeId"`
+	Prefixes []string `json:"prefixes"`
+}
+
+// The enumerations.
+const (
+	PurposeCorrectness = "correctness"
+	PurposeEfficiency  = "efficiency"
+	EnforcementFenced  = "fenced"
+	EnforcementAdvisor = "advisory"
+	FairnessMemory     = "memory"
+	FairnessDurable    = "durable"
+	QuorumLossClosed   = "closed"
+	QuorumLossOpen     = "open"
+)
+
+// The platform's TTL range (ADR-11).
+const (
+	MinTTL        = 5 * time.Second
+	MaxTTL        = 300 * time.Second
+	DefaultTTL    = 15 * time.Second
+	AdvisoryFloor = 30 * time.Second
+)

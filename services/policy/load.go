@@ -1,0 +1,366 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/pausetest"
+	"sigs.k8s.io/yaml"
+)
+
+// Problem is one broken rule, located.
+type Problem struct {
+	File  string `json:"file"`
+	Doc   int    `json:"document"` // 1-based within the file
+	Kind  string `json:"kind,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Field string `json:"field"`
+	Rule  string `json:"rule"`
+}
+
+func (p Problem) String() string {
+	what := fmt.Sprintf("document %d", p.Doc)
+	if p.Kind != "" {
+		what += " (" + strings.TrimSpace(p.Kind+" "+p.Name) + ")"
+	}
+	return fmt.Sprintf("%s: %s: %s: %s", p.File, what, p.Field, p.Rule)
+}
+
+// Invalid is a set with problems; nothing of it may be used.
+type Invalid struct{ Problems []Problem }
+
+func (e *Invalid) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return fmt.Sprintf("%d problem(s) in the policy set:\n  %s", len(e.Problems), strings.Join(lines, "\n  "))
+}
+
+// Class is a validated class with its parsed settings.
+type Class struct {
+	class.Class
+	Spec ClassSpec
+	// WaiverExpires is set for advisory correctness classes.
+	WaiverExpires time.Time
+	File          string
+}
+
+// Grant is a validated grant.
+type Grant struct {
+	Name     string
+	SPIFFEID string
+	Prefixes []string
+	File     string
+}
+
+// Set is a valid policy set.
+type Set struct {
+	Classes map[string]Class
+	Grants  []Grant
+	// Files is how many files were read.
+	Files int
+}
+
+// doc is one YAML document of a file, with its place.
+type doc struct {
+	file string
+	n    int
+	raw  []byte
+	head struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Metadata   Metadata `json:"metadata"`
+	}
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+// Load reads every .yaml and .yml file under dir and validates the set as
+// of now. It returns *Invalid listing every problem, or the set.
+func Load(dir string, now time.Time) (*Set, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("policy: no .yaml files under %s", dir)
+	}
+	sort.Strings(files)
+	var docs []*doc
+	var problems []Problem
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		rel, _ := filepath.Rel(dir, f)
+		for i, part := range docSep.Split(string(b), -1) {
+			if strings.TrimSpace(stripComments(part)) == "" {
+				continue
+			}
+			d := &doc{file: filepath.Join(filepath.Base(dir), rel), n: i + 1, raw: []byte(part)}
+			if err := yaml.Unmarshal(d.raw, &d.head); err != nil {
+				problems = append(problems, Problem{File: d.file, Doc: d.n, Field: "(document)", Rule: "is not valid YAML: " + err.Error()})
+				continue
+			}
+			docs = append(docs, d)
+		}
+	}
+	set, more := validate(docs, now)
+	problems = append(problems, more...)
+	if len(problems) > 0 {
+		return nil, &Invalid{Problems: problems}
+	}
+	set.Files = len(files)
+	return set, nil
+}
+
+func stripComments(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// strict decodes a document, refusing fields the kind does not have.
+func strict(raw []byte, into any) error {
+	j, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	return dec.Decode(into)
+}
+
+var (
+	nameRule      = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	namespaceRule = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+)
+
+func validate(docs []*doc, now time.Time) (*Set, []Problem) {
+	set := &Set{Classes: map[string]Class{}}
+	var problems []Problem
+	results := map[string]pausetest.Result{}
+	var classes []*doc
+	grantNames := map[string]string{}
+	for _, d := range docs {
+		bad := func(field, rule string, a ...any) {
+			problems = append(problems, Problem{File: d.file, Doc: d.n, Kind: d.head.Kind, Name: d.head.Metadata.Name, Field: field, Rule: fmt.Sprintf(rule, a...)})
+		}
+		want := APIVersion
+		if d.head.Kind == KindPauseTest {
+			want = pausetest.APIVersion // as the kit writes it
+		}
+		if d.head.APIVersion != want {
+			bad("apiVersion", "must be %s, not %q", want, d.head.APIVersion)
+			continue
+		}
+		if !nameRule.MatchString(d.head.Metadata.Name) {
+			bad("metadata.name", "%q must be a DNS label: lower-case letters, digits and '-'", d.head.Metadata.Name)
+			continue
+		}
+		switch d.head.Kind {
+		case KindClass:
+			classes = append(classes, d)
+		case KindGrant:
+			var g LockGrant
+			if err := strict(d.raw, &g); err != nil {
+				bad("(document)", "does not have the LockGrant shape: %v", err)
+				continue
+			}
+			if prev, dup := grantNames[g.Metadata.Name]; dup {
+				bad("metadata.name", "is also the name of a LockGrant in %s", prev)
+				continue
+			}
+			grantNames[g.Metadata.Name] = d.file
+			if err := checkSPIFFE(g.Spec.SPIFFEID); err != nil {
+				bad("spec.spiffeId", "%v", err)
+			}
+			if len(g.Spec.Prefixes) == 0 {
+				bad("spec.prefixes", "at least one key prefix is required")
+			}
+			for i, p := range g.Spec.Prefixes {
+				if err := checkPrefix(p); err != nil {
+					bad(fmt.Sprintf("spec.prefixes[%d]", i), "%v", err)
+				}
+			}
+			set.Grants = append(set.Grants, Grant{Name: g.Metadata.Name, SPIFFEID: g.Spec.SPIFFEID, Prefixes: g.Spec.Prefixes, File: d.file})
+		case KindPauseTest:
+			var r pausetest.Result
+			if err := yaml.Unmarshal(d.raw, &r); err != nil {
+				bad("(document)", "does not have the PauseTestResult shape: %v", err)
+				continue
+			}
+			results[r.Metadata.Name] = r
+		default:
+			bad("kind", "%q is not LockClass, LockGrant or PauseTestResult", d.head.Kind)
+		}
+	}
+	for _, d := range classes {
+		bad := func(field, rule string, a ...any) {
+			problems = append(problems, Problem{File: d.file, Doc: d.n, Kind: d.head.Kind, Name: d.head.Metadata.Name, Field: field, Rule: fmt.Sprintf(rule, a...)})
+		}
+		var c LockClass
+		if err := strict(d.raw, &c); err != nil {
+			bad("(document)", "does not have the LockClass shape: %v", err)
+			continue
+		}
+		if prev, dup := set.Classes[c.Metadata.Name]; dup {
+			bad("metadata.name", "is also the name of a LockClass in %s: class names are unique", prev.File)
+			continue
+		}
+		out, errs := checkClass(c, results, now)
+		for _, e := range errs {
+			bad(e.field, "%s", e.rule)
+		}
+		if len(errs) == 0 {
+			out.File = d.file
+			set.Classes[c.Metadata.Name] = out
+		}
+	}
+	return set, problems
+}
+
+type fieldErr struct{ field, rule string }
+
+// checkClass applies every class rule (ADR-01, 04, 11, 14, 17).
+func checkClass(c LockClass, results map[string]pausetest.Result, now time.Time) (Class, []fieldErr) {
+	s := c.Spec
+	var errs []fieldErr
+	bad := func(field, rule string, a ...any) { errs = append(errs, fieldErr{field, fmt.Sprintf(rule, a...)}) }
+	if !namespaceRule.MatchString(s.Namespace) {
+		bad("spec.namespace", "%q must be a key namespace: letters, digits, '.', '_' or '-'", s.Namespace)
+	}
+	oneOf := func(field, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		bad(field, "%q must be one of %s", v, strings.Join(allowed, ", "))
+	}
+	oneOf("spec.purpose", s.Purpose, PurposeCorrectness, PurposeEfficiency)
+	oneOf("spec.enforcement", s.Enforcement, EnforcementFenced, EnforcementAdvisor)
+	oneOf("spec.tier", s.Tier, string(class.TierCoord), string(class.TierEntity))
+	if s.Fairness == "" {
+		s.Fairness = FairnessMemory
+	}
+	oneOf("spec.fairness", s.Fairness, FairnessMemory, FairnessDurable)
+	if s.OnQuorumLoss == "" {
+		s.OnQuorumLoss = QuorumLossClosed
+	}
+	oneOf("spec.onQuorumLoss", s.OnQuorumLoss, QuorumLossClosed, QuorumLossOpen)
+	if s.OnQuorumLoss == QuorumLossOpen && s.Purpose != PurposeEfficiency {
+		bad("spec.onQuorumLoss", "open is allowed only for efficiency classes: a correctness class fails closed (ADR-04)")
+	}
+
+	ttl := DefaultTTL
+	if s.TTL != "" {
+		d, err := time.ParseDuration(s.TTL)
+		if err != nil {
+			bad("spec.ttl", "%q is not a duration such as 15s", s.TTL)
+		}
+		ttl = d
+	}
+	switch {
+	case ttl < MinTTL || ttl > MaxTTL:
+		bad("spec.ttl", "%s is outside the platform range %s to %s (ADR-11)", ttl, MinTTL, MaxTTL)
+	case s.Enforcement == EnforcementAdvisor && ttl < AdvisoryFloor:
+		bad("spec.ttl", "%s is below the advisory floor of %s: a false expiry on an unfenced resource can let two writers in (ADR-11)", ttl, AdvisoryFloor)
+	}
+
+	out := Class{Class: class.Class{Name: c.Metadata.Name, TTL: ttl, Tier: class.Tier(s.Tier)}}
+	if s.Enforcement == EnforcementAdvisor && s.Purpose == PurposeCorrectness {
+		if strings.TrimSpace(s.RiskOwner) == "" {
+			bad("spec.riskOwner", "is required of an advisory correctness class: who accepts the risk of two writers (ADR-01)")
+		}
+		if s.WaiverExpires == "" {
+			bad("spec.waiverExpires", "is required of an advisory correctness class: the date the waiver ends (ADR-01)")
+		} else if t, err := parseDate(s.WaiverExpires); err != nil {
+			bad("spec.waiverExpires", "%q must be a date such as 2027-03-31", s.WaiverExpires)
+		} else {
+			out.WaiverExpires = t
+		}
+	} else if s.RiskOwner != "" || s.WaiverExpires != "" {
+		bad("spec.riskOwner", "riskOwner and waiverExpires belong to advisory correctness classes only")
+	}
+	if s.Enforcement == EnforcementFenced {
+		switch r, ok := results[s.PauseTestResult]; {
+		case s.PauseTestResult == "":
+			bad("spec.pauseTestResult", "is required of a fenced class: the name of the PauseTestResult that proves the fence (ADR-17)")
+		case !ok:
+			bad("spec.pauseTestResult", "%q names no PauseTestResult document in the set", s.PauseTestResult)
+		case r.Spec.Class != c.Metadata.Name:
+			bad("spec.pauseTestResult", "%q tested class %q, not this one", s.PauseTestResult, r.Spec.Class)
+		case !r.Passed():
+			bad("spec.pauseTestResult", "%q did not pass (outcome %s): the class cannot be declared fenced", s.PauseTestResult, r.Status.Outcome)
+		case !r.Status.Expires.After(now):
+			bad("spec.pauseTestResult", "%q expired on %s: run the pause test again", s.PauseTestResult, r.Status.Expires.Format("2006-01-02"))
+		}
+	} else if s.PauseTestResult != "" {
+		bad("spec.pauseTestResult", "belongs to fenced classes only")
+	}
+	s.TTL = ttl.String()
+	out.Spec = s
+	return out, errs
+}
+
+func checkSPIFFE(id string) error {
+	rest, ok := strings.CutPrefix(id, "spiffe://")
+	td, path, _ := strings.Cut(rest, "/")
+	if !ok || td == "" || path == "" || strings.ContainsAny(id, " ?#") {
+		return fmt.Errorf("%q must be a SPIFFE ID spiffe://<trust-domain>/<path>", id)
+	}
+	return nil
+}
+
+// checkPrefix accepts a namespace ("team-a") or a key prefix ending at a
+// segment boundary ("team-a/orders/").
+func checkPrefix(p string) error {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return errors.New("must be a namespace or a key prefix such as team-a/orders/")
+	}
+	trimmed := strings.TrimSuffix(p, "/")
+	probe := trimmed + "/x"
+	if err := lockkey.Validate(probe); err != nil {
+		return fmt.Errorf("%q: %v", p, err)
+	}
+	if !strings.HasSuffix(p, "/") && strings.Contains(p, "/") {
+		return fmt.Errorf("%q must end with '/': a grant covers whole segments, so team-a/ord does not grant team-a/orders", p)
+	}
+	return nil
+}
+
+// parseDate reads a date, written plain or (as unquoted YAML dates become)
+// as an RFC 3339 time.
+func parseDate(s string) (time.Time, error) {
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}

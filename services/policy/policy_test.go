@@ -1,0 +1,159 @@
+package policy_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/policy"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func TestShippedSetIsValid(t *testing.T) {
+	set, err := policy.Load(filepath.Join("..", "..", "policies"), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Classes) != 3 || len(set.Grants) != 3 {
+		t.Fatalf("%d classes, %d grants", len(set.Classes), len(set.Grants))
+	}
+	ledger := set.Classes["payments-ledger"]
+	if ledger.TTL != 10*time.Second || ledger.Tier != "entity" || ledger.Spec.Fairness != "durable" {
+		t.Fatalf("payments-ledger: %+v", ledger)
+	}
+	if set.Classes["payments-settlement-leader"].WaiverExpires.Format("2006-01-02") != "2027-03-31" {
+		t.Fatal("waiver date not read")
+	}
+	r := set.Registry()
+	if c, err := r.Lookup("search-reindex"); err != nil || c.TTL != time.Minute {
+		t.Fatalf("registry: %+v %v", c, err)
+	}
+	if c, err := r.Lookup(""); err != nil || c.Name != "default" {
+		t.Fatalf("the default class: %+v %v", c, err)
+	}
+}
+
+const base = `apiVersion: lockplane.io/v1
+kind: LockClass
+metadata:
+  name: c1
+spec:
+  namespace: team-a
+  purpose: correctness
+  enforcement: fenced
+  ttl: 15s
+  tier: coord
+  pauseTestResult: r1
+---
+apiVersion: lockplane.io/v1alpha1
+kind: PauseTestResult
+metadata:
+  name: r1
+spec:
+  class: c1
+status:
+  outcome: Passed
+  expires: "2027-06-01T00:00:00Z"
+`
+
+// Each broken document fails with the file, the document, the field and
+// the rule named.
+func TestBrokenDocumentsAreRefusedByFieldAndRule(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"ttl below range", strings.Replace(base, "ttl: 15s", "ttl: 2s", 1), "classes.yaml: document 1 (LockClass c1): spec.ttl: 2s is outside the platform range 5s to 5m0s"},
+		{"ttl above range", strings.Replace(base, "ttl: 15s", "ttl: 10m", 1), "spec.ttl: 10m0s is outside the platform range"},
+		{"advisory below floor", `apiVersion: lockplane.io/v1
+kind: LockClass
+metadata: {name: c2}
+spec: {namespace: team-a, purpose: efficiency, enforcement: advisory, ttl: 20s, tier: coord}
+`, "document 1 (LockClass c2): spec.ttl: 20s is below the advisory floor of 30s"},
+		{"advisory correctness without owner", `apiVersion: lockplane.io/v1
+kind: LockClass
+metadata: {name: c3}
+spec: {namespace: team-a, purpose: correctness, enforcement: advisory, ttl: 30s, tier: coord, waiverExpires: "2027-01-01"}
+`, "spec.riskOwner: is required of an advisory correctness class"},
+		{"advisory correctness without waiver", `apiVersion: lockplane.io/v1
+kind: LockClass
+metadata: {name: c4}
+spec: {namespace: team-a, purpose: correctness, enforcement: advisory, ttl: 30s, tier: coord, riskOwner: someone}
+`, "spec.waiverExpires: is required of an advisory correctness class"},
+		{"fenced without result", strings.Replace(base, "  pauseTestResult: r1\n", "", 1), "spec.pauseTestResult: is required of a fenced class"},
+		{"fenced with a missing result", strings.Replace(base, "pauseTestResult: r1", "pauseTestResult: r9", 1), `spec.pauseTestResult: "r9" names no PauseTestResult document`},
+		{"fenced with a failed result", strings.Replace(base, "outcome: Passed", "outcome: Failed", 1), `spec.pauseTestResult: "r1" did not pass (outcome Failed)`},
+		{"fenced with an expired result", strings.Replace(base, "2027-06-01", "2026-06-01", 1), `spec.pauseTestResult: "r1" expired on 2026-06-01`},
+		{"fenced with another class's result", strings.Replace(base, "  class: c1", "  class: other", 1), `"r1" tested class "other", not this one`},
+		{"open on quorum loss for correctness", strings.Replace(base, "tier: coord", "tier: coord\n  onQuorumLoss: open", 1), "spec.onQuorumLoss: open is allowed only for efficiency classes"},
+		{"unknown tier", strings.Replace(base, "tier: coord", "tier: gold", 1), `spec.tier: "gold" must be one of coord, entity`},
+		{"unknown field", strings.Replace(base, "tier: coord", "tier: coord\n  ttlSeconds: 9", 1), `unknown field "ttlSeconds"`},
+		{"wrong apiVersion", strings.Replace(base, "apiVersion: lockplane.io/v1\n", "apiVersion: lockplane.io/v2\n", 1), `apiVersion: must be lockplane.io/v1, not "lockplane.io/v2"`},
+		{"duplicate class", base + "---\n" + strings.SplitN(base, "---", 2)[0], "metadata.name: is also the name of a LockClass"},
+		{"grant with a bad SPIFFE ID", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g1}
+spec: {spiffeId: "team-a-writer", prefixes: [team-a/orders/]}
+`, `spec.spiffeId: "team-a-writer" must be a SPIFFE ID`},
+		{"grant prefix not at a segment", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g2}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/ord]}
+`, `spec.prefixes[0]: "team-a/ord" must end with '/'`},
+		{"grant without prefixes", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g3}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w"}
+`, "spec.prefixes: at least one key prefix is required"},
+		{"unknown kind", "apiVersion: lockplane.io/v1\nkind: LockPolicy\nmetadata: {name: p}\n", `kind: "LockPolicy" is not LockClass, LockGrant or PauseTestResult`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "policies")
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, "classes.yaml"), []byte(c.yaml), 0o644)
+			set, err := policy.Load(dir, now)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want an error containing\n  %s\ngot\n  %v", c.want, err)
+			}
+			if set != nil {
+				t.Fatal("an invalid set was returned: nothing of it may be used")
+			}
+		})
+	}
+	// The base itself is valid: each case fails for its own change.
+	dir := filepath.Join(t.TempDir(), "policies")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "classes.yaml"), []byte(base), 0o644)
+	if _, err := policy.Load(dir, now); err != nil {
+		t.Fatalf("the base set: %v", err)
+	}
+}
+
+func TestGrantsAreLongestPrefixOverWholeSegments(t *testing.T) {
+	g := policy.Compile([]policy.Grant{
+		{Name: "orders", SPIFFEID: "spiffe://x.example/w", Prefixes: []string{"team-a/orders/"}},
+		{Name: "orders-close", SPIFFEID: "spiffe://x.example/w", Prefixes: []string{"team-a/orders/close/"}},
+		{Name: "all-b", SPIFFEID: "spiffe://x.example/b", Prefixes: []string{"team-b"}},
+	})
+	for _, c := range []struct{ id, key, want string }{
+		{"spiffe://x.example/w", "team-a/orders/42", "orders"},
+		{"spiffe://x.example/w", "team-a/orders/close/7", "orders-close"},
+		{"spiffe://x.example/w", "team-a/orders", ""},     // the prefix itself is not below it
+		{"spiffe://x.example/w", "team-a/ordersX/1", ""},  // segments, not bytes
+		{"spiffe://x.example/w", "team-a/invoices/1", ""}, // another prefix
+		{"spiffe://x.example/b", "team-b/anything/at/all", "all-b"},
+		{"spiffe://x.example/b", "team-a/orders/42", ""}, // another identity's prefix
+		{"spiffe://x.example/nobody", "team-b/x", ""},
+	} {
+		if got := g.Match(c.id, c.key); got != c.want {
+			t.Errorf("%s on %s: matched %q, want %q", c.id, c.key, got, c.want)
+		}
+	}
+	if !g.MayLock(spiffeid.RequireFromString("spiffe://x.example/b"), "team-b/k") {
+		t.Fatal("MayLock disagrees with Match")
+	}
+}
