@@ -207,3 +207,56 @@ func TestPausetestAgainstPostgresWritesAResult(t *testing.T) {
 		t.Fatal("the result carries the target's user part")
 	}
 }
+
+// policy check is what a class repository's CI runs: exit 0 on the
+// shipped set, exit 1 with every problem located on a broken one, and
+// JSON for machines.
+func TestPolicyCheckCostAndRegister(t *testing.T) {
+	out, err := exec.Command(lockctl, "policy", "check", "../../../policies", "-o", "json").Output()
+	var ok struct {
+		Valid   bool `json:"valid"`
+		Classes int  `json:"classes"`
+	}
+	if err != nil || json.Unmarshal(out, &ok) != nil || !ok.Valid || ok.Classes != 3 {
+		t.Fatalf("check of the shipped set: %v %s", err, out)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("apiVersion: lockplane.io/v1\nkind: LockClass\nmetadata: {name: x}\n"+
+		"spec: {namespace: a, purpose: efficiency, enforcement: advisory, ttl: 10s, tier: coord}\n"), 0o644)
+	out, err = exec.Command(lockctl, "policy", "check", dir, "-o", "json").Output()
+	var bad struct {
+		Valid    bool `json:"valid"`
+		Problems []struct {
+			Field, Rule string
+		} `json:"problems"`
+	}
+	if exitCode(err) != 1 || json.Unmarshal(out, &bad) != nil || bad.Valid || len(bad.Problems) != 1 || bad.Problems[0].Field != "spec.ttl" {
+		t.Fatalf("check of a broken set: exit %d, %s", exitCode(err), out)
+	}
+
+	out, err = exec.Command(lockctl, "policy", "cost", "../../../policies", "--sessions", "3000", "-o", "json").Output()
+	var costs []struct {
+		Class      string  `json:"class"`
+		Keepalives float64 `json:"keepalives_per_second"`
+		Writes     int     `json:"consensus_writes_per_waiter"`
+	}
+	if err != nil || json.Unmarshal(out, &costs) != nil || len(costs) != 3 {
+		t.Fatalf("cost: %v %s", err, out)
+	}
+	for _, c := range costs {
+		// 3000 sessions renewing every TTL/3: ledger 10 s -> 900/s and two
+		// writes per durable waiter.
+		if c.Class == "payments-ledger" && (c.Keepalives != 900 || c.Writes != 2) {
+			t.Fatalf("payments-ledger cost: %+v", c)
+		}
+	}
+
+	out, err = exec.Command(lockctl, "policy", "register", "../../../policies", "-o", "json").Output()
+	var reg []struct {
+		Class   string `json:"class"`
+		Expired bool   `json:"expired"`
+	}
+	if err != nil || json.Unmarshal(out, &reg) != nil || len(reg) != 1 || reg[0].Class != "payments-settlement-leader" {
+		t.Fatalf("register: %v %s", err, out)
+	}
+}
