@@ -54,6 +54,9 @@ type Options struct {
 	Listen, MetricsListen string
 	// Classes overrides the class registry (tests use short TTLs).
 	Classes class.Registry
+	// Authorizer overrides who may lock what (every workload of the trust
+	// domain may lock any key when nil).
+	Authorizer arbiter.Authorizer
 	// OpTimeout overrides the arbiter's bound on each etcd call.
 	OpTimeout time.Duration
 	// PollInterval overrides a waiter's fallback poll period.
@@ -170,7 +173,7 @@ func (e *Env) StartArbiter() error {
 	td := spiffeid.RequireTrustDomainFromString(TrustDomain)
 	e.Registry = prometheus.NewRegistry()
 	a, err := arbiter.New(arbiter.Config{
-		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes,
+		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/lockplane/lockplane/services/arbiter"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,6 +39,8 @@ type flags struct {
 	cluster, operatorPrefix           string
 	opTimeout                         time.Duration
 	classes                           []class.Class
+	policies                          string
+	policyReload                      time.Duration
 }
 
 func main() {
@@ -56,6 +59,8 @@ func main() {
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on each etcd call before answering NO_QUORUM")
+	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class; without it every workload of the trust domain may lock any key)")
+	flag.DurationVar(&f.policyReload, "policy-reload", 30*time.Second, "how often --policies is read again (and on SIGHUP); an invalid set keeps the last good one")
 	flag.Func("class", "a lock class NAME=TTL (e.g. fast=3s), besides the default; repeatable until the class registry lands", func(v string) error {
 		name, ttl, ok := strings.Cut(v, "=")
 		d, err := time.ParseDuration(ttl)
@@ -111,10 +116,30 @@ func run(f flags, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a, err := arbiter.New(arbiter.Config{
+	cfg := arbiter.Config{
 		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
 		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...),
-	})
+	}
+	if f.policies != "" {
+		if len(f.classes) > 0 {
+			return errors.New("--class and --policies: choose one; classes come from the policy set")
+		}
+		live, err := policy.NewLive(f.policies, log, reg)
+		if err != nil {
+			return fmt.Errorf("--policies: %w", err)
+		}
+		cfg.Classes, cfg.Authorizer = live, live
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		reload := make(chan struct{})
+		go func() {
+			for range hup {
+				reload <- struct{}{}
+			}
+		}()
+		go live.Watch(ctx, f.policyReload, reload)
+	}
+	a, err := arbiter.New(cfg)
 	if err != nil {
 		return err
 	}
