@@ -47,6 +47,12 @@ func (a *Arbiter) admit(ctx context.Context, key, className string) (request, er
 		a.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
 		return request{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
 	}
+	// After authorization, so a caller learns nothing of a namespace it
+	// may not lock, not even its classes.
+	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {
+		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+			"class: "+cls.Name+" locks keys of namespace "+cls.Namespace+" only", "field", "class", "rule", "class-namespace")
+	}
 	return r, nil
 }
 

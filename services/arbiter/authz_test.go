@@ -23,6 +23,11 @@ const authzClasses = `apiVersion: lockplane.io/v1
 kind: LockClass
 metadata: {name: batch}
 spec: {namespace: team-a, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: coord}
+---
+apiVersion: lockplane.io/v1
+kind: LockClass
+metadata: {name: jobs}
+spec: {namespace: team-b, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: coord}
 `
 
 // demo may lock team-a/orders/; other (team-b's worker) all of team-b.
@@ -59,7 +64,8 @@ func TestPrefixGrantsDenyUniformly(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	demoClient := devenvtest.Client(t, env, "demo")
 	demo := devenvtest.Session(t, demoClient, "batch")
-	other := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "batch")
+	otherClient := devenvtest.Client(t, env, "other")
+	other := devenvtest.Session(t, otherClient, "jobs")
 
 	if _, err := demo.Lock(ctx, "team-a/orders/1", noFence); err != nil {
 		t.Fatalf("a granted key: %v", err)
@@ -69,6 +75,10 @@ func TestPrefixGrantsDenyUniformly(t *testing.T) {
 		t.Fatalf("team-b's worker on its own namespace: %v", err)
 	}
 	defer held.Release(ctx)
+
+	// A class locks its own namespace's keys only.
+	_, err = devenvtest.Session(t, otherClient, "batch").TryLock(ctx, "team-b/x/other", noFence)
+	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
 
 	var denials []*status.Status
 	for _, key := range []string{"team-b/x/held", "team-b/x/never-existed", "team-a/invoices/1", "team-a/orders"} {
@@ -136,7 +146,7 @@ func BenchmarkDenialByKeyState(b *testing.B) {
 	env, _, _, _ := policyEnv(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	other := devenvtest.Session(b, devenvtest.Client(b, env, "other"), "batch")
+	other := devenvtest.Session(b, devenvtest.Client(b, env, "other"), "jobs")
 	held, err := other.Lock(ctx, "team-b/x/held", noFence)
 	if err != nil {
 		b.Fatal(err)

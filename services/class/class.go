@@ -24,6 +24,9 @@ type Class struct {
 	// TTL of the sessions holding this class's keys.
 	TTL  time.Duration
 	Tier Tier
+	// Namespace, when set, is the only key namespace the class may lock
+	// (classes from the policy set are their namespace's own).
+	Namespace string
 }
 
 // DefaultName is the class used when a request names none.
