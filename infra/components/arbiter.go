@@ -31,6 +31,8 @@ type ArbiterArgs struct {
 }
 
 // ArbiterFlags is the arbiter's command line, with its files at paths.
+// The arbiter reads its policy set again every 10 s, so a policy change
+// reaches it without a restart.
 func ArbiterFlags(s *topology.Stack, listenAddr string, coord []string, f ArbiterFiles) []string {
 	flags := []string{
 		"--listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Port),
@@ -39,15 +41,14 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, coord []string, f Arbite
 		"--etcd-cert", f.EtcdCert, "--etcd-key", f.EtcdKey, "--etcd-ca", f.EtcdCA,
 		"--svid-cert", f.SVID, "--svid-key", f.SVIDKey, "--bundle", f.Bundle, "--trust-domain", s.TrustDomain,
 		"--cluster", "coord",
-	}
-	for _, c := range s.Arbiter.Classes {
-		flags = append(flags, "--class", c.Name+"="+c.TTL)
+		"--policies", f.Policies, "--policy-reload", "10s",
 	}
 	return flags
 }
 
-// ArbiterFiles are the arbiter's credentials on its host.
-type ArbiterFiles struct{ EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle string }
+// ArbiterFiles are the arbiter's credentials and policy directory on its
+// host.
+type ArbiterFiles struct{ EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string }
 
 // NewArbiter deploys the arbiter in the stack's runtime.
 func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.ResourceOption) (*Arbiter, error) {
@@ -98,7 +99,8 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	conn := env.Connection(h)
 	name := s.Region + "-arbiter-" + h.Name
 	f := ArbiterFiles{EtcdCert: env.ConfPath(h, "arbiter/etcd.crt"), EtcdKey: env.ConfPath(h, "arbiter/etcd.key"), EtcdCA: env.ConfPath(h, "arbiter/etcd-ca.crt"),
-		SVID: env.ConfPath(h, "arbiter/svid.crt"), SVIDKey: env.ConfPath(h, "arbiter/svid.key"), Bundle: env.ConfPath(h, "arbiter/bundle.crt")}
+		SVID: env.ConfPath(h, "arbiter/svid.crt"), SVIDKey: env.ConfPath(h, "arbiter/svid.key"), Bundle: env.ConfPath(h, "arbiter/bundle.crt"),
+		Policies: env.ConfPath(h, "policies")}
 	var deps []pulumi.Resource
 	triggers := pulumi.StringArray{}
 	for _, file := range []struct {
@@ -116,6 +118,15 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 		}
 		deps = append(deps, r)
 		triggers = append(triggers, r.Sha256)
+	}
+	// Policy files are not restart triggers: the arbiter reloads them.
+	for _, pf := range env.Policies {
+		r, err := nodes.NewFile(ctx, name+"-policy-"+strings.ReplaceAll(pf.Path, "/", "-"), nodes.FileArgs{Connection: conn,
+			Path: f.Policies + "/" + pf.Path, Content: pulumi.String(pf.Content), Mode: "0644"}, opts...)
+		if err != nil {
+			return err
+		}
+		deps = append(deps, r)
 	}
 	bin, err := nodes.NewFile(ctx, name+"-bin", nodes.FileArgs{Connection: conn, Path: env.BinPath(h, "arbiter"), Source: env.Arbiter.Path,
 		SourceSha256: env.Arbiter.Sha256, Mode: "0755"}, opts...)

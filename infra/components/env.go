@@ -30,6 +30,13 @@ type Env struct {
 	// Etcd, Arbiter and Node are the binaries etcd, arbiter and
 	// lockplane-node.
 	Etcd, Arbiter, Node Binary
+	// Policies are the validated policy set's files, for the arbiters.
+	Policies []PolicyFile
+}
+
+// PolicyFile is one file of the policy set, by its path in the set.
+type PolicyFile struct {
+	Path, Content string
 }
 
 // Connection is how resources reach host h.

@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lockplane/lockplane/infra/nodes"
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
@@ -32,9 +33,21 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	if err != nil {
 		return err
 	}
+	// The policy set as a ConfigMap: Kubernetes refreshes the mounted
+	// files and the arbiter reloads them.
+	policyData := pulumi.StringMap{}
+	for _, pf := range env.Policies {
+		policyData[strings.ReplaceAll(pf.Path, "/", "__")] = pulumi.String(pf.Content)
+	}
+	policies, err := corev1.NewConfigMap(ctx, s.Region+"-arbiter-policies", &corev1.ConfigMapArgs{
+		Metadata: meta("lockplane-arbiter-policies"), Data: policyData,
+	}, opts...)
+	if err != nil {
+		return err
+	}
 	const dir = "/etc/lockplane/arbiter/"
 	files := ArbiterFiles{EtcdCert: dir + "etcd.crt", EtcdKey: dir + "etcd.key", EtcdCA: dir + "etcd-ca.crt",
-		SVID: dir + "svid.crt", SVIDKey: dir + "svid.key", Bundle: dir + "bundle.crt"}
+		SVID: dir + "svid.crt", SVIDKey: dir + "svid.key", Bundle: dir + "bundle.crt", Policies: "/etc/lockplane/policies"}
 	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a.Coord.Endpoints, files))
 	_, err = appsv1.NewDeployment(ctx, s.Region+"-arbiter", &appsv1.DeploymentArgs{
 		Metadata: meta("lockplane-arbiter"),
@@ -66,16 +79,22 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 							&corev1.ContainerPortArgs{Name: pulumi.String("grpc"), ContainerPort: pulumi.Int(s.Arbiter.Port)},
 							&corev1.ContainerPortArgs{Name: pulumi.String("metrics"), ContainerPort: pulumi.Int(s.Arbiter.Metrics)},
 						},
-						VolumeMounts: corev1.VolumeMountArray{&corev1.VolumeMountArgs{Name: pulumi.String("credentials"),
-							MountPath: pulumi.String(dir), ReadOnly: pulumi.Bool(true)}},
+						VolumeMounts: corev1.VolumeMountArray{
+							&corev1.VolumeMountArgs{Name: pulumi.String("credentials"), MountPath: pulumi.String(dir), ReadOnly: pulumi.Bool(true)},
+							&corev1.VolumeMountArgs{Name: pulumi.String("policies"), MountPath: pulumi.String(files.Policies), ReadOnly: pulumi.Bool(true)},
+						},
 						ReadinessProbe: &corev1.ProbeArgs{Grpc: &corev1.GRPCActionArgs{Port: pulumi.Int(s.Arbiter.Port)}},
 						Resources: &corev1.ResourceRequirementsArgs{
 							Requests: pulumi.StringMap{"cpu": pulumi.String("500m"), "memory": pulumi.String("256Mi")},
 							Limits:   pulumi.StringMap{"memory": pulumi.String("512Mi")},
 						},
 					}},
-					Volumes: corev1.VolumeArray{&corev1.VolumeArgs{Name: pulumi.String("credentials"),
-						Secret: &corev1.SecretVolumeSourceArgs{SecretName: creds.Metadata.Name().Elem(), DefaultMode: pulumi.Int(0o400)}}},
+					Volumes: corev1.VolumeArray{
+						&corev1.VolumeArgs{Name: pulumi.String("credentials"),
+							Secret: &corev1.SecretVolumeSourceArgs{SecretName: creds.Metadata.Name().Elem(), DefaultMode: pulumi.Int(0o400)}},
+						&corev1.VolumeArgs{Name: pulumi.String("policies"),
+							ConfigMap: &corev1.ConfigMapVolumeSourceArgs{Name: policies.Metadata.Name().Elem()}},
+					},
 				},
 			},
 		},

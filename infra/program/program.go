@@ -10,13 +10,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/nodes/provider"
+	"github.com/lockplane/lockplane/services/policy"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
 	"sigs.k8s.io/yaml"
@@ -26,7 +29,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "kubernetes", "binDir", "trustDomain"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "kubernetes", "binDir", "trustDomain", "policies"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -73,6 +76,7 @@ func LoadStack(get func(key string) string, base string) (*topology.Stack, error
 	abs(&s.SSH.PrivateKeyFile)
 	abs(&s.SSH.KnownHostsFile)
 	abs(&s.BinDir)
+	abs(&s.Policies)
 	for i := range s.Hosts {
 		abs(&s.Hosts[i].Root)
 	}
@@ -130,6 +134,9 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 		return nil, err
 	}
 	env := &components.Env{Stack: s, Plan: plan, KnownHosts: map[string]string{}}
+	if env.Policies, err = loadPolicies(s); err != nil {
+		return nil, err
+	}
 	key, err := os.ReadFile(s.SSH.PrivateKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("ssh.privateKeyFile: %v", err)
@@ -204,4 +211,33 @@ func StackFileConfig(path string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// loadPolicies validates the stack's policy set with the library the
+// arbiter and lockctl use, so an invalid class refuses the deploy, and
+// reads its files for the arbiters.
+func loadPolicies(s *topology.Stack) ([]components.PolicyFile, error) {
+	set, err := policy.Load(s.Policies, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("policies: %w", err)
+	}
+	for _, g := range set.Grants {
+		if !strings.HasPrefix(g.SPIFFEID, "spiffe://"+s.TrustDomain+"/") {
+			return nil, fmt.Errorf("policies: %s: LockGrant %s: spec.spiffeId: %s is not in the stack's trust domain %s", g.File, g.Name, g.SPIFFEID, s.TrustDomain)
+		}
+	}
+	var files []components.PolicyFile
+	err = filepath.WalkDir(s.Policies, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(s.Policies, p)
+		files = append(files, components.PolicyFile{Path: filepath.ToSlash(rel), Content: string(b)})
+		return nil
+	})
+	return files, err
 }

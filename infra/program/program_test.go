@@ -77,6 +77,9 @@ func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, erro
 	ssh["privateKeyFile"] = filepath.Join(dir, "id")
 	b, _ := json.Marshal(ssh)
 	cfg["lockplane:ssh"], cfg["lockplane:binDir"] = string(b), dir
+	if pol := cfg["lockplane:policies"]; pol != "" && !filepath.IsAbs(pol) {
+		cfg["lockplane:policies"] = filepath.Join("..", "..", pol) // the stack's paths are from the repository root
+	}
 	if edit != nil {
 		edit(cfg)
 	}
@@ -273,5 +276,55 @@ func TestAnInvalidStackCreatesNothing(t *testing.T) {
 	}
 	if len(m.res) != 0 {
 		t.Fatalf("%d resources registered by a refused stack", len(m.res))
+	}
+}
+
+// The stack's policy set is validated by the library the arbiter uses: an
+// invalid class refuses the deploy before anything is created, and the
+// arbiters get the files and serve them with --policies.
+func TestPolicySetIsValidatedAndDelivered(t *testing.T) {
+	m, err := run(t, "eu-west", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, r := range m.of("lockplane:nodes:File") {
+		if strings.Contains(r.Inputs["path"].StringValue(), "/etc/lockplane/policies/") {
+			files++
+		}
+	}
+	if files != 3*5 { // three arbiter hosts, five policy files
+		t.Fatalf("%d policy files on arbiter hosts, want 15", files)
+	}
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if r.Inputs["name"].StringValue() == "arbiter" && flag(strs(r.Inputs["command"]), "--policies") != "/etc/lockplane/policies" {
+			t.Fatalf("%s does not serve the policy set: %v", r.Name, strs(r.Inputs["command"]))
+		}
+	}
+
+	broken := t.TempDir()
+	os.WriteFile(filepath.Join(broken, "c.yaml"), []byte("apiVersion: lockplane.io/v1\nkind: LockClass\nmetadata: {name: c}\n"+
+		"spec: {namespace: a, purpose: correctness, enforcement: fenced, tier: coord}\n"), 0o644)
+	m, err = run(t, "eu-west", func(c map[string]string) { c["lockplane:policies"] = broken })
+	if err == nil || !strings.Contains(err.Error(), "spec.pauseTestResult: is required of a fenced class") || len(m.res) != 0 {
+		t.Fatalf("an invalid class: %v (%d resources)", err, len(m.res))
+	}
+
+	foreign := t.TempDir()
+	os.WriteFile(filepath.Join(foreign, "g.yaml"), []byte("apiVersion: lockplane.io/v1\nkind: LockGrant\nmetadata: {name: g}\n"+
+		"spec: {spiffeId: \"spiffe://other.example/ns/a/sa/w\", prefixes: [a/]}\n"), 0o644)
+	m, err = run(t, "eu-west", func(c map[string]string) { c["lockplane:policies"] = foreign })
+	if err == nil || !strings.Contains(err.Error(), "is not in the stack's trust domain prod.example") || len(m.res) != 0 {
+		t.Fatalf("a grant of another trust domain: %v", err)
+	}
+
+	// Kubernetes: the set as a ConfigMap mounted where --policies points.
+	m, err = run(t, "us-east", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := m.of("kubernetes:core/v1:ConfigMap")
+	if len(cms) != 1 || len(cms[0].Inputs["data"].ObjectValue()) != 5 {
+		t.Fatalf("policy ConfigMap: %v", cms)
 	}
 }

@@ -53,6 +53,9 @@ type Stack struct {
 	BinDir string `json:"binDir"`
 	// TrustDomain is the SPIFFE trust domain of the region's workloads.
 	TrustDomain string `json:"trustDomain"`
+	// Policies is the directory of the region's LockClass and LockGrant
+	// documents (ADR-24), on the machine running the program.
+	Policies string `json:"policies"`
 }
 
 // Host is one machine the operator owns.
@@ -128,16 +131,9 @@ type Etcd struct {
 
 // Arbiter is the lock service.
 type Arbiter struct {
-	Replicas int     `json:"replicas"`
-	Port     int     `json:"port"`
-	Metrics  int     `json:"metricsPort"`
-	Classes  []Class `json:"classes,omitempty"`
-}
-
-// Class is a lock class the arbiter serves until the class registry lands.
-type Class struct {
-	Name string `json:"name"`
-	TTL  string `json:"ttl"`
+	Replicas int `json:"replicas"`
+	Port     int `json:"port"`
+	Metrics  int `json:"metricsPort"`
 }
 
 // Kubernetes places the arbiter on a cluster.
@@ -279,11 +275,8 @@ func (s *Stack) Validate() (*Plan, error) {
 	if s.Arbiter.Replicas < 1 {
 		bad("arbiter.replicas: %d must be at least 1", s.Arbiter.Replicas)
 	}
-	for i, c := range s.Arbiter.Classes {
-		d, err := time.ParseDuration(c.TTL)
-		if !name.MatchString(c.Name) || err != nil || d < 5*time.Second || d > 300*time.Second {
-			bad("arbiter.classes[%d]: %q with ttl %q: a class needs a lower-case name and a TTL from 5s to 300s (ADR-11)", i, c.Name, c.TTL)
-		}
+	if s.Policies == "" {
+		bad("policies: the directory of the region's LockClass and LockGrant documents is required")
 	}
 	if s.Runtime == RuntimeKubernetes && (s.Kubernetes.Namespace == "" || s.Kubernetes.Image == "") {
 		bad("kubernetes.namespace, kubernetes.image: are required with runtime kubernetes")

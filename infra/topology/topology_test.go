@@ -96,7 +96,7 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 		{"lease checkpointing off", func(s *topology.Stack) { s.Etcd.LeaseCheckpoint = false }, "etcd.leaseCheckpoint: must be true"},
 		{"quota too big", func(s *topology.Stack) { s.Etcd.QuotaBytes = 16 << 30 }, "etcd.quotaBytes: 17179869184 must be between 1 GiB and 8 GiB"},
 		{"unpinned host", func(s *topology.Stack) { s.Hosts[3].HostKey = "" }, "hosts[3] (eu-west-coord-4).hostKey: not pinned"},
-		{"class TTL out of range", func(s *topology.Stack) { s.Arbiter.Classes[0].TTL = "2s" }, "a TTL from 5s to 300s"},
+		{"no policy set", func(s *topology.Stack) { s.Policies = "" }, "policies: the directory of the region's LockClass and LockGrant documents is required"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -95,6 +95,11 @@ func Load(dir string, now time.Time) (*Set, error) {
 		if err != nil {
 			return err
 		}
+		// Hidden directories hold copies, not documents: a Kubernetes
+		// ConfigMap volume keeps its files in ..<timestamp>/.
+		if d.IsDir() && p != dir && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
 		if !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
 			files = append(files, p)
 		}

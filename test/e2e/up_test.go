@@ -144,18 +144,21 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	}
 
 	// A change reaches only what depends on it: a new lock class changes
-	// the arbiters' command lines and nothing else.
-	classes := []byte("      - name: demo\n        ttl: 15s\n")
-	current, _ := os.ReadFile(stackFile)
-	if !bytes.Contains(current, classes) {
-		t.Fatal("the local stack's class list is not where the test expects it")
+	// the policy file on the two arbiter hosts and nothing else (the
+	// arbiters reload it themselves).
+	policyFile := filepath.Join(dir, "stacks", "local", "policies", "demo.yaml")
+	policyOrig, err := os.ReadFile(policyFile)
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.WriteFile(stackFile, bytes.Replace(current, classes, append(classes, "      - name: batch\n        ttl: 60s\n"...), 1), 0o644)
+	t.Cleanup(func() { os.WriteFile(policyFile, policyOrig, 0o644) })
+	os.WriteFile(policyFile, append(append([]byte{}, policyOrig...), []byte("---\napiVersion: lockplane.io/v1\nkind: LockClass\nmetadata: {name: batch}\n"+
+		"spec: {namespace: demo, purpose: efficiency, enforcement: advisory, ttl: 60s, tier: coord}\n")...), 0o644)
 	var pv summary
 	out = run(t, dir, "lockplane", "preview", "--stack", "local", "-o", "json")
-	os.WriteFile(stackFile, current, 0o644)
+	os.WriteFile(policyFile, policyOrig, 0o644)
 	if err := json.Unmarshal(lastLine(out), &pv); err != nil || pv.Changes["update"] != 2 || len(pv.Changes) != 2 {
-		t.Fatalf("preview of a new class: %s (%v); want 2 updates (the arbiters) and the rest the same", out, err)
+		t.Fatalf("preview of a new class: %s (%v); want 2 updates (the policy file on each arbiter) and the rest the same", out, err)
 	}
 
 	// Drift: a member's etcd killed behind Pulumi's back is found by

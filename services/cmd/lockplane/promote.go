@@ -35,12 +35,13 @@ func promoteCmd() *cobra.Command {
 	var ops int
 	var class string
 	var gateOverride float64
+	var prefix string
 	c := &cobra.Command{
 		Use:   "promote",
 		Short: "Benchmark acquire latency through the stack's arbiter and record the promotion if p99 is within the gate",
-		Long: `promote takes --ops locks (each a fresh key, acquired then released, one after
-another on one session) through the deployed arbiter with the stack's demo
-identity, and compares the acquire p99 with the stack's gates.acquireP99Ms.
+		Long: `promote takes --ops locks (each a fresh key under --prefix, acquired then
+released, one after another on one session) through the deployed arbiter
+with the stack's demo identity, and compares the acquire p99 with the stack's gates.acquireP99Ms.
 Within the gate it records the promotion as the stack tag
 lockplane:promotion and as the stack output "promotion" (through the
 stack's lockplane:promotion config and an up that changes no resource).
@@ -71,7 +72,7 @@ Over the gate it exits 1 with the figures and records nothing.`,
 			if err != nil || path == "" {
 				return fmt.Errorf("stack %s has no deployed arbiter: run `lockplane up --stack %s` first", f.stack, f.stack)
 			}
-			p, err := measureAcquire(ctx, path, class, ops, gate, f.output == "text")
+			p, err := measureAcquire(ctx, path, class, prefix, ops, gate, f.output == "text")
 			if err != nil {
 				return err
 			}
@@ -103,12 +104,13 @@ Over the gate it exits 1 with the figures and records nothing.`,
 	f.add(c)
 	c.Flags().IntVar(&ops, "ops", 200, "acquisitions to time")
 	c.Flags().StringVar(&class, "class", "", "lock class to acquire in (default: the arbiter's default class)")
+	c.Flags().StringVar(&prefix, "prefix", "demo/promote/", "key prefix to lock under: the stack's policy set must grant it to the demo identity")
 	c.Flags().Float64Var(&gateOverride, "gate-p99-ms", 0, "use this gate instead of the stack's gates.acquireP99Ms (a tighter bar for a canary)")
 	return c
 }
 
 // measureAcquire times acquisitions through the arbiter of a profile.
-func measureAcquire(ctx context.Context, path, class string, ops int, gate float64, progress bool) (promotion, error) {
+func measureAcquire(ctx context.Context, path, class, prefix string, ops int, gate float64, progress bool) (promotion, error) {
 	p, err := profile.Load(path)
 	if err != nil {
 		return promotion{}, err
@@ -122,7 +124,7 @@ func measureAcquire(ctx context.Context, path, class string, ops int, gate float
 	if err != nil {
 		return promotion{}, fmt.Errorf("open a session on %s: %w", p.Endpoint, err)
 	}
-	run := fmt.Sprintf("promote/%d", time.Now().UnixNano())
+	run := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano())
 	var lat []time.Duration
 	for i := -10; i < ops; i++ { // ten warm-up acquisitions first
 		t0 := time.Now()
