@@ -101,23 +101,12 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	f := ArbiterFiles{EtcdCert: env.ConfPath(h, "arbiter/etcd.crt"), EtcdKey: env.ConfPath(h, "arbiter/etcd.key"), EtcdCA: env.ConfPath(h, "arbiter/etcd-ca.crt"),
 		SVID: env.ConfPath(h, "arbiter/svid.crt"), SVIDKey: env.ConfPath(h, "arbiter/svid.key"), Bundle: env.ConfPath(h, "arbiter/bundle.crt"),
 		Policies: env.ConfPath(h, "policies")}
-	var deps []pulumi.Resource
-	triggers := pulumi.StringArray{}
-	for _, file := range []struct {
-		path    string
-		content pulumi.StringInput
-		mode    string
-	}{
+	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
 		{f.EtcdCert, etcdClient.CertPem, "0644"}, {f.EtcdKey, etcdClient.KeyPem, "0600"}, {f.EtcdCA, a.EtcdCA.CertPem, "0644"},
 		{f.SVID, svid.CertPem, "0644"}, {f.SVIDKey, svid.KeyPem, "0600"}, {f.Bundle, a.SpiffeCA.CertPem, "0644"},
-	} {
-		r, err := nodes.NewFile(ctx, name+"-"+file.path[strings.LastIndex(file.path, "/")+1:], nodes.FileArgs{Connection: conn, Path: file.path,
-			Content: file.content, Mode: file.mode}, opts...)
-		if err != nil {
-			return err
-		}
-		deps = append(deps, r)
-		triggers = append(triggers, r.Sha256)
+	}, opts...)
+	if err != nil {
+		return err
 	}
 	// Policy files are not restart triggers: the arbiter reloads them.
 	for _, pf := range env.Policies {

@@ -7,10 +7,12 @@ package components
 
 import (
 	"fmt"
+	"path"
 
 	"github.com/lockplane/lockplane/infra/nodes"
 	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/nodes/remote"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
 // Binary is a local file the program installs, with its checksum.
@@ -65,4 +67,27 @@ func (e *Env) ConfPath(h topology.Host, name string) string {
 // TangURL is the URL of a Tang server on h.
 func (e *Env) TangURL(h topology.Host) string {
 	return fmt.Sprintf("http://%s:%d", h.Address, e.Stack.Tang.Port)
+}
+
+// configFile is one file a service reads, with the content it must have.
+type configFile struct {
+	path    string
+	content pulumi.StringInput
+	mode    string
+}
+
+// putConfig puts files on a host for a service, returning them (to depend
+// on) and their checksums (to restart the service when one changes).
+func putConfig(ctx *pulumi.Context, conn nodes.Connection, prefix string, files []configFile, opts ...pulumi.ResourceOption) ([]pulumi.Resource, pulumi.StringArray, error) {
+	var deps []pulumi.Resource
+	triggers := pulumi.StringArray{}
+	for _, f := range files {
+		r, err := nodes.NewFile(ctx, prefix+"-"+path.Base(f.path), nodes.FileArgs{Connection: conn, Path: f.path, Content: f.content, Mode: f.mode}, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		deps = append(deps, r)
+		triggers = append(triggers, r.Sha256)
+	}
+	return deps, triggers, nil
 }

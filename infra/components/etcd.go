@@ -134,19 +134,11 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 		return nil, err
 	}
 	files := EtcdFiles{Cert: env.ConfPath(h, a.Name+"/tls.crt"), Key: env.ConfPath(h, a.Name+"/tls.key"), CA: env.ConfPath(h, a.Name+"/ca.crt")}
-	var deps []pulumi.Resource
-	triggers := pulumi.StringArray{}
-	for _, f := range []struct {
-		path    string
-		content pulumi.StringInput
-		mode    string
-	}{{files.Cert, cert.CertPem, "0644"}, {files.Key, cert.KeyPem, "0600"}, {files.CA, a.CA.CertPem, "0644"}} {
-		r, err := nodes.NewFile(ctx, name+"-"+f.path[strings.LastIndex(f.path, "/")+1:], nodes.FileArgs{Connection: conn, Path: f.path, Content: f.content, Mode: f.mode}, in, gated)
-		if err != nil {
-			return nil, err
-		}
-		deps = append(deps, r)
-		triggers = append(triggers, r.Sha256)
+	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
+		{files.Cert, cert.CertPem, "0644"}, {files.Key, cert.KeyPem, "0600"}, {files.CA, a.CA.CertPem, "0644"},
+	}, in, gated)
+	if err != nil {
+		return nil, err
 	}
 	bin, err := nodes.NewFile(ctx, name+"-etcd", nodes.FileArgs{Connection: conn, Path: env.BinPath(h, "etcd"),
 		Source: env.Etcd.Path, SourceSha256: env.Etcd.Sha256, Mode: "0755"}, in, gated)

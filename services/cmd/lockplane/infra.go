@@ -135,6 +135,8 @@ type summary struct {
 	Elapsed string         `json:"elapsed"`
 	Outputs map[string]any `json:"outputs,omitempty"`
 	Profile string         `json:"profile,omitempty"`
+	// Promotion is promote's record.
+	Promotion *promotion `json:"promotion,omitempty"`
 }
 
 func (s summary) print(asJSON bool) {
@@ -158,17 +160,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func upCmd() *cobra.Command {
-	var f stackFlags
-	var expectNoChanges bool
+// stackVerb is one verb on a stack: flags, the stack opened, the verb
+// timed, its failure's cause kept, its summary printed.
+func stackVerb(use, short, long string, act func(ctx context.Context, s auto.Stack, root string, f *stackFlags) (summary, error)) *cobra.Command {
+	f := &stackFlags{}
 	c := &cobra.Command{
-		Use:   "up",
-		Short: "Create or update a region's stack: hosts, Tang, LUKS, etcd tiers, the arbiter",
-		Long: `up runs the region program (infra/) for --stack with the Pulumi CLI built in bin/,
-printing live progress. A stack whose hosts cannot carry the topology is
-refused before anything is created. Afterwards it writes a lockctl profile
-for the deployed arbiter to .lockplane/<stack>/profile.json.`,
-		Args: cobra.NoArgs,
+		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
 				return err
@@ -176,37 +173,54 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 			ctx, cancel := signalContext()
 			defer cancel()
 			begin := time.Now()
-			s, root, err := openStack(ctx, &f)
+			s, root, err := openStack(ctx, f)
 			if err != nil {
 				return err
 			}
+			out, err := act(ctx, s, root, f)
+			if err != nil {
+				return fmt.Errorf("%s --stack %s failed: %w", use, f.stack, errors.New(lastLines(err.Error(), 30)))
+			}
+			out.Stack, out.Verb, out.Elapsed = f.stack, use, time.Since(begin).Round(time.Second).String()
+			out.print(f.output == "json")
+			return nil
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func upCmd() *cobra.Command {
+	var expectNoChanges bool
+	c := stackVerb("up", "Create or update a region's stack: hosts, Tang, LUKS, etcd tiers, the arbiter",
+		`up runs the region program (infra/) for --stack with the Pulumi CLI built in bin/,
+printing live progress. A stack whose hosts cannot carry the topology is
+refused before anything is created. Afterwards it writes a lockctl profile
+for the deployed arbiter to .lockplane/<stack>/profile.json.`,
+		func(ctx context.Context, s auto.Stack, root string, f *stackFlags) (summary, error) {
 			opts := []optup.Option{optup.ProgressStreams(f.progress())}
 			if expectNoChanges {
 				opts = append(opts, optup.ExpectNoChanges())
 			}
 			res, err := s.Up(ctx, opts...)
 			if err != nil {
-				return fmt.Errorf("up --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+				return summary{}, err
 			}
-			out := summary{Stack: f.stack, Verb: "up", Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges),
-				Elapsed: time.Since(begin).Round(time.Second).String(), Outputs: map[string]any{}}
+			out := summary{Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges), Outputs: map[string]any{}}
 			for k, v := range res.Outputs {
 				if !v.Secret {
 					out.Outputs[k] = v.Value
 				}
 			}
 			if out.Profile, err = writeProfile(root, f.stack, res.Outputs); err != nil {
-				return err
+				return summary{}, err
 			}
-			out.print(f.output == "json")
 			if f.output == "text" {
 				fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
 					res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
 			}
-			return nil
-		},
-	}
-	f.add(c)
+			return out, nil
+		})
 	c.Flags().BoolVar(&expectNoChanges, "expect-no-changes", false, "fail if anything would change")
 	return c
 }
@@ -219,102 +233,49 @@ func changes(m *map[string]int) map[string]int {
 }
 
 func previewCmd() *cobra.Command {
-	var f stackFlags
 	var expectNoChanges bool
-	c := &cobra.Command{
-		Use:   "preview",
-		Short: "Show what up would change, changing nothing",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			begin := time.Now()
-			s, _, err := openStack(ctx, &f)
-			if err != nil {
-				return err
-			}
+	c := stackVerb("preview", "Show what up would change, changing nothing", "",
+		func(ctx context.Context, s auto.Stack, _ string, f *stackFlags) (summary, error) {
 			opts := []optpreview.Option{optpreview.ProgressStreams(f.progress())}
 			if expectNoChanges {
 				opts = append(opts, optpreview.ExpectNoChanges())
 			}
 			res, err := s.Preview(ctx, opts...)
 			if err != nil {
-				return fmt.Errorf("preview --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+				return summary{}, err
 			}
 			ch := map[string]int{}
 			for k, v := range res.ChangeSummary {
 				ch[string(k)] = v
 			}
-			summary{Stack: f.stack, Verb: "preview", Result: "succeeded", Changes: ch, Elapsed: time.Since(begin).Round(time.Second).String()}.print(f.output == "json")
-			return nil
-		},
-	}
-	f.add(c)
+			return summary{Result: "succeeded", Changes: ch}, nil
+		})
 	c.Flags().BoolVar(&expectNoChanges, "expect-no-changes", false, "fail if anything would change")
 	return c
 }
 
 func refreshCmd() *cobra.Command {
-	var f stackFlags
-	c := &cobra.Command{
-		Use:   "refresh",
-		Short: "Read every resource back from the hosts and record what drifted",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			begin := time.Now()
-			s, _, err := openStack(ctx, &f)
-			if err != nil {
-				return err
-			}
+	c := stackVerb("refresh", "Read every resource back from the hosts and record what drifted", "",
+		func(ctx context.Context, s auto.Stack, _ string, f *stackFlags) (summary, error) {
 			res, err := s.Refresh(ctx, optrefresh.ProgressStreams(f.progress()))
 			if err != nil {
-				return fmt.Errorf("refresh --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+				return summary{}, err
 			}
-			summary{Stack: f.stack, Verb: "refresh", Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges),
-				Elapsed: time.Since(begin).Round(time.Second).String()}.print(f.output == "json")
-			return nil
-		},
-	}
-	f.add(c)
+			return summary{Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges)}, nil
+		})
 	return c
 }
 
 func destroyCmd() *cobra.Command {
-	var f stackFlags
-	c := &cobra.Command{
-		Use:   "destroy",
-		Short: "Stop and remove everything the stack made on its hosts",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			begin := time.Now()
-			s, root, err := openStack(ctx, &f)
-			if err != nil {
-				return err
-			}
+	c := stackVerb("destroy", "Stop and remove everything the stack made on its hosts", "",
+		func(ctx context.Context, s auto.Stack, root string, f *stackFlags) (summary, error) {
 			res, err := s.Destroy(ctx, optdestroy.ProgressStreams(f.progress()))
 			if err != nil {
-				return fmt.Errorf("destroy --stack %s failed: %w", f.stack, errors.New(lastLines(err.Error(), 30)))
+				return summary{}, err
 			}
 			os.RemoveAll(filepath.Join(root, ".lockplane", f.stack))
-			summary{Stack: f.stack, Verb: "destroy", Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges),
-				Elapsed: time.Since(begin).Round(time.Second).String()}.print(f.output == "json")
-			return nil
-		},
-	}
-	f.add(c)
+			return summary{Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges)}, nil
+		})
 	return c
 }
 

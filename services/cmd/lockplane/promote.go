@@ -31,38 +31,25 @@ type promotion struct {
 var ErrGate = errors.New("acquire p99 is over the stack's gate")
 
 func promoteCmd() *cobra.Command {
-	var f stackFlags
 	var ops int
 	var class string
 	var gateOverride float64
 	var prefix string
-	c := &cobra.Command{
-		Use:   "promote",
-		Short: "Benchmark acquire latency through the stack's arbiter and record the promotion if p99 is within the gate",
-		Long: `promote takes --ops locks (each a fresh key under --prefix, acquired then
+	c := stackVerb("promote", "Benchmark acquire latency through the stack's arbiter and record the promotion if p99 is within the gate",
+		`promote takes --ops locks (each a fresh key under --prefix, acquired then
 released, one after another on one session) through the deployed arbiter
-with the stack's demo identity, and compares the acquire p99 with the stack's gates.acquireP99Ms.
-Within the gate it records the promotion as the stack tag
-lockplane:promotion and as the stack output "promotion" (through the
-stack's lockplane:promotion config and an up that changes no resource).
+with the stack's demo identity, and compares the acquire p99 with the
+stack's gates.acquireP99Ms. Within the gate it records the promotion as the
+stack tag lockplane:promotion and as the stack output "promotion" (through
+the stack's lockplane:promotion config and an up that changes no resource).
 Over the gate it exits 1 with the figures and records nothing.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
+		func(ctx context.Context, s auto.Stack, root string, f *stackFlags) (summary, error) {
 			if ops < 20 {
-				return fmt.Errorf("--ops: %d must be at least 20 for a p99", ops)
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, root, err := openStack(ctx, &f)
-			if err != nil {
-				return err
+				return summary{}, fmt.Errorf("--ops: %d must be at least 20 for a p99", ops)
 			}
 			out, err := s.Outputs(ctx)
 			if err != nil {
-				return err
+				return summary{}, err
 			}
 			gate, _ := out["acquireP99GateMs"].Value.(float64)
 			if gateOverride > 0 {
@@ -70,11 +57,11 @@ Over the gate it exits 1 with the figures and records nothing.`,
 			}
 			path, err := writeProfile(root, f.stack, out)
 			if err != nil || path == "" {
-				return fmt.Errorf("stack %s has no deployed arbiter: run `lockplane up --stack %s` first", f.stack, f.stack)
+				return summary{}, fmt.Errorf("stack %s has no deployed arbiter: run `lockplane up --stack %s` first", f.stack, f.stack)
 			}
 			p, err := measureAcquire(ctx, path, class, prefix, ops, gate, f.output == "text")
 			if err != nil {
-				return err
+				return summary{}, err
 			}
 			rec, _ := json.Marshal(p)
 			if f.output == "json" {
@@ -84,24 +71,20 @@ Over the gate it exits 1 with the figures and records nothing.`,
 					f.stack, p.P50Ms, p.P99Ms, p.MaxMs, p.Ops, p.GateP99Ms, map[bool]string{true: "PASS", false: "FAIL"}[p.Pass])
 			}
 			if !p.Pass {
-				return fmt.Errorf("%w: %.3f ms > %.3f ms; the stack is not promoted", ErrGate, p.P99Ms, p.GateP99Ms)
+				return summary{}, fmt.Errorf("%w: %.3f ms > %.3f ms; the stack is not promoted", ErrGate, p.P99Ms, p.GateP99Ms)
 			}
 			if err := s.SetTag(ctx, "lockplane:promotion", string(rec)); err != nil {
-				return fmt.Errorf("record the promotion tag: %w", err)
+				return summary{}, fmt.Errorf("record the promotion tag: %w", err)
 			}
 			if err := s.SetConfig(ctx, "lockplane:promotion", auto.ConfigValue{Value: string(rec)}); err != nil {
-				return fmt.Errorf("record the promotion config: %w", err)
+				return summary{}, fmt.Errorf("record the promotion config: %w", err)
 			}
-			if _, err := s.Up(ctx, optup.ProgressStreams(f.progress())); err != nil {
-				return fmt.Errorf("record the promotion output: %w", err)
+			res, err := s.Up(ctx, optup.ProgressStreams(f.progress()))
+			if err != nil {
+				return summary{}, fmt.Errorf("record the promotion output: %w", err)
 			}
-			if f.output == "text" {
-				fmt.Printf("promoted: tag lockplane:promotion and output promotion set on stack %s\n", f.stack)
-			}
-			return nil
-		},
-	}
-	f.add(c)
+			return summary{Result: "promoted", Changes: changes(res.Summary.ResourceChanges), Promotion: &p}, nil
+		})
 	c.Flags().IntVar(&ops, "ops", 200, "acquisitions to time")
 	c.Flags().StringVar(&class, "class", "", "lock class to acquire in (default: the arbiter's default class)")
 	c.Flags().StringVar(&prefix, "prefix", "demo/promote/", "key prefix to lock under: the stack's policy set must grant it to the demo identity")
