@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/lockplane/lockplane/benchmarks/latency"
 	"log"
 	"os"
 	"runtime/pprof"
@@ -25,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/lockkey"

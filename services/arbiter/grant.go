@@ -56,7 +56,8 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 }
 
 // acquire attempts until granted, refused for a reason other than
-// contention, or (when waiting) the wait ends.
+// contention, or (when waiting) the wait ends. Waiters queue in arrival
+// order; the head attempts after each release it sees.
 func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bool) (grant, error) {
 	wctx := ctx
 	if wait {
@@ -70,24 +71,44 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 		wctx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
-	for {
-		g, err := a.attempt(wctx, r, session)
-		c, isContended := err.(*contended)
-		if !isContended {
-			return g, err
+	g, err := a.attempt(wctx, r, session)
+	c, isContended := err.(*contended)
+	if !isContended {
+		return g, err
+	}
+	if !wait {
+		return grant{}, c.err
+	}
+	// Queue behind this arbiter's earlier waiters for the key; the head
+	// alone watches and attempts.
+	w := a.waiters.join(r.key, c.rev)
+	handoff := int64(0)
+	defer func() { a.waiters.leave(r.key, w, handoff) }()
+	a.metrics.waited(r.labels)
+	from, err := a.waiters.await(wctx, w)
+	for err == nil {
+		if from > 0 {
+			err = a.awaitRelease(wctx, lockkey.HoldKey(r.key), from)
+			if err != nil {
+				break
+			}
 		}
-		if !wait {
-			return grant{}, c.err
+		g, aerr := a.attempt(wctx, r, session)
+		c, isContended := aerr.(*contended)
+		if !isContended {
+			if aerr == nil {
+				handoff = g.token.Revision()
+			}
+			return g, aerr
 		}
 		a.metrics.waited(r.labels)
-		if a.awaitRelease(wctx, lockkey.HoldKey(r.key), c.rev) != nil {
-			if errors.Is(ctx.Err(), context.Canceled) {
-				return grant{}, status.FromContextError(ctx.Err()).Err()
-			}
-			return grant{}, refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
-				fmt.Sprintf("key %s was still held when the wait ended", r.key))
-		}
+		from = c.rev
 	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return grant{}, status.FromContextError(ctx.Err()).Err()
+	}
+	return grant{}, refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
+		fmt.Sprintf("key %s was still held when the wait ended", r.key))
 }
 
 // attempt is one grant: exactly one etcd Txn. Its Else branch reads back

@@ -96,6 +96,8 @@ type Arbiter struct {
 	admin   adminServer
 	// validations limits ValidateToken per namespace.
 	validations *limiters
+	// waiters queues waiting Acquires per key.
+	waiters queues
 }
 
 // New checks cfg and returns an Arbiter. Call Run to keep its epoch current.

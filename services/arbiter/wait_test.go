@@ -130,3 +130,70 @@ func TestDeleteNotificationNeverGrantsByItself(t *testing.T) {
 		env.Etcd.Delete(ctx, lockkey.HoldKey(key), clientv3.WithPrefix())
 	}
 }
+
+// counter sums a counter family across its label sets.
+func counter(t *testing.T, env *devenv.Env, name string) float64 {
+	t.Helper()
+	fams, _ := env.Registry.Gather()
+	var total float64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// Waiters on one arbiter are granted in arrival order, and a release makes
+// one grant attempt (the head's), not one per waiter (ADR-14).
+func TestWaitersAreGrantedInArrivalOrderOneAttemptPerRelease(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
+	ctx := ctxT(t, time.Minute)
+	const key, n = "team-a/fifo/1", 6
+	holder := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
+	h, err := holder.TryLock(ctx, key, noFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type granted struct {
+		i    int
+		hold *lockclient.Hold
+	}
+	grants := make(chan granted, n)
+	for i := 0; i < n; i++ {
+		s := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+		go func() {
+			hold, err := s.Lock(ctx, key, noFence)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			grants <- granted{i, hold}
+		}()
+		waitForWaits(t, env, i+1) // arrival order is the order they queued
+	}
+	before := counter(t, env, "lockplane_grant_attempts_total")
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inOrder := 0
+	for want := 0; want < n; want++ {
+		g := <-grants
+		if g.i == want {
+			inOrder++
+		}
+		// Exactly one attempt per release so far: the head's.
+		if got := counter(t, env, "lockplane_grant_attempts_total") - before; got != float64(want+1) {
+			t.Fatalf("after %d releases %v grant attempts were made, want %d", want+1, got, want+1)
+		}
+		if err := g.hold.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d of %d grants in arrival order", inOrder, n)
+	if inOrder != n {
+		t.Fatalf("only %d of %d grants in arrival order on one arbiter", inOrder, n)
+	}
+}
