@@ -3,12 +3,16 @@ package provider_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/nodes/remote"
@@ -225,9 +229,25 @@ func TestServiceRunsRestartsAndStops(t *testing.T) {
 	}
 	// The command dies: the loop starts it again. (-x: the loop's own
 	// command line names the command too.)
-	first := run(t, h, "n1", "pgrep -x sleep")
-	run(t, h, "n1", "kill "+first)
-	if got := run(t, h, "n1", "for i in $(seq 50); do p=$(pgrep -x sleep) && [ \"$p\" != "+first+" ] && echo $p && exit 0; sleep 0.1; done; echo none"); got == "none" {
+	// (Only processes in n1's namespace count: this machine runs other
+	// sleeps.)
+	first := sleeps(h, "n1")
+	if len(first) != 1 {
+		t.Fatalf("sleeps on n1: %v", first)
+	}
+	for pid := range first {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	restarted := false
+	for i := 0; i < 100 && !restarted; i++ {
+		for pid := range sleeps(h, "n1") {
+			if _, old := first[pid]; !old {
+				restarted = true
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling the namespace: there is no event for a process start
+	}
+	if !restarted {
 		t.Fatal("the service was not restarted")
 	}
 	// An update restarts it with the new command.
@@ -239,8 +259,8 @@ func TestServiceRunsRestartsAndStops(t *testing.T) {
 	if outputs(t, up.Properties)["pid"] == pid {
 		t.Fatal("update did not restart the service")
 	}
-	if got := run(t, h, "n1", "ps -o args= -C sleep"); got != "/bin/sleep 700" {
-		t.Fatalf("after the update the service runs %q, want only /bin/sleep 700", got)
+	if got := sleeps(h, "n1"); len(got) != 1 || !slices.Contains(slices.Collect(maps.Values(got)), "/bin/sleep 700") {
+		t.Fatalf("after the update the service runs %v, want only /bin/sleep 700", got)
 	}
 	if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("Service", "s"), Id: created.Id, Properties: up.Properties, OldInputs: props(t, in)}); err != nil {
 		t.Fatal(err)
@@ -248,6 +268,21 @@ func TestServiceRunsRestartsAndStops(t *testing.T) {
 	if got := services(h, "n1"); got != "" {
 		t.Fatalf("processes left on n1 after delete: %q", got)
 	}
+}
+
+// sleeps maps the pids of the sleep processes in a host's namespace to
+// their command lines.
+func sleeps(h *hosts.Harness, host string) map[int]string {
+	out := map[int]string{}
+	for _, pid := range h.Processes()[host] {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if strings.TrimSpace(string(comm)) != "sleep" {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out[pid] = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return out
 }
 
 // services lists the commands running in a host's namespace, but sshd.
