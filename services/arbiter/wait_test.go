@@ -48,19 +48,9 @@ func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
 // environment started: the arbiter's waits counter is the event.
 func waitForWaits(t *testing.T, env *devenv.Env, n int) {
 	t.Helper()
-	name := "lockplane_waits_total"
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		fams, _ := env.Registry.Gather()
-		var total float64
-		for _, f := range fams {
-			if f.GetName() == name {
-				for _, m := range f.GetMetric() {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-		if total >= float64(n) {
+		if counter(t, env, "lockplane_waits_total") >= float64(n) {
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
