@@ -8,6 +8,11 @@
 //
 // Each client works on its own key (uncontended), at each concurrency level.
 // It prints p50, p99 and ops/s per mode and the ratios b/a and b/c.
+//
+// With -hot N it then measures a hot key: N contenders, each its own
+// identity and session, taking turns on one key through (d) Lockplane and
+// (e) concurrency.Mutex. Every op waits its turn, so ops/s is handoffs per
+// second and 1000/ops/s the mean handoff in ms.
 package main
 
 import (
@@ -60,6 +65,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "print results as JSON")
 	only := flag.String("modes", "a,b,c", "which modes to run (a: raw Txn, b: lockplane, c: concurrency.Mutex)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	hot := flag.Int("hot", 0, "then measure a hot key with this many contenders (0: skip)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -77,7 +83,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 	fmt.Fprintln(os.Stderr, "starting an embedded 3-member etcd cluster and the arbiter...")
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, Workers: *hot})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -107,12 +113,21 @@ func main() {
 		}
 		results = append(results, rs...)
 	}
+	var hotResults []result
+	if *hot > 0 {
+		fmt.Fprintf(os.Stderr, "measuring a hot key with %d contenders, %s per mode in %d interleaved rounds...\n", *hot, *duration, *rounds)
+		hotResults, err = measure(ctx, []mode{{"d lockplane hot key", hotViaArbiter(env)}, {"e concurrency.Mutex hot key", hotMutex(env)}}, *hot, *warmup, *duration, *rounds)
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"results": results, "ratios": ratios(results)})
+		enc.Encode(map[string]any{"results": results, "ratios": ratios(results), "hot_key": hotResults})
 		return
 	}
+	defer printHot(hotResults)
 	fmt.Printf("\n%-22s %7s %8s %9s %9s %9s\n", "mode", "clients", "ops", "p50 ms", "p99 ms", "ops/s")
 	for _, r := range results {
 		fmt.Printf("%-22s %7d %8d %9.3f %9.3f %9.0f\n", r.Mode, r.Clients, r.Ops, r.P50ms, r.P99ms, r.OpsSec)
@@ -329,6 +344,79 @@ func mutex(env *devenv.Env) setup {
 			}
 			sessions = append(sessions, s)
 			m := concurrency.NewMutex(s, fmt.Sprintf("/bench/mutex/%d", i))
+			ops = append(ops, func(ctx context.Context) error {
+				if err := m.Lock(ctx); err != nil {
+					return err
+				}
+				return m.Unlock(ctx)
+			})
+		}
+		return ops, func() {
+			for _, s := range sessions {
+				s.Close()
+			}
+		}, nil
+	}
+}
+
+// printHot prints the hot-key modes with their mean handoff.
+func printHot(rs []result) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Printf("\n%-28s %11s %8s %9s %9s %12s %12s\n", "hot key", "contenders", "ops", "p50 ms", "p99 ms", "handoffs/s", "handoff ms")
+	for _, r := range rs {
+		fmt.Printf("%-28s %11d %8d %9.3f %9.3f %12.0f %12.3f\n", r.Mode, r.Clients, r.Ops, r.P50ms, r.P99ms, r.OpsSec, 1000/r.OpsSec)
+	}
+	if len(rs) == 2 {
+		fmt.Printf("handoff d/e: %.2f\n", rs[1].OpsSec/rs[0].OpsSec)
+	}
+}
+
+// hotViaArbiter has n workers, each its own identity, take turns on one key
+// through the arbiter.
+func hotViaArbiter(env *devenv.Env) setup {
+	return func(ctx context.Context, n int) ([]op, func(), error) {
+		var ops []op
+		var clients []*lockclient.Client
+		for i := 0; i < n; i++ {
+			c, err := env.Client(fmt.Sprintf("worker-%d", i))
+			if err != nil {
+				return nil, nil, err
+			}
+			clients = append(clients, c)
+			s, err := c.Session(ctx, "")
+			if err != nil {
+				return nil, nil, err
+			}
+			ops = append(ops, func(ctx context.Context) error {
+				h, err := s.Lock(ctx, "bench/hot", func(*lockclient.Hold) {})
+				if err != nil {
+					return err
+				}
+				return h.Release(ctx)
+			})
+		}
+		return ops, func() {
+			for _, c := range clients {
+				c.Close(context.Background())
+			}
+		}, nil
+	}
+}
+
+// hotMutex has n workers take turns on one concurrency.Mutex.
+func hotMutex(env *devenv.Env) setup {
+	return func(ctx context.Context, n int) ([]op, func(), error) {
+		var ops []op
+		var sessions []*concurrency.Session
+		for i := 0; i < n; i++ {
+			s, err := concurrency.NewSession(env.Etcd, concurrency.WithTTL(15))
+			if err != nil {
+				return nil, nil, err
+			}
+			sessions = append(sessions, s)
+			m := concurrency.NewMutex(s, "/bench/mutex/hot")
 			ops = append(ops, func(ctx context.Context) error {
 				if err := m.Lock(ctx); err != nil {
 					return err

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +71,10 @@ type Options struct {
 	// RestoreFrom starts the cluster from an etcd snapshot, as a disaster
 	// recovery would: the arbiter then finds it sealed.
 	RestoreFrom string
+	// Workers adds identities worker-0 .. worker-(Workers-1), for
+	// benchmarks that need many distinct contenders (one identity's second
+	// session on a key it holds is refused LEAKED, by design).
+	Workers int
 }
 
 // Env is a running embedded environment.
@@ -106,7 +111,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			e.Close()
 		}
 	}()
-	if e.Profile, err = writeTrustDomain(opts.Dir); err != nil {
+	if e.Profile, err = writeTrustDomain(opts.Dir, opts.Workers); err != nil {
 		return nil, err
 	}
 	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger, RestoreFrom: opts.RestoreFrom})
@@ -126,7 +131,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	return e, e.Profile.Save(e.ProfilePath)
 }
 
-func writeTrustDomain(dir string) (*profile.Profile, error) {
+func writeTrustDomain(dir string, workers int) (*profile.Profile, error) {
 	ca, err := devca.New(TrustDomain, 30*24*time.Hour)
 	if err != nil {
 		return nil, err
@@ -139,7 +144,11 @@ func writeTrustDomain(dir string) (*profile.Profile, error) {
 		ServerID: "spiffe://" + TrustDomain + Identities["arbiter"], TrustDomain: TrustDomain,
 		Bundle: "pki/bundle.pem", Identities: map[string]profile.Identity{}, DefaultIdentity: "demo",
 	}
-	for name, path := range Identities {
+	ids := maps.Clone(Identities)
+	for i := 0; i < workers; i++ {
+		ids[fmt.Sprintf("worker-%d", i)] = fmt.Sprintf("/ns/bench/sa/worker-%d", i)
+	}
+	for name, path := range ids {
 		if _, err := ca.WriteSVID(filepath.Join(pki, name), path, 7*24*time.Hour); err != nil {
 			return nil, err
 		}
