@@ -91,8 +91,8 @@ func main() {
 
 	modes := []mode{
 		{"a raw etcd Txn", rawTxn(env)},
-		{"b lockplane", viaArbiter(env)},
-		{"c concurrency.Mutex", mutex(env)},
+		{"b lockplane", viaArbiter(env, false)},
+		{"c concurrency.Mutex", mutex(env, false)},
 	}
 	var results []result
 	for _, lv := range strings.Split(*levels, ",") {
@@ -116,7 +116,7 @@ func main() {
 	var hotResults []result
 	if *hot > 0 {
 		fmt.Fprintf(os.Stderr, "measuring a hot key with %d contenders, %s per mode in %d interleaved rounds...\n", *hot, *duration, *rounds)
-		hotResults, err = measure(ctx, []mode{{"d lockplane hot key", hotViaArbiter(env)}, {"e concurrency.Mutex hot key", hotMutex(env)}}, *hot, *warmup, *duration, *rounds)
+		hotResults, err = measure(ctx, []mode{{"d lockplane hot key", viaArbiter(env, true)}, {"e concurrency.Mutex hot key", mutex(env, true)}}, *hot, *warmup, *duration, *rounds)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -300,13 +300,18 @@ func keepAlive(c *clientv3.Client, id clientv3.LeaseID) {
 }
 
 // viaArbiter acquires and releases through the arbiter, one client and
-// session per worker.
-func viaArbiter(env *devenv.Env) setup {
+// session per worker: each on its own key, or (hot) all on one key, each
+// worker its own identity, waiting its turn.
+func viaArbiter(env *devenv.Env, hot bool) setup {
 	return func(ctx context.Context, n int) ([]op, func(), error) {
 		var ops []op
 		var clients []*lockclient.Client
 		for i := 0; i < n; i++ {
-			c, err := env.Client("demo")
+			id, key := "demo", fmt.Sprintf("bench/lockplane/%d", i)
+			if hot {
+				id, key = fmt.Sprintf("worker-%d", i), "bench/hot"
+			}
+			c, err := env.Client(id)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -315,9 +320,12 @@ func viaArbiter(env *devenv.Env) setup {
 			if err != nil {
 				return nil, nil, err
 			}
-			key := fmt.Sprintf("bench/lockplane/%d", i)
+			lock := s.TryLock
+			if hot {
+				lock = s.Lock
+			}
 			ops = append(ops, func(ctx context.Context) error {
-				h, err := s.TryLock(ctx, key, func(*lockclient.Hold) {})
+				h, err := lock(ctx, key, func(*lockclient.Hold) {})
 				if err != nil {
 					return err
 				}
@@ -332,8 +340,9 @@ func viaArbiter(env *devenv.Env) setup {
 	}
 }
 
-// mutex uses etcd's own recipe, on a reused session per worker.
-func mutex(env *devenv.Env) setup {
+// mutex uses etcd's own recipe, on a reused session per worker: each on
+// its own key, or (hot) all on one.
+func mutex(env *devenv.Env, hot bool) setup {
 	return func(ctx context.Context, n int) ([]op, func(), error) {
 		var ops []op
 		var sessions []*concurrency.Session
@@ -343,7 +352,11 @@ func mutex(env *devenv.Env) setup {
 				return nil, nil, err
 			}
 			sessions = append(sessions, s)
-			m := concurrency.NewMutex(s, fmt.Sprintf("/bench/mutex/%d", i))
+			key := fmt.Sprintf("/bench/mutex/%d", i)
+			if hot {
+				key = "/bench/mutex/hot"
+			}
+			m := concurrency.NewMutex(s, key)
 			ops = append(ops, func(ctx context.Context) error {
 				if err := m.Lock(ctx); err != nil {
 					return err
@@ -370,64 +383,5 @@ func printHot(rs []result) {
 	}
 	if len(rs) == 2 {
 		fmt.Printf("handoff d/e: %.2f\n", rs[1].OpsSec/rs[0].OpsSec)
-	}
-}
-
-// hotViaArbiter has n workers, each its own identity, take turns on one key
-// through the arbiter.
-func hotViaArbiter(env *devenv.Env) setup {
-	return func(ctx context.Context, n int) ([]op, func(), error) {
-		var ops []op
-		var clients []*lockclient.Client
-		for i := 0; i < n; i++ {
-			c, err := env.Client(fmt.Sprintf("worker-%d", i))
-			if err != nil {
-				return nil, nil, err
-			}
-			clients = append(clients, c)
-			s, err := c.Session(ctx, "")
-			if err != nil {
-				return nil, nil, err
-			}
-			ops = append(ops, func(ctx context.Context) error {
-				h, err := s.Lock(ctx, "bench/hot", func(*lockclient.Hold) {})
-				if err != nil {
-					return err
-				}
-				return h.Release(ctx)
-			})
-		}
-		return ops, func() {
-			for _, c := range clients {
-				c.Close(context.Background())
-			}
-		}, nil
-	}
-}
-
-// hotMutex has n workers take turns on one concurrency.Mutex.
-func hotMutex(env *devenv.Env) setup {
-	return func(ctx context.Context, n int) ([]op, func(), error) {
-		var ops []op
-		var sessions []*concurrency.Session
-		for i := 0; i < n; i++ {
-			s, err := concurrency.NewSession(env.Etcd, concurrency.WithTTL(15))
-			if err != nil {
-				return nil, nil, err
-			}
-			sessions = append(sessions, s)
-			m := concurrency.NewMutex(s, "/bench/mutex/hot")
-			ops = append(ops, func(ctx context.Context) error {
-				if err := m.Lock(ctx); err != nil {
-					return err
-				}
-				return m.Unlock(ctx)
-			})
-		}
-		return ops, func() {
-			for _, s := range sessions {
-				s.Close()
-			}
-		}, nil
 	}
 }
