@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -56,59 +55,81 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 }
 
 // acquire attempts until granted, refused for a reason other than
-// contention, or (when waiting) the wait ends. Waiters queue in arrival
-// order; the head attempts after each release it sees.
+// contention, or (when waiting) the wait ends.
 func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bool) (grant, error) {
-	wctx := ctx
-	if wait {
-		// Stop waiting a little before the caller's deadline, so that the
-		// CONTENDED answer reaches it rather than its own timeout.
-		until := time.Now().Add(a.cfg.MaxWait)
-		if d, ok := ctx.Deadline(); ok && d.Before(until) {
-			until = d.Add(-min(200*time.Millisecond, time.Until(d)/10))
+	if !wait {
+		g, err := a.attempt(ctx, r, session)
+		if c, ok := err.(*contended); ok {
+			return grant{}, c.err
 		}
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadline(ctx, until)
-		defer cancel()
-	}
-	g, err := a.attempt(wctx, r, session)
-	c, isContended := err.(*contended)
-	if !isContended {
 		return g, err
 	}
-	if !wait {
-		return grant{}, c.err
+	// Stop waiting a little before the caller's deadline, so that the
+	// CONTENDED answer reaches it rather than its own timeout.
+	until := time.Now().Add(a.cfg.MaxWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d.Add(-min(200*time.Millisecond, time.Until(d)/10))
 	}
-	// Queue behind this arbiter's earlier waiters for the key; the head
-	// alone watches and attempts.
-	w := a.waiters.join(r.key, c.rev)
-	handoff := int64(0)
-	defer func() { a.waiters.leave(r.key, w, handoff) }()
-	a.metrics.waited(r.labels)
-	from, err := a.waiters.await(wctx, w)
-	for err == nil {
-		if from > 0 {
-			err = a.awaitRelease(wctx, lockkey.HoldKey(r.key), from)
-			if err != nil {
-				break
-			}
-		}
-		g, aerr := a.attempt(wctx, r, session)
-		c, isContended := aerr.(*contended)
+	wctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	rev := int64(0)
+	if a.waiters.depth(r.key) == 0 {
+		g, err := a.attempt(wctx, r, session)
+		c, isContended := err.(*contended)
 		if !isContended {
-			if aerr == nil {
-				handoff = g.token.Revision()
-			}
-			return g, aerr
+			return g, err
 		}
-		a.metrics.waited(r.labels)
-		from = c.rev
+		rev = c.rev
+	} else {
+		// Others are queued: no barging past them, unless this session
+		// already holds the key (a retried Acquire whose answer was lost).
+		if g, held, err := a.ownHold(wctx, r, session); held || err != nil {
+			return g, err
+		}
+	}
+	g, err := a.wait(wctx, r, session, rev)
+	if err == nil {
+		return g, nil
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return grant{}, status.FromContextError(ctx.Err()).Err()
 	}
+	if wctx.Err() == nil {
+		return grant{}, err
+	}
 	return grant{}, refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
 		fmt.Sprintf("key %s was still held when the wait ended", r.key))
+}
+
+// ownHold reports whether session already holds r's key in the current
+// epoch, and the grant that created the hold if so. It writes nothing.
+func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant, bool, error) {
+	st, err := a.epochFor(ctx)
+	if err != nil {
+		return grant{}, false, err
+	}
+	holdKey := lockkey.HoldKey(r.key)
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Txn(octx).If(
+		clientv3.Compare(clientv3.LeaseValue(holdKey), "=", clientv3.LeaseID(session)),
+		clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
+	).Then(clientv3.OpGet(holdKey)).Commit()
+	if err != nil {
+		return grant{}, false, a.etcdFailure(ctx, err)
+	}
+	if a.observeHeader(resp.Header) {
+		return grant{}, false, a.sealedErr(st)
+	}
+	kvs := resp.Responses
+	if !resp.Succeeded || len(kvs) == 0 || len(kvs[0].GetResponseRange().Kvs) == 0 {
+		return grant{}, false, nil
+	}
+	t, err := token.Mint(st.Epoch, kvs[0].GetResponseRange().Kvs[0].ModRevision)
+	if err != nil {
+		return grant{}, false, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+	}
+	return grant{token: t}, true, nil
 }
 
 // attempt is one grant: exactly one etcd Txn. Its Else branch reads back
@@ -124,7 +145,7 @@ func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant,
 		}
 		holdKey, sessKey := lockkey.HoldKey(r.key), lockkey.SessionKey(session)
 		want := sessionFor(r.caller, r.class.TTL).encode()
-		hold, _ := json.Marshal(holdRecord{Identity: r.caller.String(), Session: session, Class: r.class.Name, Since: time.Now().UTC()})
+		hold := holdFor(r, session).encode()
 		octx, cancel := a.opCtx(ctx)
 		a.metrics.attempted(r.labels)
 		resp, err := a.etcd.Txn(octx).If(
@@ -132,7 +153,7 @@ func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant,
 			clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
 			clientv3.Compare(clientv3.Value(sessKey), "=", want),
 		).Then(
-			clientv3.OpPut(holdKey, string(hold), clientv3.WithLease(clientv3.LeaseID(session))),
+			clientv3.OpPut(holdKey, hold, clientv3.WithLease(clientv3.LeaseID(session))),
 		).Else(
 			clientv3.OpGet(holdKey), clientv3.OpGet(sessKey), clientv3.OpGet(lockkey.EpochKey),
 		).Commit()
@@ -197,8 +218,9 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	switch {
 	case kv.Lease == session:
 		// This session already holds it: a retried Acquire whose answer was
-		// lost. The grant is the one that created the key.
-		t, err := token.Mint(st.Epoch, kv.CreateRevision)
+		// lost, or a handoff it has not heard of yet. The grant is the last
+		// write of the hold: holds are written only by grants.
+		t, err := token.Mint(st.Epoch, kv.ModRevision)
 		if err != nil {
 			return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
 		}

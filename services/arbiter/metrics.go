@@ -27,6 +27,7 @@ type metrics struct {
 	renewalsFailed *prometheus.CounterVec
 	attempts       *prometheus.CounterVec
 	waits          *prometheus.CounterVec
+	handoffs       *prometheus.CounterVec
 	validations    *prometheus.CounterVec
 	// One counter family per refusal reason: a reason label would be a
 	// fifth label, which ADR-22 does not allow.
@@ -47,11 +48,13 @@ func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
 			Help: "Grant transactions sent to etcd; attempts per grant is the contention cost."}, AllowedLabels),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_waits_total",
 			Help: "Times a waiting Acquire found the key held and began waiting."}, AllowedLabels),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_handoffs_total",
+			Help: "Grants made by the release Txn of the previous holder, to the head waiter."}, AllowedLabels),
 		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_validations_total",
 			Help: "ValidateToken calls: resources that depend on the lock service on their write path."}, AllowedLabels),
 		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
 	}
-	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.validations, &liveCollector{a: a}}
+	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, &liveCollector{a: a}}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue
@@ -79,6 +82,7 @@ func (m *metrics) granted(l labels, d time.Duration) {
 }
 
 func (m *metrics) attempted(l labels) { m.attempts.WithLabelValues(l.values()...).Inc() }
+func (m *metrics) handedOff(l labels) { m.handoffs.WithLabelValues(l.values()...).Inc() }
 
 func (m *metrics) validated(l labels) { m.validations.WithLabelValues(l.values()...).Inc() }
 

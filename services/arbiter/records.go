@@ -8,8 +8,10 @@ import (
 )
 
 // holdRecord is the value of a hold key: who holds it, on which session, in
-// which class, since when. Never the token: the token is the revision that
-// created the key, so it need not be stored.
+// which class, since when. Never the token: the token is the revision of
+// the hold's last write (only grants write holds: a plain grant creates the
+// key, a handoff overwrites it with the next holder's), so it need not be
+// stored.
 type holdRecord struct {
 	Identity string    `json:"identity"`
 	Session  int64     `json:"session"`
@@ -28,6 +30,15 @@ type sessionRecord struct {
 // encode is deterministic: the same owner and TTL always give the same bytes.
 func (r sessionRecord) encode() string {
 	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func holdFor(r request, session int64) holdRecord {
+	return holdRecord{Identity: r.caller.String(), Session: session, Class: r.class.Name, Since: time.Now().UTC()}
+}
+
+func (h holdRecord) encode() string {
+	b, _ := json.Marshal(h)
 	return string(b)
 }
 

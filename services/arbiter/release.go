@@ -4,15 +4,14 @@ import (
 	"context"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/token"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Release implements lockv1.LockServiceServer. The delete is conditional on
-// the hold still being the grant the token names (created by the token's
+// Release implements lockv1.LockServiceServer. It ends the hold only if it
+// is still the grant the token names (last written at the token's
 // revision, on this session, in this epoch), so a retried or late release
-// can never delete a newer holder's hold.
+// can never end a newer holder's hold. When a waiter of this arbiter is at
+// the head of the key's queue, the same Txn grants it the key.
 func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
 	r, err := a.admit(ctx, req.GetKey(), "")
 	if err != nil {
@@ -33,20 +32,12 @@ func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 		// Every hold of an earlier epoch was deleted by the advance.
 		return &lockv1.ReleaseResponse{Released: false}, nil
 	}
-	holdKey := lockkey.HoldKey(r.key)
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	resp, err := a.etcd.Txn(octx).If(
-		clientv3.Compare(clientv3.CreateRevision(holdKey), "=", t.Revision()),
-		clientv3.Compare(clientv3.LeaseValue(holdKey), "=", clientv3.LeaseID(req.GetSessionId())),
-		clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
-	).Then(clientv3.OpDelete(holdKey)).Commit()
+	released, err := a.release(ctx, r, req.GetSessionId(), t, st)
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
+		return nil, err
 	}
-	a.observeHeader(resp.Header)
-	if resp.Succeeded {
+	if released {
 		a.metrics.released(r.labels)
 	}
-	return &lockv1.ReleaseResponse{Released: resp.Succeeded}, nil
+	return &lockv1.ReleaseResponse{Released: released}, nil
 }

@@ -42,7 +42,7 @@ func staleReleaseViolation(t *testing.T, env *devenv.Env, key string, release re
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != hb.Token().Revision() {
+	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != hb.Token().Revision() {
 		return fmt.Sprintf("the stale release deleted B's hold of %s", key)
 	}
 	return ""

@@ -44,9 +44,9 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 		out.State = lockv1.TokenState_TOKEN_STATE_NOT_ISSUED
 	case len(resp.Kvs) == 0:
 		out.State = lockv1.TokenState_TOKEN_STATE_ENDED
-	case resp.Kvs[0].CreateRevision == t.Revision():
+	case resp.Kvs[0].ModRevision == t.Revision():
 		out.State, out.Valid = lockv1.TokenState_TOKEN_STATE_CURRENT, true
-	case resp.Kvs[0].CreateRevision > t.Revision():
+	case resp.Kvs[0].ModRevision > t.Revision():
 		out.State = lockv1.TokenState_TOKEN_STATE_SUPERSEDED
 	default:
 		// Held without a break since before the token's revision.

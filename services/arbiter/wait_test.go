@@ -1,6 +1,7 @@
 package arbiter_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -182,8 +183,83 @@ func TestWaitersAreGrantedInArrivalOrderOneAttemptPerRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Every release handed the key to the next head in its own Txn.
+	if got := counter(t, env, "lockplane_handoffs_total"); got != n {
+		t.Fatalf("%v of %d grants were handoffs", got, n)
+	}
 	t.Logf("%d of %d grants in arrival order", inOrder, n)
 	if inOrder != n {
 		t.Fatalf("only %d of %d grants in arrival order on one arbiter", inOrder, n)
+	}
+}
+
+// A waiter whose wait ended is out of the queue: the next release hands
+// the key to the waiter behind it, never to the one that gave up.
+func TestAWaiterThatGaveUpIsNeverHandedTheKey(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
+	ctx := ctxT(t, time.Minute)
+	const key = "team-a/handoff/gave-up"
+	h, err := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "").TryLock(ctx, key, noFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+	patient := devenvtest.Session(t, devenvtest.Client(t, env, "alice"), "")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, qerr := quitter.Lock(short, key, noFence)
+	wantReason(t, qerr, lockv1.ErrorReason_CONTENDED)
+	got := make(chan error, 1)
+	go func() {
+		_, err := patient.Lock(ctx, key, noFence)
+		got <- err
+	}()
+	waitForWaits(t, env, 2)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != patient.ID() {
+		t.Fatalf("the hold is not the patient waiter's: %v %v", resp, err)
+	}
+	if got := counter(t, env, "lockplane_handoffs_total"); got != 1 {
+		t.Fatalf("%v handoffs, want 1 (to the patient waiter)", got)
+	}
+}
+
+// A release whose head waiter's session is gone is a plain release: the
+// key is free, and the waiter learns its session expired.
+func TestHandoffToAnExpiredSessionFallsBackToRelease(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
+	ctx := ctxT(t, time.Minute)
+	const key = "team-a/handoff/expired"
+	h, err := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "").TryLock(ctx, key, noFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx, key, noFence)
+		got <- err
+	}()
+	waitForWaits(t, env, 1)
+	// The waiter's lease ends behind the arbiter's back.
+	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(waiter.ID())); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantReason(t, <-got, lockv1.ErrorReason_SESSION_EXPIRED)
+	resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the key is still held after the release: %v %v", resp, err)
+	}
+	if got := counter(t, env, "lockplane_handoffs_total"); got != 0 {
+		t.Fatalf("%v handoffs to an expired session", got)
 	}
 }
