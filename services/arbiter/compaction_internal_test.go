@@ -90,8 +90,12 @@ func TestWaiterRetriesAtOnceWhenItsWatchIsCompacted(t *testing.T) {
 	}
 }
 
-func waits(t *testing.T, reg *prometheus.Registry) float64    { return sum(t, reg, "lockplane_waits_total") }
-func attempts(t *testing.T, reg *prometheus.Registry) float64 { return sum(t, reg, "lockplane_grant_attempts_total") }
+func waits(t *testing.T, reg *prometheus.Registry) float64 {
+	return sum(t, reg, "lockplane_waits_total")
+}
+func attempts(t *testing.T, reg *prometheus.Registry) float64 {
+	return sum(t, reg, "lockplane_grant_attempts_total")
+}
 
 func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

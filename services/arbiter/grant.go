@@ -26,6 +26,9 @@ type grant struct {
 type contended struct {
 	rev int64
 	err error
+	// resp is the refusing Txn's response, whose Else branch a durable
+	// waiter reads its place in the queue from.
+	resp *clientv3.TxnResponse
 }
 
 func (c *contended) Error() string { return c.err.Error() }
@@ -57,6 +60,9 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 // acquire attempts until granted, refused for a reason other than
 // contention, or (when waiting) the wait ends.
 func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bool) (grant, error) {
+	if r.class.Durable() {
+		return a.acquireDurable(ctx, r, session, wait)
+	}
 	if !wait {
 		g, err := a.attempt(ctx, r, session)
 		if c, ok := err.(*contended); ok {
@@ -64,13 +70,7 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 		}
 		return g, err
 	}
-	// Stop waiting a little before the caller's deadline, so that the
-	// CONTENDED answer reaches it rather than its own timeout.
-	until := time.Now().Add(a.cfg.MaxWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(until) {
-		until = d.Add(-min(200*time.Millisecond, time.Until(d)/10))
-	}
-	wctx, cancel := context.WithDeadline(ctx, until)
+	wctx, cancel := a.waitContext(ctx)
 	defer cancel()
 	rev := int64(0)
 	if a.waiters.depth(r.key) == 0 {
@@ -88,16 +88,37 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 		}
 	}
 	g, err := a.wait(wctx, r, session, rev)
-	if err == nil {
-		return g, nil
+	if err != nil {
+		return grant{}, a.waitEnded(ctx, wctx, r, err)
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return grant{}, status.FromContextError(ctx.Err()).Err()
+	return g, nil
+}
+
+// waitContext ends a wait at the arbiter's MaxWait, or a little before the
+// caller's deadline so that the CONTENDED answer reaches it rather than its
+// own timeout.
+func (a *Arbiter) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	until := time.Now().Add(a.cfg.MaxWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d.Add(-min(200*time.Millisecond, time.Until(d)/10))
 	}
-	if wctx.Err() == nil {
-		return grant{}, err
+	wctx, cancel := context.WithDeadline(ctx, until)
+	stop := context.AfterFunc(a.drained, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
+// waitEnded is the answer to a wait that ended in err without a grant.
+func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) error {
+	switch {
+	case a.drained.Err() != nil && ctx.Err() == nil:
+		return refusal(codes.Unavailable, lockv1.ErrorReason_DRAINING,
+			"this arbiter is shutting down; retry the Acquire on another")
+	case errors.Is(ctx.Err(), context.Canceled):
+		return status.FromContextError(ctx.Err()).Err()
+	case wctx.Err() == nil:
+		return err
 	}
-	return grant{}, refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
+	return refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
 		fmt.Sprintf("key %s was still held when the wait ended", r.key))
 }
 
@@ -136,6 +157,23 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 // the hold, the session and the epoch, so a refusal is classified without a
 // second round trip.
 func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant, error) {
+	return a.attemptIn(ctx, r, session, nil)
+}
+
+// queueTerms are what a durable queue adds to a grant Txn: compares that
+// put the caller first in the queue, writes that take it out, and reads
+// that find its place when refused.
+type queueTerms struct {
+	cmps  []clientv3.Cmp
+	then  []clientv3.Op
+	reads []clientv3.Op
+}
+
+// attemptIn is attempt with a durable queue's terms (nil: none).
+func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *queueTerms) (grant, error) {
+	if q == nil {
+		q = &queueTerms{}
+	}
 	// An epoch change observed in the Else branch is retried once with the
 	// new record; two in a row is not worth chasing.
 	for try := 0; ; try++ {
@@ -148,15 +186,15 @@ func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant,
 		hold := holdFor(r, session).encode()
 		octx, cancel := a.opCtx(ctx)
 		a.metrics.attempted(r.labels)
-		resp, err := a.etcd.Txn(octx).If(
+		resp, err := a.etcd.Txn(octx).If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
 			clientv3.Compare(clientv3.Value(sessKey), "=", want),
-		).Then(
+		}, q.cmps...)...).Then(append([]clientv3.Op{
 			clientv3.OpPut(holdKey, hold, clientv3.WithLease(clientv3.LeaseID(session))),
-		).Else(
+		}, q.then...)...).Else(append([]clientv3.Op{
 			clientv3.OpGet(holdKey), clientv3.OpGet(sessKey), clientv3.OpGet(lockkey.EpochKey),
-		).Commit()
+		}, q.reads...)...).Commit()
 		cancel()
 		if err != nil {
 			return grant{}, a.etcdFailure(ctx, err)
@@ -174,7 +212,13 @@ func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant,
 			return grant{token: t}, nil
 		}
 		g, err, retry := a.classify(r, session, st, resp, want)
-		if !retry || try > 0 {
+		c, isContended := err.(*contended)
+		if isContended {
+			c.resp = resp
+		}
+		// A durable queue's refusal with the key free is its answer, not a
+		// race worth a second Txn.
+		if !retry || try > 0 || (isContended && len(q.cmps) > 0) {
 			return g, err
 		}
 	}

@@ -98,6 +98,9 @@ type Arbiter struct {
 	validations *limiters
 	// waiters queues waiting Acquires per key.
 	waiters queues
+	// drained ends when Drain is called; every wait ends with it.
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // New checks cfg and returns an Arbiter. Call Run to keep its epoch current.
@@ -135,6 +138,7 @@ func New(cfg Config) (*Arbiter, error) {
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState(),
 		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst)}
 	a.admin.a = a
+	a.drained, a.drain = context.WithCancel(context.Background())
 	m, err := newMetrics(cfg.Metrics, a)
 	if err != nil {
 		return nil, err
@@ -150,6 +154,13 @@ func (a *Arbiter) Register(s *grpc.Server) {
 	healthpb.RegisterHealthServer(s, a.health.srv)
 	reflection.Register(s)
 }
+
+// Drain ends every wait at once with DRAINING, so that callers retry on
+// another arbiter instead of holding a rolling restart up for as long as
+// their waits: memory waiters lose their place (ADR-14), durable waiters
+// keep it. Grants and releases in flight complete. Call it before the gRPC
+// server's GracefulStop.
+func (a *Arbiter) Drain() { a.drain() }
 
 // Run keeps the epoch record current until ctx ends.
 func (a *Arbiter) Run(ctx context.Context) { a.watchEpoch(ctx) }

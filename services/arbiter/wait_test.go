@@ -263,3 +263,27 @@ func TestHandoffToAnExpiredSessionFallsBackToRelease(t *testing.T) {
 		t.Fatalf("%v handoffs to an expired session", got)
 	}
 }
+
+// Drain ends a wait at once with DRAINING rather than holding a rolling
+// restart up for as long as the wait.
+func TestDrainEndsWaitsWithDraining(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
+	ctx := ctxT(t, time.Minute)
+	const key = "team-a/drain/1"
+	if _, err := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "").TryLock(ctx, key, noFence); err != nil {
+		t.Fatal(err)
+	}
+	w := raw(devenvtest.Client(t, env, "other"))
+	s, err := w.OpenSession(ctx, &lockv1.OpenSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.SessionId, Wait: true})
+		got <- err
+	}()
+	waitForWaits(t, env, 1)
+	env.Arbiter.Drain()
+	wantReason(t, <-got, lockv1.ErrorReason_DRAINING)
+}

@@ -18,6 +18,20 @@ const (
 	TierEntity Tier = "entity"
 )
 
+// Fairness is how a class's waiters are ordered (ADR-14).
+type Fairness string
+
+// The fairness options.
+const (
+	// FairnessMemory queues waiters in the arbiter's memory in arrival
+	// order: free, best effort, lost when the arbiter restarts.
+	FairnessMemory Fairness = "memory"
+	// FairnessDurable queues waiters as etcd keys ordered by create
+	// revision: the order survives arbiter restarts, at two consensus
+	// writes per waiter.
+	FairnessDurable Fairness = "durable"
+)
+
 // Class is one lock class.
 type Class struct {
 	Name string
@@ -27,7 +41,12 @@ type Class struct {
 	// Namespace, when set, is the only key namespace the class may lock
 	// (classes from the policy set are their namespace's own).
 	Namespace string
+	// Fairness orders the class's waiters; memory when empty.
+	Fairness Fairness
 }
+
+// Durable reports whether the class's waiters are durable keys.
+func (c Class) Durable() bool { return c.Fairness == FairnessDurable }
 
 // DefaultName is the class used when a request names none.
 const DefaultName = "default"

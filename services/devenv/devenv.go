@@ -238,11 +238,13 @@ func (e *Env) StartArbiter() error {
 func (e *Env) Gather() ([]*dto.MetricFamily, error) { return e.Registry.Gather() }
 
 // StopArbiter stops the arbiter hard, as a crash would: open streams break
-// and no session is closed.
+// and no session is closed. Its waits end as in a drain: a crashed arbiter
+// cannot take its durable waiters' keys out either.
 func (e *Env) StopArbiter() {
 	if e.server == nil {
 		return
 	}
+	e.Arbiter.Drain()
 	e.server.Stop()
 	e.cancel()
 	e.server = nil

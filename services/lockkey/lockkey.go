@@ -90,5 +90,15 @@ const (
 // HoldKey is the etcd key that holds a grant of key.
 func HoldKey(key string) string { return HoldPrefix + key }
 
+// WaitersOf is the etcd prefix of key's durable waiters. '#' cannot occur
+// in a key, so the waiters of a/b never include those of a/b/c.
+func WaitersOf(key string) string { return WaitPrefix + key + "#" }
+
+// WaitKey is the etcd key of one session's durable wait for key, on the
+// session's lease.
+func WaitKey(key string, session int64) string {
+	return fmt.Sprintf("%s%016x", WaitersOf(key), uint64(session))
+}
+
 // SessionKey is the etcd key that records a session's owner, on its lease.
 func SessionKey(id int64) string { return fmt.Sprintf("%s%016x", SessionPrefix, uint64(id)) }

@@ -9,6 +9,8 @@ package policy
 
 import (
 	"time"
+
+	"github.com/lockplane/lockplane/services/class"
 )
 
 // APIVersion is the documents' apiVersion.
@@ -83,8 +85,8 @@ const (
 	PurposeEfficiency  = "efficiency"
 	EnforcementFenced  = "fenced"
 	EnforcementAdvisor = "advisory"
-	FairnessMemory     = "memory"
-	FairnessDurable    = "durable"
+	FairnessMemory     = string(class.FairnessMemory)
+	FairnessDurable    = string(class.FairnessDurable)
 	QuorumLossClosed   = "closed"
 	QuorumLossOpen     = "open"
 )

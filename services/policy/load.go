@@ -299,7 +299,7 @@ func checkClass(c LockClass, results map[string]pausetest.Result, now time.Time)
 		bad("spec.ttl", "%s is below the advisory floor of %s: a false expiry on an unfenced resource can let two writers in (ADR-11)", ttl, AdvisoryFloor)
 	}
 
-	out := Class{Class: class.Class{Name: c.Metadata.Name, TTL: ttl, Tier: class.Tier(s.Tier), Namespace: s.Namespace}}
+	out := Class{Class: class.Class{Name: c.Metadata.Name, TTL: ttl, Tier: class.Tier(s.Tier), Namespace: s.Namespace, Fairness: class.Fairness(s.Fairness)}}
 	if s.Enforcement == EnforcementAdvisor && s.Purpose == PurposeCorrectness {
 		if strings.TrimSpace(s.RiskOwner) == "" {
 			bad("spec.riskOwner", "is required of an advisory correctness class: who accepts the risk of two writers (ADR-01)")

@@ -162,6 +162,7 @@ func run(f flags, log *slog.Logger) error {
 	go func() {
 		<-ctx.Done()
 		log.Info("draining")
+		a.Drain()
 		hs.Close()
 		srv.GracefulStop()
 	}()

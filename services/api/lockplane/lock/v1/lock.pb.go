@@ -68,6 +68,18 @@ const (
 	ErrorReason_EPOCH_CHANGED ErrorReason = 11
 	// The caller's namespace is over its rate for this call (RESOURCE_EXHAUSTED).
 	ErrorReason_RATE_LIMITED ErrorReason = 12
+	// The arbiter is shutting down (UNAVAILABLE): retry on another arbiter. A
+	// waiter of a durable class keeps its place in the queue.
+	ErrorReason_DRAINING ErrorReason = 13
+	// The key's namespace is homed to another region (FAILED_PRECONDITION).
+	// Metadata "region" names it; the arbiter never forwards (ADR-08).
+	ErrorReason_WRONG_REGION ErrorReason = 14
+	// The caller is at a per-identity limit (RESOURCE_EXHAUSTED). Metadata
+	// "limit" names it: "sessions" or "holds".
+	ErrorReason_QUOTA_EXCEEDED ErrorReason = 15
+	// The key's range is moving between entity shards (UNAVAILABLE): retry
+	// after a short wait (ADR-09).
+	ErrorReason_MOVING ErrorReason = 16
 )
 
 // Enum value maps for ErrorReason.
@@ -86,6 +98,10 @@ var (
 		10: "UNKNOWN_CLASS",
 		11: "EPOCH_CHANGED",
 		12: "RATE_LIMITED",
+		13: "DRAINING",
+		14: "WRONG_REGION",
+		15: "QUOTA_EXCEEDED",
+		16: "MOVING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -101,6 +117,10 @@ var (
 		"UNKNOWN_CLASS":            10,
 		"EPOCH_CHANGED":            11,
 		"RATE_LIMITED":             12,
+		"DRAINING":                 13,
+		"WRONG_REGION":             14,
+		"QUOTA_EXCEEDED":           15,
+		"MOVING":                   16,
 	}
 )
 
@@ -1183,7 +1203,7 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
-	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\x83\x02\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xc3\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1200,7 +1220,12 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\rUNKNOWN_CLASS\x10\n" +
 	"\x12\x11\n" +
 	"\rEPOCH_CHANGED\x10\v\x12\x10\n" +
-	"\fRATE_LIMITED\x10\f*\xb0\x01\n" +
+	"\fRATE_LIMITED\x10\f\x12\f\n" +
+	"\bDRAINING\x10\r\x12\x10\n" +
+	"\fWRONG_REGION\x10\x0e\x12\x12\n" +
+	"\x0eQUOTA_EXCEEDED\x10\x0f\x12\n" +
+	"\n" +
+	"\x06MOVING\x10\x10*\xb0\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

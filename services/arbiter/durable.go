@@ -1,0 +1,181 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Durable fairness (ADR-14): a class's waiters are etcd keys under /q, one
+// per waiting session, on that session's lease, and the waiter with the
+// lowest create revision is granted next. The order is etcd's, so it holds
+// whichever arbiter serves each waiter and across arbiter restarts: a
+// retried Acquire finds its key and keeps its place. Each waiter costs two
+// consensus writes: its queue key, and its grant, which deletes the key in
+// the same Txn. Each waiter watches only the waiter just ahead of it (the
+// head watches the hold), so one release still makes one attempt.
+
+// waitRecord is the value of a durable waiter's key. Until lets the waiter
+// behind it remove a key whose Acquire has certainly ended, e.g. on an
+// arbiter that died, rather than wait for the session to end.
+type waitRecord struct {
+	Identity string    `json:"identity"`
+	Until    time.Time `json:"until"`
+}
+
+// staleGrace allows for clock skew between the arbiter that wrote a wait
+// record's Until and the one reading it.
+const staleGrace = 5 * time.Second
+
+// queuePlace is where a refused durable attempt left its caller.
+type queuePlace struct {
+	// ahead is the etcd key to watch for a delete: the waiter just ahead,
+	// or the hold when the caller is first.
+	ahead string
+	// stale is set when the waiter ahead's Acquire has ended; its key is
+	// removed instead of waited for.
+	stale    bool
+	aheadRev int64
+	// lost is set when the caller's own queue key is gone (an epoch advance
+	// deletes every waiter): it must queue again.
+	lost bool
+}
+
+// acquireDurable is acquire for a class with durable fairness.
+func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, wait bool) (grant, error) {
+	wctx, cancel := a.waitContext(ctx)
+	defer cancel()
+	mine := int64(0) // create revision of this session's queue key
+	var err error
+	for {
+		g, aerr := a.attemptIn(wctx, r, session, queuedTerms(r.key, session, mine))
+		c, isContended := aerr.(*contended)
+		if !isContended {
+			if aerr != nil && mine > 0 {
+				a.dequeue(context.WithoutCancel(ctx), r.key, session, mine)
+			}
+			if aerr != nil {
+				aerr = a.waitEnded(ctx, wctx, r, aerr)
+			}
+			return g, aerr
+		}
+		if !wait {
+			return grant{}, c.err
+		}
+		p := placeIn(c.resp, r.key, session, mine)
+		if mine == 0 || p.lost {
+			if mine, err = a.enqueue(wctx, r, session); err != nil {
+				break
+			}
+			continue // first in the queue and the key free: take it now
+		}
+		if p.stale {
+			a.dequeueStale(wctx, p.ahead, p.aheadRev)
+			continue
+		}
+		a.metrics.waited(r.labels)
+		if _, _, err = a.awaitRelease(wctx, p.ahead, c.rev, nil); err != nil {
+			break
+		}
+	}
+	// A wait ended by a drain keeps its place: the caller retries on
+	// another arbiter and finds its key.
+	if mine > 0 && a.drained.Err() == nil {
+		a.dequeue(context.WithoutCancel(ctx), r.key, session, mine)
+	}
+	return grant{}, a.waitEnded(ctx, wctx, r, err)
+}
+
+// queuedTerms makes a grant Txn respect the queue: a caller not queued
+// (mine == 0) is granted only if nobody waits; a queued caller only if its
+// key is the lowest, which the grant deletes. The reads find the waiter
+// just ahead of the caller (or any waiter, for one not queued).
+func queuedTerms(key string, session, mine int64) *queueTerms {
+	waiters, own := lockkey.WaitersOf(key), lockkey.WaitKey(key, session)
+	if mine == 0 {
+		return &queueTerms{
+			cmps:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(waiters), "=", 0).WithPrefix()},
+			reads: []clientv3.Op{clientv3.OpGet(waiters, clientv3.WithPrefix(), clientv3.WithLimit(1)), clientv3.OpGet(own)},
+		}
+	}
+	return &queueTerms{
+		cmps: []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(own), "=", mine),
+			// Every waiter's create revision is at least mine.
+			clientv3.Compare(clientv3.CreateRevision(waiters), ">", mine-1).WithPrefix(),
+		},
+		then: []clientv3.Op{clientv3.OpDelete(own)},
+		reads: []clientv3.Op{
+			clientv3.OpGet(waiters, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(mine-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+			clientv3.OpGet(own),
+		},
+	}
+}
+
+// placeIn reads a refused durable attempt's Else branch (hold, session,
+// epoch, then queuedTerms' two reads).
+func placeIn(resp *clientv3.TxnResponse, key string, session, mine int64) queuePlace {
+	p := queuePlace{ahead: lockkey.HoldKey(key)}
+	if resp == nil || len(resp.Responses) < 5 {
+		return p
+	}
+	own := resp.Responses[4].GetResponseRange().Kvs
+	p.lost = mine > 0 && (len(own) == 0 || own[0].CreateRevision != mine)
+	ahead := resp.Responses[3].GetResponseRange().Kvs
+	if mine == 0 || len(ahead) == 0 {
+		return p
+	}
+	p.ahead, p.aheadRev = string(ahead[0].Key), ahead[0].CreateRevision
+	var w waitRecord
+	if json.Unmarshal(ahead[0].Value, &w) == nil && !w.Until.IsZero() && time.Now().After(w.Until.Add(staleGrace)) {
+		p.stale = true
+	}
+	return p
+}
+
+// enqueue puts session's queue key, or finds it already there (a retried
+// Acquire keeps its place), and returns its create revision.
+func (a *Arbiter) enqueue(ctx context.Context, r request, session int64) (int64, error) {
+	own := lockkey.WaitKey(r.key, session)
+	until, _ := ctx.Deadline()
+	rec, _ := json.Marshal(waitRecord{Identity: r.caller.String(), Until: until.UTC()})
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Txn(octx).If(
+		clientv3.Compare(clientv3.CreateRevision(own), "=", 0),
+		clientv3.Compare(clientv3.Value(lockkey.SessionKey(session)), "=", sessionFor(r.caller, r.class.TTL).encode()),
+	).Then(
+		clientv3.OpPut(own, string(rec), clientv3.WithLease(clientv3.LeaseID(session))),
+	).Else(clientv3.OpGet(own)).Commit()
+	if err != nil {
+		return 0, a.etcdFailure(ctx, err)
+	}
+	a.observeHeader(resp.Header)
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0].CreateRevision, nil
+	}
+	// The session is not the caller's or is gone: the next attempt says
+	// which, and queues nothing.
+	return 0, nil
+}
+
+// dequeue removes a waiter that stops waiting without a grant, so that it
+// does not hold up the waiters behind it.
+func (a *Arbiter) dequeue(ctx context.Context, key string, session, mine int64) {
+	a.dequeueStale(ctx, lockkey.WaitKey(key, session), mine)
+}
+
+// dequeueStale deletes a queue key if it is still the one created at rev.
+func (a *Arbiter) dequeueStale(ctx context.Context, waitKey string, rev int64) {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	a.etcd.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(waitKey), "=", rev)).
+		Then(clientv3.OpDelete(waitKey)).Commit()
+}
