@@ -18,6 +18,16 @@ type request struct {
 	key    string
 	class  class.Class
 	labels labels
+	// mapVersion is the shard map version the Router homed the key under;
+	// a grant commits only on a cluster serving that version. 0: no map.
+	mapVersion int64
+}
+
+// mapVersionKey carries a Router's shard map version to a shard's arbiter.
+type mapVersionKey struct{}
+
+func withMapVersion(ctx context.Context, v int64) context.Context {
+	return context.WithValue(ctx, mapVersionKey{}, v)
 }
 
 // deniedMsg is the one denial message: it is the same whether or not the key
@@ -41,7 +51,8 @@ func (a *Arbiter) admit(ctx context.Context, key, className string) (request, er
 	if err != nil {
 		return request{}, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
-	r := request{caller: caller, key: key, class: cls, labels: labels{
+	mv, _ := ctx.Value(mapVersionKey{}).(int64)
+	r := request{caller: caller, key: key, class: cls, mapVersion: mv, labels: labels{
 		namespace: lockkey.Namespace(key), class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}}
 	if !a.cfg.Authorizer.MayLock(caller, key) {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)

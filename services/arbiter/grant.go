@@ -122,6 +122,28 @@ func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) err
 		fmt.Sprintf("key %s was still held when the wait ended", r.key))
 }
 
+// servingMap is epochFor for a grant: it also refuses with MOVING when the
+// cluster does not serve the shard map version the key was homed under
+// (the map is changing). The grant Txn compares the epoch record, which
+// carries the version, so the check holds at commit.
+func (a *Arbiter) servingMap(ctx context.Context, r request) (epoch.State, error) {
+	st, err := a.epochFor(ctx)
+	if err != nil || r.mapVersion == 0 || st.MapVersion == r.mapVersion {
+		return st, err
+	}
+	if st.MapVersion < r.mapVersion {
+		// The cache may lag the stamp: read the record again.
+		if err := a.reloadEpoch(ctx); err != nil {
+			return epoch.State{}, err
+		}
+		if st, err = a.epochFor(ctx); err != nil || st.MapVersion == r.mapVersion {
+			return st, err
+		}
+	}
+	return epoch.State{}, refusal(codes.Unavailable, lockv1.ErrorReason_MOVING,
+		fmt.Sprintf("the shard map is changing (version %d here, %d routed); retry shortly", st.MapVersion, r.mapVersion))
+}
+
 // ownHold reports whether session already holds r's key in the current
 // epoch, and the grant that created the hold if so. It writes nothing.
 func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant, bool, error) {
@@ -177,7 +199,7 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 	// An epoch change observed in the Else branch is retried once with the
 	// new record; two in a row is not worth chasing.
 	for try := 0; ; try++ {
-		st, err := a.epochFor(ctx)
+		st, err := a.servingMap(ctx, r)
 		if err != nil {
 			return grant{}, err
 		}

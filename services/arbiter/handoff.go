@@ -28,6 +28,11 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	w := a.waiters.claim(r.key)
+	if w != nil && w.req.mapVersion != 0 && w.req.mapVersion != st.MapVersion {
+		// The key's range is moving: no grant, not even a handoff.
+		a.waiters.settle(w, handoffOutcome{})
+		w = nil
+	}
 	if w == nil {
 		resp, err := a.etcd.Txn(octx).If(owned...).Then(clientv3.OpDelete(holdKey)).Commit()
 		if err != nil {

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
@@ -32,6 +33,7 @@ type metrics struct {
 	// One counter family per refusal reason: a reason label would be a
 	// fifth label, which ADR-22 does not allow.
 	refusals map[lockv1.ErrorReason]*prometheus.CounterVec
+	live     *liveCollector
 }
 
 func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
@@ -53,8 +55,9 @@ func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
 		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_validations_total",
 			Help: "ValidateToken calls: resources that depend on the lock service on their write path."}, AllowedLabels),
 		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
+		live:     &liveCollector{as: []*Arbiter{a}},
 	}
-	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, &liveCollector{a: a}}
+	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue
@@ -102,7 +105,17 @@ func (m *metrics) refused(l labels, r lockv1.ErrorReason) {
 
 // liveCollector counts live sessions and holds in etcd at scrape time, so
 // the figures include expiries no arbiter saw.
-type liveCollector struct{ a *Arbiter }
+// A Router adds its shards' arbiters.
+type liveCollector struct {
+	mu sync.Mutex
+	as []*Arbiter
+}
+
+func (c *liveCollector) add(a *Arbiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.as = append(c.as, a)
+}
 
 var (
 	sessionsDesc = prometheus.NewDesc("lockplane_sessions", "Live sessions in the cluster.", []string{"cluster"}, nil)
@@ -112,16 +125,25 @@ var (
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc; ch <- holdsDesc }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.a.cfg.OpTimeout)
+	c.mu.Lock()
+	as := c.as
+	c.mu.Unlock()
+	for _, a := range as {
+		c.collect(a, ch)
+	}
+}
+
+func (c *liveCollector) collect(a *Arbiter, ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
 	defer cancel()
 	for _, x := range []struct {
 		desc   *prometheus.Desc
 		prefix string
 	}{{sessionsDesc, lockkey.SessionPrefix}, {holdsDesc, lockkey.HoldPrefix}} {
-		resp, err := c.a.etcd.Get(ctx, x.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		resp, err := a.etcd.Get(ctx, x.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
 		if err != nil {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.GaugeValue, float64(resp.Count), c.a.cfg.Cluster)
+		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.GaugeValue, float64(resp.Count), a.cfg.Cluster)
 	}
 }

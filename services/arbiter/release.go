@@ -13,7 +13,7 @@ import (
 // can never end a newer holder's hold. When a waiter of this arbiter is at
 // the head of the key's queue, the same Txn grants it the key.
 func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
-	r, err := a.admit(ctx, req.GetKey(), "")
+	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}

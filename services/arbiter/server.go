@@ -150,6 +150,11 @@ func New(cfg Config) (*Arbiter, error) {
 // Register adds the lock, admin, health and reflection services to s.
 func (a *Arbiter) Register(s *grpc.Server) {
 	lockv1.RegisterLockServiceServer(s, a)
+	a.registerOthers(s)
+}
+
+// registerOthers adds every service but the lock service.
+func (a *Arbiter) registerOthers(s *grpc.Server) {
 	adminv1.RegisterAdminServiceServer(s, &a.admin)
 	healthpb.RegisterHealthServer(s, a.health.srv)
 	reflection.Register(s)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/identity"
@@ -28,30 +29,40 @@ func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 	if err != nil {
 		return nil, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
-	if _, err := a.epochFor(ctx); err != nil {
+	lease, err := a.openLease(ctx, caller, cls.TTL)
+	if err != nil {
 		return nil, err
+	}
+	a.metrics.sessionOpened(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster})
+	return &lockv1.OpenSessionResponse{
+		SessionId: lease, Ttl: durationpb.New(cls.TTL), Class: cls.Name, Identity: caller.String(),
+	}, nil
+}
+
+// openLease grants a lease of ttl and puts the session record, the
+// caller's identity and that TTL, on it.
+func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration) (int64, error) {
+	if _, err := a.epochFor(ctx); err != nil {
+		return 0, err
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	lease, err := a.etcd.Grant(octx, int64(cls.TTL.Seconds()))
+	lease, err := a.etcd.Grant(octx, int64(ttl.Seconds()))
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
+		return 0, a.etcdFailure(ctx, err)
 	}
-	rec := sessionFor(caller, cls.TTL)
+	rec := sessionFor(caller, ttl)
 	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
 	if err != nil {
 		// Do not leave an unusable lease behind; it would expire anyway.
 		a.etcd.Revoke(context.WithoutCancel(ctx), lease.ID)
-		return nil, a.etcdFailure(ctx, err)
+		return 0, a.etcdFailure(ctx, err)
 	}
 	if a.observeHeader(put.Header) {
 		st, _ := a.epochs.get()
-		return nil, a.sealedErr(st)
+		return 0, a.sealedErr(st)
 	}
-	a.metrics.sessionOpened(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster})
-	return &lockv1.OpenSessionResponse{
-		SessionId: int64(lease.ID), Ttl: durationpb.New(cls.TTL), Class: cls.Name, Identity: caller.String(),
-	}, nil
+	return int64(lease.ID), nil
 }
 
 // KeepAlive implements lockv1.LockServiceServer. Each request renews one

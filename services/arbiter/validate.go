@@ -14,7 +14,7 @@ import (
 // of the hold key, compared with the token. Not atomic with any write the
 // caller makes afterwards; see the proto.
 func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
-	r, err := a.admit(ctx, req.GetKey(), "")
+	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -75,6 +76,18 @@ type Options struct {
 	// benchmarks that need many distinct contenders (one identity's second
 	// session on a key it holds is refused LEAKED, by design).
 	Workers int
+	// Shards starts one embedded etcd cluster per name as the entity tier's
+	// shards (ADR-07) and serves a Router over them and the coord cluster.
+	// InitialShards are the shards of map version 1 (all of Shards when
+	// nil); the rest are ready to be added with shardmap.Add.
+	Shards, InitialShards []string
+	// ShardMembers is each shard's member count; 1 when zero, to keep a
+	// four-cluster environment light.
+	ShardMembers int
+	// Region is the arbiter's region and Homes where namespaces are homed
+	// (ADR-08); with none, every namespace is served here.
+	Region string
+	Homes  arbiter.Homes
 }
 
 // Env is a running embedded environment.
@@ -87,6 +100,12 @@ type Env struct {
 	Profile     *profile.Profile
 	ProfilePath string
 	Registry    *prometheus.Registry
+	// Router serves the lock service when Options.Shards is set; Arbiter is
+	// then its coord cluster's arbiter.
+	Router *arbiter.Router
+	// ShardClusters and ShardEtcd are the entity shards by name.
+	ShardClusters map[string]*etcdembed.Cluster
+	ShardEtcd     map[string]*clientv3.Client
 
 	opts    Options
 	cancel  context.CancelFunc
@@ -100,7 +119,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	for _, sub := range []string{"etcd", "pki"} {
+	for _, sub := range []string{"etcd", "shards", "pki"} {
 		if err := os.RemoveAll(filepath.Join(opts.Dir, sub)); err != nil {
 			return nil, err
 		}
@@ -120,6 +139,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 	e.Etcd, err = clientv3.New(clientv3.Config{Endpoints: e.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
+		return nil, err
+	}
+	if err := e.startShards(ctx); err != nil {
 		return nil, err
 	}
 	if err := e.StartArbiter(); err != nil {
@@ -181,14 +203,31 @@ func (e *Env) StartArbiter() error {
 	self, _ := identity.ID(src)
 	td := spiffeid.RequireTrustDomainFromString(TrustDomain)
 	e.Registry = prometheus.NewRegistry()
-	a, err := arbiter.New(arbiter.Config{
+	cfg := arbiter.Config{
 		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
-	})
-	if err != nil {
-		return err
 	}
+	var srv server
+	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {
+		shards := map[string]arbiter.Etcd{}
+		for name, cl := range e.ShardEtcd {
+			shards[name] = cl
+		}
+		cfg.Cluster = "coord"
+		ro, err := arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, Region: e.opts.Region, Homes: e.opts.Homes})
+		if err != nil {
+			return err
+		}
+		e.Router, srv = ro, routed{ro}
+	} else {
+		a, err := arbiter.New(cfg)
+		if err != nil {
+			return err
+		}
+		srv = plain{a}
+	}
+	a := srv.coordArbiter()
 	creds, err := identity.ServerCredentials(src)
 	if err != nil {
 		return err
@@ -206,15 +245,15 @@ func (e *Env) StartArbiter() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.lis, e.Arbiter, e.Addr = cancel, lis, a, lis.Addr().String()
-	go a.Run(ctx)
+	go srv.Run(ctx)
 	// A restored cluster is sealed: that is its state, not a start failure.
-	if err := a.Ready(ctx); err != nil && e.opts.RestoreFrom == "" {
+	if err := srv.Ready(ctx); err != nil && e.opts.RestoreFrom == "" {
 		cancel()
 		lis.Close()
 		return fmt.Errorf("devenv: arbiter not ready: %w", err)
 	}
 	e.server = grpc.NewServer(grpc.Creds(creds))
-	a.Register(e.server)
+	srv.Register(e.server)
 	go e.server.Serve(lis)
 	if e.metrics == nil {
 		ml := e.opts.MetricsListen
@@ -244,7 +283,11 @@ func (e *Env) StopArbiter() {
 	if e.server == nil {
 		return
 	}
-	e.Arbiter.Drain()
+	if e.Router != nil {
+		e.Router.Drain()
+	} else {
+		e.Arbiter.Drain()
+	}
 	e.server.Stop()
 	e.cancel()
 	e.server = nil
@@ -267,4 +310,60 @@ func (e *Env) Close() {
 	if e.Cluster != nil {
 		e.Cluster.Close()
 	}
+	for name, cl := range e.ShardEtcd {
+		cl.Close()
+		e.ShardClusters[name].Close()
+	}
+}
+
+// server is what StartArbiter serves: an Arbiter or a Router.
+type server interface {
+	Run(context.Context)
+	Ready(context.Context) error
+	Register(*grpc.Server)
+	coordArbiter() *arbiter.Arbiter
+}
+
+type plain struct{ *arbiter.Arbiter }
+
+func (p plain) coordArbiter() *arbiter.Arbiter { return p.Arbiter }
+
+type routed struct{ *arbiter.Router }
+
+func (r routed) coordArbiter() *arbiter.Arbiter { return r.Coord() }
+
+// startShards starts the entity shards' clusters and stores the first
+// shard map, stamping the shards with it.
+func (e *Env) startShards(ctx context.Context) error {
+	if len(e.opts.Shards) == 0 {
+		return nil
+	}
+	e.ShardClusters, e.ShardEtcd = map[string]*etcdembed.Cluster{}, map[string]*clientv3.Client{}
+	members := e.opts.ShardMembers
+	if members == 0 {
+		members = 1
+	}
+	for _, name := range e.opts.Shards {
+		c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(e.opts.Dir, "shards", name), Members: members, Logger: e.opts.EtcdLogger})
+		if err != nil {
+			return fmt.Errorf("devenv: shard %s: %w", name, err)
+		}
+		e.ShardClusters[name] = c
+		cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		e.ShardEtcd[name] = cl
+	}
+	initial := e.opts.InitialShards
+	if initial == nil {
+		initial = e.opts.Shards
+	}
+	_, err := shardmap.Init(ctx, e.Shardmap(), initial, nil)
+	return err
+}
+
+// Shardmap is the environment's clusters, for shardmap.Add.
+func (e *Env) Shardmap() shardmap.Clusters {
+	return shardmap.Clusters{Coord: e.Etcd, Shards: e.ShardEtcd}
 }

@@ -27,6 +27,10 @@ type Record struct {
 	ClusterID string    `json:"cluster_id"` // hex, as etcdctl prints it
 	Since     time.Time `json:"since"`
 	Reason    string    `json:"reason,omitempty"`
+	// MapVersion is the entity shard map version this cluster serves
+	// under (ADR-09); 0 on a cluster no shard map covers. Grants compare
+	// the record, so a grant routed under another version cannot commit.
+	MapVersion int64 `json:"map_version,omitempty"`
 }
 
 // State is a record read from etcd with the revision that last changed it;
@@ -108,6 +112,13 @@ type Advanced struct {
 // ID etcd reports now, and deletes every hold and waiter, in one
 // transaction. It returns ErrChanged if the epoch is not expected.
 func Advance(ctx context.Context, kv clientv3.KV, expected uint32, reason string) (Advanced, error) {
+	return AdvanceAbove(ctx, kv, expected, 0, reason)
+}
+
+// AdvanceAbove is Advance to an epoch above floor as well as above
+// expected: a shard that receives keys from others first moves above each
+// source's epoch, so tokens never go backwards across a move (ADR-09).
+func AdvanceAbove(ctx context.Context, kv clientv3.KV, expected, floor uint32, reason string) (Advanced, error) {
 	cur, found, err := Read(ctx, kv)
 	if err != nil {
 		return Advanced{}, err
@@ -115,7 +126,7 @@ func Advance(ctx context.Context, kv clientv3.KV, expected uint32, reason string
 	if !found || cur.Epoch != expected {
 		return Advanced{}, fmt.Errorf("%w: expected epoch %d, found %d", ErrChanged, expected, cur.Epoch)
 	}
-	if expected >= token.MaxEpoch {
+	if max(expected, floor) >= token.MaxEpoch {
 		return Advanced{}, fmt.Errorf("epoch: epoch %d is the last a token can carry", expected)
 	}
 	// The cluster ID comes from the response to the read above: the cluster
@@ -124,7 +135,8 @@ func Advance(ctx context.Context, kv clientv3.KV, expected uint32, reason string
 	if err != nil {
 		return Advanced{}, err
 	}
-	next := Record{Epoch: expected + 1, ClusterID: FormatID(hdr.Header.ClusterId), Since: time.Now().UTC(), Reason: reason}
+	next := Record{Epoch: max(expected, floor) + 1, ClusterID: FormatID(hdr.Header.ClusterId), Since: time.Now().UTC(),
+		Reason: reason, MapVersion: cur.MapVersion}
 	raw, _ := json.Marshal(next)
 	resp, err := kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(cur.Raw))).
@@ -145,4 +157,30 @@ func Advance(ctx context.Context, kv clientv3.KV, expected uint32, reason string
 		DeletedWaiters: resp.Responses[2].GetResponseDeleteRange().Deleted,
 		Revision:       resp.Header.Revision,
 	}, nil
+}
+
+// Stamp records the shard map version this cluster now serves under,
+// keeping the epoch. Rewriting the record changes its revision, so every
+// grant in flight under the previous version fails its compare.
+func Stamp(ctx context.Context, kv clientv3.KV, mapVersion int64) (State, error) {
+	cur, err := Ensure(ctx, kv)
+	if err != nil {
+		return State{}, err
+	}
+	if cur.MapVersion == mapVersion {
+		return cur, nil
+	}
+	next := cur.Record
+	next.MapVersion, next.Reason = mapVersion, fmt.Sprintf("shard map version %d", mapVersion)
+	raw, _ := json.Marshal(next)
+	resp, err := kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(cur.Raw))).
+		Then(clientv3.OpPut(lockkey.EpochKey, string(raw))).Commit()
+	if err != nil {
+		return State{}, err
+	}
+	if !resp.Succeeded {
+		return State{}, fmt.Errorf("%w: changed while stamping map version %d", ErrChanged, mapVersion)
+	}
+	return State{Record: next, ModRevision: resp.Header.Revision, Raw: raw}, nil
 }

@@ -99,9 +99,18 @@ func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 	return s, nil
 }
 
-// Inspect reports who holds key. It never returns the token.
-func (c *Client) Inspect(ctx context.Context, key string) (*lockv1.InspectResponse, error) {
-	return c.api.Inspect(ctx, &lockv1.InspectRequest{Key: key})
+// Inspect reports who holds key, a key of class cls (the default class
+// when empty; the class picks the key's cluster). It never returns the
+// token.
+func (c *Client) Inspect(ctx context.Context, key string, cls ...string) (*lockv1.InspectResponse, error) {
+	return c.api.Inspect(ctx, &lockv1.InspectRequest{Key: key, Class: firstOr(cls, "")})
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
 }
 
 // Close closes every session, releasing their holds, and the connection.

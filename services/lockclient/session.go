@@ -323,7 +323,7 @@ func (s *Session) release(ctx context.Context, hs *holdState) error {
 	if fenced {
 		return ErrFenced
 	}
-	resp, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: s.id, Token: uint64(hs.token)})
+	resp, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: s.id, Token: uint64(hs.token), Class: s.class})
 	if err != nil {
 		return err
 	}

@@ -100,5 +100,13 @@ func WaitKey(key string, session int64) string {
 	return fmt.Sprintf("%s%016x", WaitersOf(key), uint64(session))
 }
 
+// ShardLeasesOf is the coord cluster's prefix of a session's leases on
+// entity shards: a session holds on a shard through a lease of its own
+// there, listed here on the session's coord lease.
+func ShardLeasesOf(session int64) string { return fmt.Sprintf("/sl/%016x/", uint64(session)) }
+
+// ShardLeaseKey records session's lease on shard.
+func ShardLeaseKey(session int64, shard string) string { return ShardLeasesOf(session) + shard }
+
 // SessionKey is the etcd key that records a session's owner, on its lease.
 func SessionKey(id int64) string { return fmt.Sprintf("%s%016x", SessionPrefix, uint64(id)) }

@@ -737,7 +737,10 @@ type ReleaseRequest struct {
 	Key       string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	SessionId int64                  `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The token of the grant to end.
-	Token         uint64 `protobuf:"fixed64,3,opt,name=token,proto3" json:"token,omitempty"`
+	Token uint64 `protobuf:"fixed64,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The class the key was acquired in; the default class when empty. It
+	// picks the cluster the hold lives on (ADR-07).
+	Class         string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -793,6 +796,13 @@ func (x *ReleaseRequest) GetToken() uint64 {
 	return 0
 }
 
+func (x *ReleaseRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
 type ReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the grant was no longer current and nothing was deleted.
@@ -839,8 +849,10 @@ func (x *ReleaseResponse) GetReleased() bool {
 }
 
 type InspectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The key's class, which picks its cluster; the default when empty.
+	Class         string `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -878,6 +890,13 @@ func (*InspectRequest) Descriptor() ([]byte, []int) {
 func (x *InspectRequest) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetClass() string {
+	if x != nil {
+		return x.Class
 	}
 	return ""
 }
@@ -1022,9 +1041,11 @@ func (x *Holder) GetRemainingTtl() *durationpb.Duration {
 }
 
 type ValidateTokenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Token         uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The key's class, which picks its cluster; the default when empty.
+	Class         string `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1071,6 +1092,13 @@ func (x *ValidateTokenRequest) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *ValidateTokenRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
 }
 
 type ValidateTokenResponse struct {
@@ -1176,16 +1204,18 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\v2\x18.lockplane.lock.v1.TokenR\x05token\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x03R\tsessionId\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"W\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"m\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x06R\x05token\"-\n" +
+	"\x05token\x18\x03 \x01(\x06R\x05token\x12\x14\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\bR\breleased\"\"\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"8\n" +
 	"\x0eInspectRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"j\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\"j\n" +
 	"\x0fInspectResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x121\n" +
@@ -1196,10 +1226,11 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12>\n" +
-	"\rremaining_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\">\n" +
+	"\rremaining_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\"T\n" +
 	"\x14ValidateTokenRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x06R\x05token\"\x87\x01\n" +
+	"\x05token\x18\x02 \x01(\x06R\x05token\x12\x14\n" +
+	"\x05class\x18\x03 \x01(\tR\x05class\"\x87\x01\n" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +

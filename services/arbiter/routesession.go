@@ -1,0 +1,231 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/reason"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// OpenSession implements lockv1.LockServiceServer: a session starts as a
+// lease on the coord cluster; shard leases join it on first use.
+func (ro *Router) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
+	return ro.coord.OpenSession(ctx, req)
+}
+
+// shardLease is session's lease on shard. The first hold on a shard creates
+// it (when create), with the session's identity and TTL, and records it
+// under the session's coord lease; a Txn on the coord cluster makes one
+// lease win when two arbiters race. Without create, a session with no lease
+// there gets 0: it holds nothing on that shard.
+func (ro *Router) shardLease(ctx context.Context, session int64, shard string, create bool) (int64, error) {
+	if err := requireSession(session); err != nil {
+		return 0, err
+	}
+	if v, ok := ro.leases.Load(shardLease{session, shard}); ok {
+		return v.(int64), nil
+	}
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return 0, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	c := ro.coord
+	slKey, sKey := lockkey.ShardLeaseKey(session, shard), lockkey.SessionKey(session)
+	octx, cancel := c.opCtx(ctx)
+	defer cancel()
+	resp, err := c.etcd.Txn(octx).Then(clientv3.OpGet(sKey), clientv3.OpGet(slKey)).Commit()
+	if err != nil {
+		return 0, c.etcdFailure(ctx, err)
+	}
+	sess, rec, err := ownedSession(caller, resp.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return 0, err
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		return ro.remember(session, shard, kvs[0].Value)
+	}
+	if !create {
+		return 0, nil
+	}
+	lease, err := ro.shards[shard].openLease(ctx, caller, time.Duration(rec.TTLSeconds)*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	put, err := c.etcd.Txn(octx).
+		If(clientv3.Compare(clientv3.Value(sKey), "=", string(sess)),
+			clientv3.Compare(clientv3.CreateRevision(slKey), "=", 0)).
+		Then(clientv3.OpPut(slKey, strconv.FormatInt(lease, 10), clientv3.WithLease(clientv3.LeaseID(session)))).
+		Else(clientv3.OpGet(slKey)).Commit()
+	if err == nil && put.Succeeded {
+		ro.leases.Store(shardLease{session, shard}, lease)
+		return lease, nil
+	}
+	// Lost a race, or the session ended: ours is not needed.
+	ro.shards[shard].etcd.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(lease))
+	if err != nil {
+		return 0, c.etcdFailure(ctx, err)
+	}
+	if kvs := put.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return ro.remember(session, shard, kvs[0].Value)
+	}
+	return 0, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+}
+
+func (ro *Router) remember(session int64, shard string, raw []byte) (int64, error) {
+	lease, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
+	}
+	ro.leases.Store(shardLease{session, shard}, lease)
+	return lease, nil
+}
+
+// ownedSession checks a session record read from the coord cluster belongs
+// to caller, returning its bytes (for a compare) and its fields.
+func ownedSession(caller spiffeid.ID, kvs []*mvccpb.KeyValue) ([]byte, sessionRecord, error) {
+	if len(kvs) == 0 {
+		return nil, sessionRecord{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+	}
+	rec, err := decodeSession(kvs[0].Value)
+	if err != nil || rec.Identity != caller.String() {
+		return nil, sessionRecord{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+	}
+	return kvs[0].Value, rec, nil
+}
+
+// shardLeases lists session's leases on entity shards, from the coord
+// cluster (another arbiter may have added one).
+func (ro *Router) shardLeases(ctx context.Context, session int64) (map[string]int64, error) {
+	c := ro.coord
+	octx, cancel := c.opCtx(ctx)
+	defer cancel()
+	prefix := lockkey.ShardLeasesOf(session)
+	resp, err := c.etcd.Get(octx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, c.etcdFailure(ctx, err)
+	}
+	out := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		lease, err := strconv.ParseInt(string(kv.Value), 10, 64)
+		if err != nil {
+			continue
+		}
+		out[string(kv.Key[len(prefix):])] = lease
+	}
+	return out, nil
+}
+
+// KeepAlive implements lockv1.LockServiceServer. A renewal renews the
+// coord lease and every shard lease of the session; it fails if any fails,
+// and reports the shortest TTL, so a holder's deadline covers every hold.
+func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
+	ctx := stream.Context()
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	owned := map[string]map[int64]bool{}
+	ownedOn := func(cluster string) map[int64]bool {
+		if owned[cluster] == nil {
+			owned[cluster] = map[int64]bool{}
+		}
+		return owned[cluster]
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		session := req.GetSessionId()
+		resp := ro.coord.renew(ctx, caller, session, ownedOn(""))
+		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)
+		}
+		if resp.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+			ro.forget(session)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) map[int64]bool) *lockv1.KeepAliveResponse {
+	leases, err := ro.shardLeases(ctx, session)
+	if err != nil {
+		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: err.Error()}
+	}
+	ttl := coord.GetTtl().AsDuration()
+	for shard, lease := range leases {
+		a := ro.shards[shard]
+		if a == nil {
+			continue // a shard this arbiter was not configured with holds nothing it routes
+		}
+		r := a.renew(ctx, caller, lease, ownedOn(shard))
+		if r.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+			return &lockv1.KeepAliveResponse{SessionId: session, Error: r.GetError(),
+				ErrorMessage: "shard " + shard + ": " + r.GetErrorMessage()}
+		}
+		ttl = min(ttl, r.GetTtl().AsDuration())
+	}
+	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(ttl)}
+}
+
+// CloseSession implements lockv1.LockServiceServer: it revokes the
+// session's shard leases, then its coord lease.
+func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	session := req.GetSessionId()
+	if err := requireSession(session); err != nil {
+		return nil, err
+	}
+	if err := ro.coord.checkOwner(ctx, caller, session); err != nil {
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			return &lockv1.CloseSessionResponse{}, nil
+		}
+		return nil, err
+	}
+	leases, err := ro.shardLeases(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	defer ro.forget(session)
+	for shard, lease := range leases {
+		a := ro.shards[shard]
+		if a == nil {
+			continue
+		}
+		octx, cancel := a.opCtx(ctx)
+		_, err := a.etcd.Revoke(octx, clientv3.LeaseID(lease))
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil, a.etcdFailure(ctx, err)
+		}
+	}
+	return ro.coord.CloseSession(ctx, req)
+}
+
+// forget drops the cached shard leases of a session that ended.
+func (ro *Router) forget(session int64) {
+	for shard := range ro.shards {
+		ro.leases.Delete(shardLease{session, shard})
+	}
+}

@@ -1,0 +1,196 @@
+package shardmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Clusters are the etcd clients a map change touches: the coord cluster,
+// where the map lives, and every entity shard by name.
+type Clusters struct {
+	Coord  *clientv3.Client
+	Shards map[string]*clientv3.Client
+}
+
+func (c Clusters) shard(name string) (*clientv3.Client, error) {
+	if cl := c.Shards[name]; cl != nil {
+		return cl, nil
+	}
+	return nil, fmt.Errorf("shardmap: shard %s: no client for it (give its endpoints)", name)
+}
+
+// Step is one reported step of a map change, for progress output.
+type Step struct {
+	Phase  string `json:"phase"`
+	Detail string `json:"detail"`
+}
+
+// Init stores version 1 of the map over shards and stamps every shard's
+// epoch record with it, so grants can be routed. It refuses when a map
+// exists.
+func Init(ctx context.Context, c Clusters, shards []string, progress func(Step)) (Map, error) {
+	m := Map{Version: 1, Shards: slices.Clone(shards)}
+	if err := m.Validate(); err != nil {
+		return Map{}, err
+	}
+	for _, s := range shards {
+		if _, err := c.shard(s); err != nil {
+			return Map{}, err
+		}
+	}
+	if err := Store(ctx, c.Coord, 0, m); err != nil {
+		return Map{}, fmt.Errorf("shardmap: init: %w", err)
+	}
+	report(progress, "stored", fmt.Sprintf("map version 1 over %s", strings.Join(shards, ", ")))
+	return m, stampAll(ctx, c, m, progress)
+}
+
+// Add adds shard name to the map, moving the ranges whose highest score
+// becomes its own, about 1/(N+1) of them (ADR-09). The move is fenced:
+//
+//  1. the map names the shard as being added (version v+1); routers refuse
+//     new grants on moving ranges, and every source shard is stamped v+1 so
+//     a grant routed under version v fails its epoch compare;
+//  2. Add waits until the moving ranges have no holds on any source;
+//  3. the new shard's epoch is advanced above every source's, so a moved
+//     key's next token exceeds every token it had before;
+//  4. the map without Adding (v+2) is stored and every shard stamped v+2.
+//
+// An interrupted Add resumes where it stopped when run again for the same
+// shard. ctx bounds the wait for holders.
+func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map, error) {
+	dest, err := c.shard(name)
+	if err != nil {
+		return Map{}, err
+	}
+	cur, _, found, err := Load(ctx, c.Coord)
+	switch {
+	case err != nil:
+		return Map{}, err
+	case !found:
+		return Map{}, errors.New("shardmap: add: no map stored; run init first")
+	case slices.Contains(cur.Shards, name):
+		return cur, fmt.Errorf("shardmap: add: shard %s is already in map version %d", name, cur.Version)
+	case cur.Adding != "" && cur.Adding != name:
+		return cur, fmt.Errorf("shardmap: add: shard %s is being added (map version %d); finish that first", cur.Adding, cur.Version)
+	}
+	adding := cur
+	if cur.Adding == "" {
+		adding = Map{Version: cur.Version + 1, Shards: slices.Clone(cur.Shards), Adding: name}
+		if err := Store(ctx, c.Coord, cur.Version, adding); err != nil {
+			return Map{}, fmt.Errorf("shardmap: add: %w", err)
+		}
+		report(progress, "adding", fmt.Sprintf("map version %d names %s as being added; its ranges take no new grants", adding.Version, name))
+	}
+	var floor uint32
+	for _, s := range adding.Shards {
+		src, err := c.shard(s)
+		if err != nil {
+			return Map{}, err
+		}
+		st, err := epoch.Stamp(ctx, src, adding.Version)
+		if err != nil {
+			return Map{}, fmt.Errorf("shardmap: add: stamp %s: %w", s, err)
+		}
+		floor = max(floor, st.Epoch)
+	}
+	report(progress, "fenced", fmt.Sprintf("sources stamped with map version %d; grants routed under older maps cannot commit", adding.Version))
+	for _, s := range adding.Shards {
+		if err := drain(ctx, c.Shards[s], s, adding, progress); err != nil {
+			return Map{}, err
+		}
+	}
+	dst, err := epoch.Ensure(ctx, dest)
+	if err != nil {
+		return Map{}, fmt.Errorf("shardmap: add: %s: %w", name, err)
+	}
+	if dst.Epoch <= floor {
+		adv, err := epoch.AdvanceAbove(ctx, dest, dst.Epoch, floor, fmt.Sprintf("receives ranges under map version %d", adding.Version+1))
+		if err != nil {
+			return Map{}, fmt.Errorf("shardmap: add: advance %s: %w", name, err)
+		}
+		dst = adv.State
+	}
+	report(progress, "advanced", fmt.Sprintf("%s is at epoch %d, above every source (highest %d)", name, dst.Epoch, floor))
+	next := adding.Next()
+	if err := Store(ctx, c.Coord, adding.Version, next); err != nil {
+		return Map{}, fmt.Errorf("shardmap: add: %w", err)
+	}
+	report(progress, "stored", fmt.Sprintf("map version %d over %s", next.Version, strings.Join(next.Shards, ", ")))
+	return next, stampAll(ctx, c, next, progress)
+}
+
+// drain waits until no hold on shard s belongs to a range that is moving
+// under m, then deletes the durable waiters of those ranges (their sessions
+// are leases on s, which will no longer serve them). It re-reads after
+// every deletion a watch reports; the watch is only a hint.
+func drain(ctx context.Context, cl *clientv3.Client, s string, m Map, progress func(Step)) error {
+	reported := -1
+	for {
+		resp, err := cl.Get(ctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return fmt.Errorf("shardmap: add: list holds on %s: %w", s, err)
+		}
+		held := 0
+		for _, kv := range resp.Kvs {
+			if m.Moving(strings.TrimPrefix(string(kv.Key), lockkey.HoldPrefix)) {
+				held++
+			}
+		}
+		if held == 0 {
+			break
+		}
+		if held != reported {
+			report(progress, "waiting", fmt.Sprintf("%d holds on moving ranges of %s", held, s))
+			reported = held
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := cl.Watch(wctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1),
+			clientv3.WithFilterPut())
+		select {
+		case <-wch:
+		case <-ctx.Done():
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return fmt.Errorf("shardmap: add: %d holds on moving ranges of %s remain: %w", held, s, ctx.Err())
+		}
+	}
+	resp, err := cl.Get(ctx, lockkey.WaitPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("shardmap: add: list waiters on %s: %w", s, err)
+	}
+	for _, kv := range resp.Kvs {
+		key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), lockkey.WaitPrefix), "#")
+		if m.Moving(key) {
+			if _, err := cl.Delete(ctx, string(kv.Key)); err != nil {
+				return fmt.Errorf("shardmap: add: delete a waiter on %s: %w", s, err)
+			}
+		}
+	}
+	report(progress, "drained", fmt.Sprintf("no holds on moving ranges of %s", s))
+	return nil
+}
+
+func stampAll(ctx context.Context, c Clusters, m Map, progress func(Step)) error {
+	for _, s := range m.Shards {
+		if _, err := epoch.Stamp(ctx, c.Shards[s], m.Version); err != nil {
+			return fmt.Errorf("shardmap: stamp %s with version %d: %w", s, m.Version, err)
+		}
+	}
+	report(progress, "stamped", fmt.Sprintf("every shard serves map version %d", m.Version))
+	return nil
+}
+
+func report(progress func(Step), phase, detail string) {
+	if progress != nil {
+		progress(Step{Phase: phase, Detail: detail})
+	}
+}
