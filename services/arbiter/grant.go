@@ -43,6 +43,10 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	if err := requireSession(req.GetSessionId()); err != nil {
 		return nil, err
 	}
+	if err := a.withinQuota(ctx, r.caller, "holds"); err != nil {
+		a.metrics.refused(r.labels, lockv1.ErrorReason_QUOTA_EXCEEDED)
+		return nil, err
+	}
 	g, err := a.acquire(ctx, r, req.GetSessionId(), req.GetWait())
 	if err != nil {
 		a.metrics.refused(r.labels, reason.Of(err))

@@ -77,8 +77,9 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		if err != nil {
 			return nil, err
 		}
-		// One set of metrics, told apart by the cluster label.
-		a.metrics = coord.metrics
+		// One set of metrics, told apart by the cluster label, and one
+		// quota usage: limits span the region's clusters.
+		a.metrics, a.usage, a.shardOf = coord.metrics, coord.usage, true
 		coord.metrics.live.add(a)
 		ro.shards[name] = a
 	}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,8 @@ type Config struct {
 	// from grants: 200/s with bursts of 50 when zero.
 	ValidateRate  float64
 	ValidateBurst int
+	// Quotas limits each identity's live sessions and holds; none when nil.
+	Quotas Quotas
 	// Metrics receives the arbiter's metrics; not registered when nil.
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
@@ -101,6 +104,11 @@ type Arbiter struct {
 	// drained ends when Drain is called; every wait ends with it.
 	drained context.Context
 	drain   context.CancelFunc
+	// usage counts live sessions and holds per identity for Quotas; a
+	// Router's arbiters share one. shardOf marks an entity shard's arbiter,
+	// whose session records are shard leases of coord sessions.
+	usage   *usage
+	shardOf bool
 }
 
 // New checks cfg and returns an Arbiter. Call Run to keep its epoch current.
@@ -136,7 +144,7 @@ func New(cfg Config) (*Arbiter, error) {
 		cfg.ValidateRate, cfg.ValidateBurst = 200, 50
 	}
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState(),
-		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst)}
+		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst), usage: newUsage()}
 	a.admin.a = a
 	a.drained, a.drain = context.WithCancel(context.Background())
 	m, err := newMetrics(cfg.Metrics, a)
@@ -167,15 +175,23 @@ func (a *Arbiter) registerOthers(s *grpc.Server) {
 // server's GracefulStop.
 func (a *Arbiter) Drain() { a.drain() }
 
-// Run keeps the epoch record current until ctx ends.
-func (a *Arbiter) Run(ctx context.Context) { a.watchEpoch(ctx) }
+// Run keeps the epoch record and the quota usage current until ctx ends.
+func (a *Arbiter) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { a.watchEpoch(ctx) })
+	wg.Go(func() { a.runUsage(ctx) })
+	wg.Wait()
+}
 
 // Ready loads the epoch record, creating it on an empty cluster, and
 // reports whether the cluster may serve grants (an error if it is sealed or
 // unreachable). Serving does not depend on it: calls load it lazily.
+// With quotas, it also waits for the usage counts to be followed.
 func (a *Arbiter) Ready(ctx context.Context) error {
-	_, err := a.epochFor(ctx)
-	return err
+	if _, err := a.epochFor(ctx); err != nil {
+		return err
+	}
+	return a.usage.following(ctx, a.usageFollowers()...)
 }
 
 // healthState reports the lock service NOT_SERVING while sealed or

@@ -29,6 +29,10 @@ func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 	if err != nil {
 		return nil, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
+	if err := a.withinQuota(ctx, caller, "sessions"); err != nil {
+		a.metrics.refused(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}, lockv1.ErrorReason_QUOTA_EXCEEDED)
+		return nil, err
+	}
 	lease, err := a.openLease(ctx, caller, cls.TTL)
 	if err != nil {
 		return nil, err

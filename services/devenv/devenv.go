@@ -88,6 +88,8 @@ type Options struct {
 	// (ADR-08); with none, every namespace is served here.
 	Region string
 	Homes  arbiter.Homes
+	// Quotas limits each identity's sessions and holds; none when nil.
+	Quotas arbiter.Quotas
 }
 
 // Env is a running embedded environment.
@@ -207,6 +209,7 @@ func (e *Env) StartArbiter() error {
 		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
+		Quotas: e.opts.Quotas,
 	}
 	var srv server
 	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {

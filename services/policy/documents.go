@@ -21,6 +21,7 @@ const (
 	KindClass     = "LockClass"
 	KindGrant     = "LockGrant"
 	KindPauseTest = "PauseTestResult"
+	KindNamespace = "LockNamespace"
 )
 
 // Metadata names a document.
@@ -73,10 +74,38 @@ type LockGrant struct {
 	Spec       GrantSpec `json:"spec"`
 }
 
-// GrantSpec is an identity and its prefixes.
+// GrantSpec is an identity, its prefixes and its quota.
 type GrantSpec struct {
 	SPIFFEID string   `json:"spiffeId"`
 	Prefixes []string `json:"prefixes"`
+	// Quota limits the identity's live sessions and holds; DefaultQuota
+	// when absent. Set it on at most one grant of an identity.
+	Quota *Quota `json:"quota,omitempty"`
+}
+
+// Quota is an identity's limits, enforced by the arbiter.
+type Quota struct {
+	Sessions int `json:"sessions"`
+	Holds    int `json:"holds"`
+}
+
+// DefaultQuota is the quota of an identity none of whose grants sets one:
+// generous for a service, fatal to a leak that opens a session per request.
+var DefaultQuota = Quota{Sessions: 64, Holds: 4096}
+
+// LockNamespace homes a tenant namespace to a region (ADR-08): arbiters of
+// other regions refuse its keys with a redirect naming the region.
+type LockNamespace struct {
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Metadata   Metadata      `json:"metadata"`
+	Spec       NamespaceSpec `json:"spec"`
+}
+
+// NamespaceSpec says where a namespace lives.
+type NamespaceSpec struct {
+	// Region is the region whose arbiters serve the namespace's keys.
+	Region string `json:"region"`
 }
 
 // The enumerations.

@@ -84,3 +84,15 @@ func (s *Set) Registry() class.Static {
 	}
 	return out
 }
+
+// Quotas is each identity's quota as its grants set it; an identity absent
+// here has DefaultQuota.
+func (s *Set) Quotas() map[string]Quota {
+	out := map[string]Quota{}
+	for _, g := range s.Grants {
+		if g.Quota != nil {
+			out[g.SPIFFEID] = *g.Quota
+		}
+	}
+	return out
+}

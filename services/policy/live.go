@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockplane/lockplane/services/arbiter"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -29,6 +30,7 @@ type compiled struct {
 	set      *Set
 	registry class.Static
 	grants   *Grants
+	quotas   map[string]Quota
 }
 
 // NewLive loads dir; a set invalid at start is an error, since there is no
@@ -60,7 +62,7 @@ func (l *Live) Reload() error {
 		}
 		return err
 	}
-	l.current.Store(&compiled{set: set, registry: set.Registry(), grants: Compile(set.Grants)})
+	l.current.Store(&compiled{set: set, registry: set.Registry(), grants: Compile(set.Grants), quotas: set.Quotas()})
 	l.valid.Set(1)
 	l.log.Info("policy loaded", "dir", l.dir, "classes", len(set.Classes), "grants", len(set.Grants))
 	return nil
@@ -92,4 +94,19 @@ func (l *Live) Lookup(name string) (class.Class, error) {
 // MayLock implements the arbiter's Authorizer.
 func (l *Live) MayLock(id spiffeid.ID, key string) bool {
 	return l.current.Load().grants.MayLock(id, key)
+}
+
+// LimitsFor implements the arbiter's Quotas.
+func (l *Live) LimitsFor(id spiffeid.ID) arbiter.Limits {
+	q, ok := l.current.Load().quotas[id.String()]
+	if !ok {
+		q = DefaultQuota
+	}
+	return arbiter.Limits{Sessions: q.Sessions, Holds: q.Holds}
+}
+
+// RegionOf implements the arbiter's Homes: "" for a namespace homed
+// nowhere in particular.
+func (l *Live) RegionOf(namespace string) string {
+	return l.current.Load().set.Regions[namespace]
 }

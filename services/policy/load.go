@@ -62,13 +62,18 @@ type Grant struct {
 	Name     string
 	SPIFFEID string
 	Prefixes []string
-	File     string
+	// Quota is set when this grant sets the identity's quota.
+	Quota *Quota
+	File  string
 }
 
 // Set is a valid policy set.
 type Set struct {
 	Classes map[string]Class
 	Grants  []Grant
+	// Regions homes namespaces to regions; a namespace not listed is
+	// served by every region's arbiters.
+	Regions map[string]string
 	// Files is how many files were read.
 	Files int
 }
@@ -168,7 +173,9 @@ var (
 )
 
 func validate(docs []*doc, now time.Time) (*Set, []Problem) {
-	set := &Set{Classes: map[string]Class{}}
+	set := &Set{Classes: map[string]Class{}, Regions: map[string]string{}}
+	quotaBy := map[string]string{} // SPIFFE ID -> grant that sets its quota
+	nsFiles := map[string]string{}
 	var problems []Problem
 	results := map[string]pausetest.Result{}
 	var classes []*doc
@@ -214,7 +221,35 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 					bad(fmt.Sprintf("spec.prefixes[%d]", i), "%v", err)
 				}
 			}
-			set.Grants = append(set.Grants, Grant{Name: g.Metadata.Name, SPIFFEID: g.Spec.SPIFFEID, Prefixes: g.Spec.Prefixes, File: d.file})
+			if q := g.Spec.Quota; q != nil {
+				if prev, dup := quotaBy[g.Spec.SPIFFEID]; dup {
+					bad("spec.quota", "grant %s already sets the quota of %s: one quota per identity", prev, g.Spec.SPIFFEID)
+				}
+				quotaBy[g.Spec.SPIFFEID] = g.Metadata.Name
+				if q.Sessions < 1 {
+					bad("spec.quota.sessions", "%d must be at least 1", q.Sessions)
+				}
+				if q.Holds < 1 {
+					bad("spec.quota.holds", "%d must be at least 1", q.Holds)
+				}
+			}
+			set.Grants = append(set.Grants, Grant{Name: g.Metadata.Name, SPIFFEID: g.Spec.SPIFFEID, Prefixes: g.Spec.Prefixes, Quota: g.Spec.Quota, File: d.file})
+		case KindNamespace:
+			var n LockNamespace
+			if err := strict(d.raw, &n); err != nil {
+				bad("(document)", "does not have the LockNamespace shape: %v", err)
+				continue
+			}
+			if prev, dup := nsFiles[n.Metadata.Name]; dup {
+				bad("metadata.name", "namespace %s is also homed in %s: a namespace has one home", n.Metadata.Name, prev)
+				continue
+			}
+			nsFiles[n.Metadata.Name] = d.file
+			if !nameRule.MatchString(n.Spec.Region) {
+				bad("spec.region", "%q must be a region name: a DNS label such as eu-west", n.Spec.Region)
+				continue
+			}
+			set.Regions[n.Metadata.Name] = n.Spec.Region
 		case KindPauseTest:
 			var r pausetest.Result
 			if err := yaml.Unmarshal(d.raw, &r); err != nil {
@@ -223,7 +258,7 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 			}
 			results[r.Metadata.Name] = r
 		default:
-			bad("kind", "%q is not LockClass, LockGrant or PauseTestResult", d.head.Kind)
+			bad("kind", "%q is not LockClass, LockGrant, LockNamespace or PauseTestResult", d.head.Kind)
 		}
 	}
 	for _, d := range classes {

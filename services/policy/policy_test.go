@@ -28,6 +28,12 @@ func TestShippedSetIsValid(t *testing.T) {
 	if set.Classes["payments-settlement-leader"].WaiverExpires.Format("2006-01-02") != "2027-03-31" {
 		t.Fatal("waiver date not read")
 	}
+	if set.Regions["payments"] != "eu-west" || set.Regions["search"] != "us-east" {
+		t.Fatalf("namespace homes: %v", set.Regions)
+	}
+	if q := set.Quotas()["spiffe://prod.example/ns/search/sa/indexer"]; q != (policy.Quota{Sessions: 32, Holds: 512}) {
+		t.Fatalf("the indexer's quota: %+v", q)
+	}
 	r := set.Registry()
 	if c, err := r.Lookup("search-reindex"); err != nil || c.TTL != time.Minute {
 		t.Fatalf("registry: %+v %v", c, err)
@@ -108,7 +114,37 @@ kind: LockGrant
 metadata: {name: g3}
 spec: {spiffeId: "spiffe://x.example/ns/a/sa/w"}
 `, "spec.prefixes: at least one key prefix is required"},
-		{"unknown kind", "apiVersion: lockplane.io/v1\nkind: LockPolicy\nmetadata: {name: p}\n", `kind: "LockPolicy" is not LockClass, LockGrant or PauseTestResult`},
+		{"unknown kind", "apiVersion: lockplane.io/v1\nkind: LockPolicy\nmetadata: {name: p}\n", `kind: "LockPolicy" is not LockClass, LockGrant, LockNamespace or PauseTestResult`},
+		{"quota of zero holds", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g4}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], quota: {sessions: 4, holds: 0}}
+`, "document 1 (LockGrant g4): spec.quota.holds: 0 must be at least 1"},
+		{"two quotas for one identity", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g5}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], quota: {sessions: 4, holds: 8}}
+---
+apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g6}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-b/], quota: {sessions: 2, holds: 2}}
+`, "document 2 (LockGrant g6): spec.quota: grant g5 already sets the quota of spiffe://x.example/ns/a/sa/w"},
+		{"namespace without a region", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {region: ""}
+`, `document 1 (LockNamespace team-a): spec.region: "" must be a region name`},
+		{"namespace homed twice", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {region: eu-west}
+---
+apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {region: us-east}
+`, "metadata.name: namespace team-a is also homed in"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
