@@ -12,6 +12,7 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/shardmap"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )
@@ -19,6 +20,8 @@ import (
 type adminServer struct {
 	adminv1.UnimplementedAdminServiceServer
 	a *Arbiter
+	// router is set on a Router's coord arbiter: the shard map RPCs.
+	router *Router
 }
 
 // Status implements adminv1.AdminServiceServer. It answers without a
@@ -125,4 +128,57 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 		Epoch: adv.Epoch, ClusterId: adv.ClusterID, DeletedHolds: adv.DeletedHolds,
 		DeletedWaiters: adv.DeletedWaiters, Revision: adv.Revision,
 	}, nil
+}
+
+// ShardMap implements adminv1.AdminServiceServer.
+func (s *adminServer) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) (*adminv1.ShardMapResponse, error) {
+	if _, err := identity.Caller(ctx); err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	ro := s.router
+	if ro == nil || len(ro.shards) == 0 {
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			"this arbiter serves no entity shards: the entity tier is the coord cluster")
+	}
+	if err := ro.loadMap(ctx); err != nil {
+		return nil, err
+	}
+	m := ro.smap.Load()
+	return &adminv1.ShardMapResponse{Version: m.Version, Shards: m.Shards, Adding: m.Adding, Configured: ro.shardNames()}, nil
+}
+
+// AddShard implements adminv1.AdminServiceServer.
+func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.AdminService_AddShardServer) error {
+	ctx := stream.Context()
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	if !s.a.cfg.IsOperator(caller) {
+		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may change the shard map")
+	}
+	ro := s.router
+	switch {
+	case ro == nil || len(ro.shards) == 0:
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			"this arbiter serves no entity shards: configure them (--shard NAME=ENDPOINTS) first")
+	case req.GetShard() == "":
+		return invalidArgument("shard", "is required: the name of a shard this arbiter has a client for")
+	case ro.shards[req.GetShard()] == nil:
+		return invalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), ro.shardNames()))
+	}
+	s.a.log.Info("adding shard", "shard", req.GetShard(), "by", caller.String())
+	m, err := shardmap.Add(ctx, ro.clusters(), req.GetShard(), func(st shardmap.Step) {
+		s.a.log.Info("add shard", "shard", req.GetShard(), "phase", st.Phase, "detail", st.Detail)
+		stream.Send(&adminv1.AddShardResponse{Phase: st.Phase, Detail: st.Detail})
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return refusal(codes.DeadlineExceeded, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+				"the add was interrupted; call AddShard again for the same shard to resume: "+err.Error())
+		}
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+	}
+	ro.setMap(m)
+	return nil
 }

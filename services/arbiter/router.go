@@ -2,7 +2,10 @@ package arbiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +73,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		return nil, err
 	}
 	ro := &Router{cfg: cfg, coord: coord, shards: map[string]*Arbiter{}}
+	coord.admin.router = ro
 	for name, etcd := range cfg.Shards {
 		sc := cfg.Config
 		sc.Etcd, sc.Cluster, sc.Metrics = etcd, name, nil
@@ -84,6 +88,20 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		ro.shards[name] = a
 	}
 	return ro, nil
+}
+
+func (ro *Router) shardNames() []string {
+	names := slices.Collect(maps.Keys(ro.shards))
+	slices.Sort(names)
+	return names
+}
+
+func (ro *Router) clusters() shardmap.Clusters {
+	c := shardmap.Clusters{Coord: ro.coord.etcd, Shards: map[string]shardmap.Etcd{}}
+	for name, a := range ro.shards {
+		c.Shards[name] = a.etcd
+	}
+	return c
 }
 
 // Coord is the coord cluster's arbiter (admin RPCs, epoch, health).
@@ -118,9 +136,27 @@ func (ro *Router) Ready(ctx context.Context) error {
 			return fmt.Errorf("cluster %s: %w", a.cfg.Cluster, err)
 		}
 	}
-	if len(ro.shards) > 0 && ro.smap.Load() == nil {
-		return ro.loadMap(ctx)
+	if len(ro.shards) == 0 || ro.smap.Load() != nil {
+		return nil
 	}
+	if err := ro.ensureMap(ctx); err != nil {
+		return err
+	}
+	return ro.loadMap(ctx)
+}
+
+// ensureMap writes map version 1 over this arbiter's shards if the coord
+// cluster has no map: a region's first arbiter does, the rest find it
+// (the store is guarded on absence).
+func (ro *Router) ensureMap(ctx context.Context) error {
+	_, _, found, err := shardmap.Load(ctx, ro.coord.etcd)
+	if err != nil || found {
+		return err
+	}
+	if _, err := shardmap.Init(ctx, ro.clusters(), ro.shardNames(), nil); err != nil && !errors.Is(err, shardmap.ErrConflict) {
+		return fmt.Errorf("shard map: %w", err)
+	}
+	ro.coord.log.Info("shard map initialised", "shards", ro.shardNames())
 	return nil
 }
 
@@ -271,8 +307,8 @@ func (ro *Router) loadMap(ctx context.Context) error {
 	case err != nil:
 		return refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	case !found:
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_NO_QUORUM,
-			"the coord cluster has no shard map ("+shardmap.Key+"); initialise it with `lockctl shards init`")
+		return refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_MAP_MISSING,
+			"the coord cluster has no shard map ("+shardmap.Key+") yet; an arbiter writes it when it starts")
 	}
 	ro.setMap(m)
 	return nil
@@ -287,6 +323,9 @@ func (ro *Router) setMap(m shardmap.Map) {
 // watchMap keeps the shard map current until ctx ends.
 func (ro *Router) watchMap(ctx context.Context) {
 	for ctx.Err() == nil {
+		if err := ro.ensureMap(ctx); err != nil {
+			ro.coord.log.Warn("shard map not initialised", "err", err)
+		}
 		m, rev, found, err := shardmap.Load(ctx, ro.coord.etcd)
 		if err != nil {
 			ro.coord.log.Warn("shard map unreadable", "err", err)

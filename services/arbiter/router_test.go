@@ -3,9 +3,11 @@ package arbiter_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
@@ -174,17 +176,40 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := make(chan shardmap.Step, 64)
-	added := make(chan error, 1)
-	go func() {
-		_, err := shardmap.Add(ctx, env.Shardmap(), "c", func(s shardmap.Step) { steps <- s })
-		added <- err
-	}()
-	for s := range steps {
-		if s.Phase == "waiting" {
+	// Only operators change the map.
+	denied, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "demo").Conn()).AddShard(ctx, &adminv1.AddShardRequest{Shard: "c"})
+	if err == nil {
+		_, err = denied.Recv()
+	}
+	wantReason(t, err, lockv1.ErrorReason_PERMISSION_DENIED)
+	stream, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn()).AddShard(ctx, &adminv1.AddShardRequest{Shard: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		step, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("the add ended before waiting for the holder: %v", err)
+		}
+		t.Logf("add shard: %s: %s", step.GetPhase(), step.GetDetail())
+		if step.GetPhase() == "waiting" {
 			break
 		}
 	}
+	added := make(chan error, 1)
+	go func() {
+		for {
+			step, err := stream.Recv()
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				added <- err
+				return
+			}
+			t.Logf("add shard: %s: %s", step.GetPhase(), step.GetDetail())
+		}
+	}()
 	// While the holder holds, the range takes no new grants; others do.
 	other := devenvtest.Session(t, devenvtest.Client(t, env, "other"), entity.Name)
 	_, err = raw(devenvtest.Client(t, env, "other")).Acquire(ctx, &lockv1.AcquireRequest{
@@ -213,6 +238,10 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 	}
 	if after.Token() <= before.Token() {
 		t.Fatalf("token went backwards across the move: %s on %s, then %s on c", before.Token(), source, after.Token())
+	}
+	st, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "demo").Conn()).ShardMap(ctx, &adminv1.ShardMapRequest{})
+	if err != nil || st.GetVersion() != m.Version+2 || len(st.GetShards()) != 3 || st.GetAdding() != "" {
+		t.Fatalf("shard map after the add: %v (err %v), want version %d over a, b, c", st, err, m.Version+2)
 	}
 	src, _, _ := epoch.Read(ctx, env.ShardEtcd[source])
 	dst, _, _ := epoch.Read(ctx, env.ShardEtcd["c"])

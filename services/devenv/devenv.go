@@ -368,5 +368,9 @@ func (e *Env) startShards(ctx context.Context) error {
 
 // Shardmap is the environment's clusters, for shardmap.Add.
 func (e *Env) Shardmap() shardmap.Clusters {
-	return shardmap.Clusters{Coord: e.Etcd, Shards: e.ShardEtcd}
+	c := shardmap.Clusters{Coord: e.Etcd, Shards: map[string]shardmap.Etcd{}}
+	for name, cl := range e.ShardEtcd {
+		c.Shards[name] = cl
+	}
+	return c
 }

@@ -12,14 +12,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// Etcd is what a map change needs of a cluster; *clientv3.Client has it.
+type Etcd interface {
+	clientv3.KV
+	clientv3.Watcher
+}
+
 // Clusters are the etcd clients a map change touches: the coord cluster,
 // where the map lives, and every entity shard by name.
 type Clusters struct {
-	Coord  *clientv3.Client
-	Shards map[string]*clientv3.Client
+	Coord  Etcd
+	Shards map[string]Etcd
 }
 
-func (c Clusters) shard(name string) (*clientv3.Client, error) {
+func (c Clusters) shard(name string) (Etcd, error) {
 	if cl := c.Shards[name]; cl != nil {
 		return cl, nil
 	}
@@ -131,7 +137,7 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 // under m, then deletes the durable waiters of those ranges (their sessions
 // are leases on s, which will no longer serve them). It re-reads after
 // every deletion a watch reports; the watch is only a hint.
-func drain(ctx context.Context, cl *clientv3.Client, s string, m Map, progress func(Step)) error {
+func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) error {
 	reported := -1
 	for {
 		resp, err := cl.Get(ctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -148,7 +154,7 @@ func drain(ctx context.Context, cl *clientv3.Client, s string, m Map, progress f
 			break
 		}
 		if held != reported {
-			report(progress, "waiting", fmt.Sprintf("%d holds on moving ranges of %s", held, s))
+			report(progress, "waiting", fmt.Sprintf("%d hold(s) on moving ranges of %s", held, s))
 			reported = held
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))

@@ -41,6 +41,8 @@ type flags struct {
 	classes                           []class.Class
 	policies                          string
 	policyReload                      time.Duration
+	region                            string
+	shards                            map[string]string
 }
 
 func main() {
@@ -68,6 +70,19 @@ func main() {
 			return fmt.Errorf("want NAME=TTL with a TTL of at least 2s, got %q", v)
 		}
 		f.classes = append(f.classes, class.Class{Name: name, TTL: d, Tier: class.TierCoord})
+		return nil
+	})
+	flag.StringVar(&f.region, "region", "", "this arbiter's region: keys of namespaces a LockNamespace homes elsewhere are refused with WRONG_REGION naming their region")
+	f.shards = map[string]string{}
+	flag.Func("shard", "an entity shard NAME=ENDPOINTS (comma-separated etcd client URLs, same TLS as --etcd-*); repeatable. Without shards the entity tier is the coord cluster", func(v string) error {
+		name, eps, ok := strings.Cut(v, "=")
+		if !ok || name == "" || eps == "" {
+			return fmt.Errorf("want NAME=ENDPOINTS, got %q", v)
+		}
+		if _, dup := f.shards[name]; dup {
+			return fmt.Errorf("shard %s given twice", name)
+		}
+		f.shards[name] = eps
 		return nil
 	})
 	flag.Parse()
@@ -139,11 +154,43 @@ func run(f flags, log *slog.Logger) error {
 		}()
 		go live.Watch(ctx, f.policyReload, reload)
 	}
-	a, err := arbiter.New(cfg)
+	var homes arbiter.Homes
+	if cfg.Classes != nil {
+		if live, ok := cfg.Classes.(*policy.Live); ok {
+			homes, cfg.Quotas = live, live
+		}
+	}
+	shards := map[string]arbiter.Etcd{}
+	for name, eps := range f.shards {
+		sc, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(eps, ","), TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return fmt.Errorf("--shard %s: etcd client: %w", name, err)
+		}
+		defer sc.Close()
+		shards[name] = sc
+	}
+	var a interface {
+		Run(context.Context)
+		Ready(context.Context) error
+		Register(*grpc.Server)
+		Drain()
+	}
+	if len(shards) > 0 || f.region != "" {
+		a, err = arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, Region: f.region, Homes: homes})
+	} else {
+		a, err = arbiter.New(cfg)
+	}
 	if err != nil {
 		return err
 	}
 	go a.Run(ctx)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := a.Ready(rctx); err != nil {
+			log.Warn("not ready yet; requests will retry the clusters", "err", err)
+		}
+	}()
 	creds, err := identity.ServerCredentials(src)
 	if err != nil {
 		return err

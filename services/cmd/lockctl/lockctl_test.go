@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,40 @@ func TestPolicyCheckCostAndRegister(t *testing.T) {
 	}
 	if err != nil || json.Unmarshal(out, &reg) != nil || len(reg) != 1 || reg[0].Class != "payments-settlement-leader" {
 		t.Fatalf("register: %v %s", err, out)
+	}
+}
+
+func TestShardsShowAndAddWithProgress(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{Shards: []string{"a", "b", "c"}, InitialShards: []string{"a", "b"}})
+	out, err := cmd(env, "shards").Output()
+	if err != nil || !strings.Contains(string(out), "shards      a, b") || !strings.Contains(string(out), "not in map  c") {
+		t.Fatalf("lockctl shards: %v\n%s", err, out)
+	}
+	// Not an operator: refused, nothing changes.
+	if err := cmd(env, "shards", "add", "c").Run(); exitCode(err) != 1 {
+		t.Fatalf("a workload added a shard: exit %d", exitCode(err))
+	}
+	out, err = cmd(env, "--identity", "alice", "shards", "add", "c", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("shards add: %v\n%s", err, out)
+	}
+	var phases []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var step struct{ Phase, Detail string }
+		if err := json.Unmarshal([]byte(line), &step); err != nil {
+			t.Fatalf("a progress line is not JSON: %q", line)
+		}
+		phases = append(phases, step.Phase)
+	}
+	if want := []string{"adding", "fenced", "drained", "drained", "advanced", "stored", "stamped"}; !slices.Equal(phases, want) {
+		t.Fatalf("phases %v, want %v", phases, want)
+	}
+	out, err = cmd(env, "shards", "-o", "json").Output()
+	var m struct {
+		Version string
+		Shards  []string
+	}
+	if json.Unmarshal(out, &m); err != nil || m.Version != "3" || !slices.Equal(m.Shards, []string{"a", "b", "c"}) {
+		t.Fatalf("after the add: %s (err %v)", out, err)
 	}
 }

@@ -25,6 +25,209 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ShardMapRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMapRequest) Reset() {
+	*x = ShardMapRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMapRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMapRequest) ProtoMessage() {}
+
+func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMapRequest.ProtoReflect.Descriptor instead.
+func (*ShardMapRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+type ShardMapResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Shards  []string               `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	// The shard being added, while an add is in progress.
+	Adding string `protobuf:"bytes,3,opt,name=adding,proto3" json:"adding,omitempty"`
+	// Shards this arbiter has clients for, in the map or not yet.
+	Configured    []string `protobuf:"bytes,4,rep,name=configured,proto3" json:"configured,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMapResponse) Reset() {
+	*x = ShardMapResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMapResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMapResponse) ProtoMessage() {}
+
+func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMapResponse.ProtoReflect.Descriptor instead.
+func (*ShardMapResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ShardMapResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ShardMapResponse) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *ShardMapResponse) GetAdding() string {
+	if x != nil {
+		return x.Adding
+	}
+	return ""
+}
+
+func (x *ShardMapResponse) GetConfigured() []string {
+	if x != nil {
+		return x.Configured
+	}
+	return nil
+}
+
+type AddShardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddShardRequest) Reset() {
+	*x = AddShardRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddShardRequest) ProtoMessage() {}
+
+func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
+func (*AddShardRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AddShardRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+type AddShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fenced, waiting, drained, advanced, stored, stamped, adding.
+	Phase         string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddShardResponse) Reset() {
+	*x = AddShardResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddShardResponse) ProtoMessage() {}
+
+func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
+func (*AddShardResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AddShardResponse) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *AddShardResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -33,7 +236,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +248,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +261,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 type StatusResponse struct {
@@ -85,7 +288,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -97,7 +300,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -110,7 +313,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -192,7 +395,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +407,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +420,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Member) GetId() string {
@@ -280,7 +483,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +495,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +508,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AdvanceEpochRequest) GetExpectedEpoch() uint32 {
@@ -335,7 +538,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +550,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +563,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -402,7 +605,20 @@ var File_lockplane_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\"\x0f\n" +
+	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\"\x11\n" +
+	"\x0fShardMapRequest\"|\n" +
+	"\x10ShardMapResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
+	"\x06shards\x18\x02 \x03(\tR\x06shards\x12\x16\n" +
+	"\x06adding\x18\x03 \x01(\tR\x06adding\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x04 \x03(\tR\n" +
+	"configured\"'\n" +
+	"\x0fAddShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\"@\n" +
+	"\x10AddShardResponse\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x0f\n" +
 	"\rStatusRequest\"\xa3\x02\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12(\n" +
@@ -434,10 +650,12 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rdeleted_holds\x18\x03 \x01(\x03R\fdeletedHolds\x12'\n" +
 	"\x0fdeleted_waiters\x18\x04 \x01(\x03R\x0edeletedWaiters\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision2\xc2\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision2\xf2\x02\n" +
 	"\fAdminService\x12O\n" +
 	"\x06Status\x12!.lockplane.admin.v1.StatusRequest\x1a\".lockplane.admin.v1.StatusResponse\x12a\n" +
-	"\fAdvanceEpoch\x12'.lockplane.admin.v1.AdvanceEpochRequest\x1a(.lockplane.admin.v1.AdvanceEpochResponseBHZFgithub.com/lockplane/lockplane/services/api/lockplane/admin/v1;adminv1b\x06proto3"
+	"\fAdvanceEpoch\x12'.lockplane.admin.v1.AdvanceEpochRequest\x1a(.lockplane.admin.v1.AdvanceEpochResponse\x12U\n" +
+	"\bShardMap\x12#.lockplane.admin.v1.ShardMapRequest\x1a$.lockplane.admin.v1.ShardMapResponse\x12W\n" +
+	"\bAddShard\x12#.lockplane.admin.v1.AddShardRequest\x1a$.lockplane.admin.v1.AddShardResponse0\x01BHZFgithub.com/lockplane/lockplane/services/api/lockplane/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_lockplane_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -451,22 +669,30 @@ func file_lockplane_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lockplane_admin_v1_admin_proto_rawDescData
 }
 
-var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_lockplane_admin_v1_admin_proto_goTypes = []any{
-	(*StatusRequest)(nil),        // 0: lockplane.admin.v1.StatusRequest
-	(*StatusResponse)(nil),       // 1: lockplane.admin.v1.StatusResponse
-	(*Member)(nil),               // 2: lockplane.admin.v1.Member
-	(*AdvanceEpochRequest)(nil),  // 3: lockplane.admin.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil), // 4: lockplane.admin.v1.AdvanceEpochResponse
+	(*ShardMapRequest)(nil),      // 0: lockplane.admin.v1.ShardMapRequest
+	(*ShardMapResponse)(nil),     // 1: lockplane.admin.v1.ShardMapResponse
+	(*AddShardRequest)(nil),      // 2: lockplane.admin.v1.AddShardRequest
+	(*AddShardResponse)(nil),     // 3: lockplane.admin.v1.AddShardResponse
+	(*StatusRequest)(nil),        // 4: lockplane.admin.v1.StatusRequest
+	(*StatusResponse)(nil),       // 5: lockplane.admin.v1.StatusResponse
+	(*Member)(nil),               // 6: lockplane.admin.v1.Member
+	(*AdvanceEpochRequest)(nil),  // 7: lockplane.admin.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil), // 8: lockplane.admin.v1.AdvanceEpochResponse
 }
 var file_lockplane_admin_v1_admin_proto_depIdxs = []int32{
-	2, // 0: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
-	0, // 1: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
-	3, // 2: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
-	1, // 3: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
-	4, // 4: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
+	6, // 0: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
+	4, // 1: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
+	7, // 2: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
+	0, // 3: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
+	2, // 4: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
+	5, // 5: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
+	8, // 6: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
+	1, // 7: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
+	3, // 8: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -483,7 +709,7 @@ func file_lockplane_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_admin_v1_admin_proto_rawDesc), len(file_lockplane_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

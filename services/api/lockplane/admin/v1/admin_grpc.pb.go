@@ -25,6 +25,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AdminService_Status_FullMethodName       = "/lockplane.admin.v1.AdminService/Status"
 	AdminService_AdvanceEpoch_FullMethodName = "/lockplane.admin.v1.AdminService/AdvanceEpoch"
+	AdminService_ShardMap_FullMethodName     = "/lockplane.admin.v1.AdminService/ShardMap"
+	AdminService_AddShard_FullMethodName     = "/lockplane.admin.v1.AdminService/AddShard"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -41,6 +43,17 @@ type AdminServiceClient interface {
 	// in one transaction. It fails with EPOCH_CHANGED if the epoch is not
 	// expected_epoch. Only operators may call it.
 	AdvanceEpoch(ctx context.Context, in *AdvanceEpochRequest, opts ...grpc.CallOption) (*AdvanceEpochResponse, error)
+	// ShardMap reports the entity tier's shard map and the shards this
+	// arbiter has clients for (ADR-09). Any authenticated identity may call
+	// it; FAILED_PRECONDITION when the arbiter serves no entity shards.
+	ShardMap(ctx context.Context, in *ShardMapRequest, opts ...grpc.CallOption) (*ShardMapResponse, error)
+	// AddShard adds a shard the arbiter has a client for to the map, moving
+	// the ranges whose highest rendezvous score becomes the new shard's. It
+	// streams each step: the fence, the wait for holders of moving ranges,
+	// the destination's epoch advance above every source's, the new map. An
+	// interrupted add resumes when called again for the same shard. Only
+	// operators may call it.
+	AddShard(ctx context.Context, in *AddShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AddShardResponse], error)
 }
 
 type adminServiceClient struct {
@@ -71,6 +84,35 @@ func (c *adminServiceClient) AdvanceEpoch(ctx context.Context, in *AdvanceEpochR
 	return out, nil
 }
 
+func (c *adminServiceClient) ShardMap(ctx context.Context, in *ShardMapRequest, opts ...grpc.CallOption) (*ShardMapResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardMapResponse)
+	err := c.cc.Invoke(ctx, AdminService_ShardMap_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AddShard(ctx context.Context, in *AddShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AddShardResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_AddShard_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AddShardRequest, AddShardResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_AddShardClient = grpc.ServerStreamingClient[AddShardResponse]
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -85,6 +127,17 @@ type AdminServiceServer interface {
 	// in one transaction. It fails with EPOCH_CHANGED if the epoch is not
 	// expected_epoch. Only operators may call it.
 	AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error)
+	// ShardMap reports the entity tier's shard map and the shards this
+	// arbiter has clients for (ADR-09). Any authenticated identity may call
+	// it; FAILED_PRECONDITION when the arbiter serves no entity shards.
+	ShardMap(context.Context, *ShardMapRequest) (*ShardMapResponse, error)
+	// AddShard adds a shard the arbiter has a client for to the map, moving
+	// the ranges whose highest rendezvous score becomes the new shard's. It
+	// streams each step: the fence, the wait for holders of moving ranges,
+	// the destination's epoch advance above every source's, the new map. An
+	// interrupted add resumes when called again for the same shard. Only
+	// operators may call it.
+	AddShard(*AddShardRequest, grpc.ServerStreamingServer[AddShardResponse]) error
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -100,6 +153,12 @@ func (UnimplementedAdminServiceServer) Status(context.Context, *StatusRequest) (
 }
 func (UnimplementedAdminServiceServer) AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdvanceEpoch not implemented")
+}
+func (UnimplementedAdminServiceServer) ShardMap(context.Context, *ShardMapRequest) (*ShardMapResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardMap not implemented")
+}
+func (UnimplementedAdminServiceServer) AddShard(*AddShardRequest, grpc.ServerStreamingServer[AddShardResponse]) error {
+	return status.Error(codes.Unimplemented, "method AddShard not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -158,6 +217,35 @@ func _AdminService_AdvanceEpoch_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ShardMap_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardMapRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ShardMap(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ShardMap_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ShardMap(ctx, req.(*ShardMapRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AddShard_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AddShardRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).AddShard(m, &grpc.GenericServerStream[AddShardRequest, AddShardResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_AddShardServer = grpc.ServerStreamingServer[AddShardResponse]
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -173,7 +261,17 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "AdvanceEpoch",
 			Handler:    _AdminService_AdvanceEpoch_Handler,
 		},
+		{
+			MethodName: "ShardMap",
+			Handler:    _AdminService_ShardMap_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "AddShard",
+			Handler:       _AdminService_AddShard_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "lockplane/admin/v1/admin.proto",
 }

@@ -80,6 +80,9 @@ const (
 	// The key's range is moving between entity shards (UNAVAILABLE): retry
 	// after a short wait (ADR-09).
 	ErrorReason_MOVING ErrorReason = 16
+	// The coord cluster has no entity shard map yet (UNAVAILABLE): the
+	// region's arbiters are starting; retry.
+	ErrorReason_SHARD_MAP_MISSING ErrorReason = 17
 )
 
 // Enum value maps for ErrorReason.
@@ -102,6 +105,7 @@ var (
 		14: "WRONG_REGION",
 		15: "QUOTA_EXCEEDED",
 		16: "MOVING",
+		17: "SHARD_MAP_MISSING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -121,6 +125,7 @@ var (
 		"WRONG_REGION":             14,
 		"QUOTA_EXCEEDED":           15,
 		"MOVING":                   16,
+		"SHARD_MAP_MISSING":        17,
 	}
 )
 
@@ -1234,7 +1239,7 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
-	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xc3\x02\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xda\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1256,7 +1261,8 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\fWRONG_REGION\x10\x0e\x12\x12\n" +
 	"\x0eQUOTA_EXCEEDED\x10\x0f\x12\n" +
 	"\n" +
-	"\x06MOVING\x10\x10*\xb0\x01\n" +
+	"\x06MOVING\x10\x10\x12\x15\n" +
+	"\x11SHARD_MAP_MISSING\x10\x11*\xb0\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
