@@ -24,7 +24,10 @@ type Arbiter struct {
 
 // ArbiterArgs wires the arbiter to its cluster and trust domain.
 type ArbiterArgs struct {
-	Coord    *EtcdCluster
+	Coord *EtcdCluster
+	// Shards are the entity tier's clusters; the arbiters route entity
+	// classes' keys to them by the shard map (ADR-07, 09).
+	Shards   []*EtcdCluster
 	EtcdCA   *nodes.CA
 	SpiffeCA *nodes.CA
 	Halls    map[string]*Hall
@@ -32,16 +35,21 @@ type ArbiterArgs struct {
 
 // ArbiterFlags is the arbiter's command line, with its files at paths.
 // The arbiter reads its policy set again every 10 s, so a policy change
-// reaches it without a restart.
-func ArbiterFlags(s *topology.Stack, listenAddr string, coord []string, f ArbiterFiles) []string {
+// reaches it without a restart. It serves the stack's region: other
+// regions' namespaces are refused with a redirect (ADR-08).
+func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f ArbiterFiles) []string {
 	flags := []string{
 		"--listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Port),
 		"--metrics-listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Metrics),
-		"--etcd-endpoints", strings.Join(coord, ","),
+		"--etcd-endpoints", strings.Join(a.Coord.Endpoints, ","),
 		"--etcd-cert", f.EtcdCert, "--etcd-key", f.EtcdKey, "--etcd-ca", f.EtcdCA,
 		"--svid-cert", f.SVID, "--svid-key", f.SVIDKey, "--bundle", f.Bundle, "--trust-domain", s.TrustDomain,
 		"--cluster", "coord",
 		"--policies", f.Policies, "--policy-reload", "10s",
+		"--region", s.Region,
+	}
+	for _, sh := range a.Shards {
+		flags = append(flags, "--shard", sh.Name+"="+strings.Join(sh.Endpoints, ","))
 	}
 	return flags
 }
@@ -125,7 +133,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	deps = append(deps, bin, a.Coord)
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
-		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a.Coord.Endpoints, f)...)),
+		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a, f)...)),
 		Triggers: triggers}, append(opts, pulumi.DependsOn(deps))...)
 	return err
 }

@@ -48,7 +48,7 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	const dir = "/etc/lockplane/arbiter/"
 	files := ArbiterFiles{EtcdCert: dir + "etcd.crt", EtcdKey: dir + "etcd.key", EtcdCA: dir + "etcd-ca.crt",
 		SVID: dir + "svid.crt", SVIDKey: dir + "svid.key", Bundle: dir + "bundle.crt", Policies: "/etc/lockplane/policies"}
-	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a.Coord.Endpoints, files))
+	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a, files))
 	_, err = appsv1.NewDeployment(ctx, s.Region+"-arbiter", &appsv1.DeploymentArgs{
 		Metadata: meta("lockplane-arbiter"),
 		Spec: &appsv1.DeploymentSpecArgs{

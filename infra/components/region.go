@@ -75,7 +75,7 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		r.Shards = append(r.Shards, shard)
 	}
 
-	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
+	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
 		return nil, err
 	}
 

@@ -279,6 +279,44 @@ func TestAnInvalidStackCreatesNothing(t *testing.T) {
 	}
 }
 
+// Each arbiter serves its stack's region and routes the entity tier to
+// every entity shard of the stack, by name, over TLS.
+func TestArbitersServeTheRegionAndRouteToEveryEntityShard(t *testing.T) {
+	m, err := run(t, "eu-west", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if r.Inputs["name"].StringValue() != "arbiter" {
+			continue
+		}
+		n++
+		cmd := strs(r.Inputs["command"])
+		if flag(cmd, "--region") != "eu-west" {
+			t.Fatalf("%s: --region %q, want eu-west", r.Name, flag(cmd, "--region"))
+		}
+		var shards []string
+		for i, a := range cmd {
+			if a == "--shard" && i+1 < len(cmd) {
+				shards = append(shards, cmd[i+1])
+			}
+		}
+		if len(shards) != 2 {
+			t.Fatalf("%s routes to %d shards, want the stack's 2: %v", r.Name, len(shards), shards)
+		}
+		for i, sh := range shards {
+			name, eps, _ := strings.Cut(sh, "=")
+			if name != fmt.Sprintf("entity-%d", i) || len(strings.Split(eps, ",")) != 3 || !strings.HasPrefix(eps, "https://") {
+				t.Fatalf("%s: --shard %s: want entity-%d=<three https endpoints>", r.Name, sh, i)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no arbiter services")
+	}
+}
+
 // The stack's policy set is validated by the library the arbiter uses: an
 // invalid class refuses the deploy before anything is created, and the
 // arbiters get the files and serve them with --policies.
@@ -293,8 +331,8 @@ func TestPolicySetIsValidatedAndDelivered(t *testing.T) {
 			files++
 		}
 	}
-	if files != 3*5 { // three arbiter hosts, five policy files
-		t.Fatalf("%d policy files on arbiter hosts, want 15", files)
+	if files != 3*7 { // three arbiter hosts, seven policy files
+		t.Fatalf("%d policy files on arbiter hosts, want 21", files)
 	}
 	for _, r := range m.of("lockplane:nodes:Service") {
 		if r.Inputs["name"].StringValue() == "arbiter" && flag(strs(r.Inputs["command"]), "--policies") != "/etc/lockplane/policies" {
@@ -324,7 +362,7 @@ func TestPolicySetIsValidatedAndDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	cms := m.of("kubernetes:core/v1:ConfigMap")
-	if len(cms) != 1 || len(cms[0].Inputs["data"].ObjectValue()) != 5 {
+	if len(cms) != 1 || len(cms[0].Inputs["data"].ObjectValue()) != 7 {
 		t.Fatalf("policy ConfigMap: %v", cms)
 	}
 }
