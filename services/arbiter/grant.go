@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
@@ -145,7 +146,8 @@ func (a *Arbiter) servingMap(ctx context.Context, r request) (epoch.State, error
 		}
 	}
 	return epoch.State{}, refusal(codes.Unavailable, lockv1.ErrorReason_MOVING,
-		fmt.Sprintf("the shard map is changing (version %d here, %d routed); retry shortly", st.MapVersion, r.mapVersion))
+		fmt.Sprintf("the shard map is changing (version %d here, %d routed); retry shortly", st.MapVersion, r.mapVersion),
+		"map_version", strconv.FormatInt(st.MapVersion, 10))
 }
 
 // ownHold reports whether session already holds r's key in the current

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,8 +215,26 @@ func (ro *Router) route(ctx context.Context, key, className string) (*Arbiter, s
 	return a, name, withMapVersion(ctx, m.Version), nil
 }
 
-// Acquire implements lockv1.LockServiceServer.
+// Acquire implements lockv1.LockServiceServer. A shard serving a newer
+// map than this arbiter's refuses; the map is read again and the key
+// routed once more.
 func (ro *Router) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	resp, err := ro.acquire(ctx, req)
+	if r, meta := reason.Info(err); r == lockv1.ErrorReason_MOVING && meta["map_version"] != "" {
+		if v, _ := strconv.ParseInt(meta["map_version"], 10, 64); ro.mapBehind(v) && ro.loadMap(ctx) == nil {
+			resp, err = ro.acquire(ctx, req)
+		}
+	}
+	return resp, err
+}
+
+// mapBehind reports whether this arbiter's map is older than version v.
+func (ro *Router) mapBehind(v int64) bool {
+	m := ro.smap.Load()
+	return m != nil && m.Version < v
+}
+
+func (ro *Router) acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
 	a, shard, ctx, err := ro.route(ctx, req.GetKey(), req.GetClass())
 	if err != nil || shard == "" {
 		if err != nil {

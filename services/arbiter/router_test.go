@@ -13,6 +13,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/shardmap"
@@ -223,16 +224,27 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 		t.Fatalf("the move completed while %s was held (err %v)", moving, err)
 	default:
 	}
+	// A waiting Lock outlasts the move and is granted on the destination.
+	type result struct {
+		h   *lockclient.Hold
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		h, err := other.Lock(ctx, moving, noFence)
+		waited <- result{h, err}
+	}()
 	if err := before.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-added; err != nil {
 		t.Fatalf("add shard: %v", err)
 	}
-	after, err := holder.TryLock(ctx, moving, noFence)
-	if err != nil {
-		t.Fatal(err)
+	w := <-waited
+	if w.err != nil {
+		t.Fatalf("a Lock waiting through the move: %v", w.err)
 	}
+	after := w.h
 	if on := heldOn(t, ctx, env, moving); len(on) != 1 || on[0] != "c" {
 		t.Fatalf("after the move %s is held on %v, want [c]", moving, on)
 	}

@@ -3,6 +3,7 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -297,6 +298,20 @@ func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wai
 
 func (s *Session) grant(ctx context.Context, hs *holdState, wait bool) error {
 	resp, err := s.api.Acquire(ctx, &lockv1.AcquireRequest{Key: hs.key, SessionId: s.id, Wait: wait, Class: s.class})
+	// A waiting Lock outlasts what passes: a range moving between shards,
+	// an arbiter draining, a region's shard map being written.
+	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		resp, err = s.api.Acquire(ctx, &lockv1.AcquireRequest{Key: hs.key, SessionId: s.id, Wait: wait, Class: s.class})
+	}
 	if err == nil {
 		hs.token = token.Token(resp.GetToken().GetValue())
 	}
@@ -331,4 +346,13 @@ func (s *Session) release(ctx context.Context, hs *holdState) error {
 		return ErrGrantEnded
 	}
 	return nil
+}
+
+// transient reports refusals a waiting Lock retries.
+func transient(err error) bool {
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_MOVING, lockv1.ErrorReason_DRAINING, lockv1.ErrorReason_SHARD_MAP_MISSING:
+		return true
+	}
+	return false
 }
