@@ -278,15 +278,29 @@ func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 }
 
 // Inspect implements lockv1.LockServiceServer. On a shard, the holder's
-// session is its lease there.
+// session is reported as the session its lease there belongs to.
 func (ro *Router) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
-	a, _, ctx, err := ro.route(ctx, req.GetKey(), req.GetClass())
+	a, shard, ctx, err := ro.route(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
-		if _, a = ro.homeOf(req.GetKey(), req.GetClass()); a == nil || !isMoving(err) {
+		if shard, a = ro.homeOf(req.GetKey(), req.GetClass()); a == nil || !isMoving(err) {
 			return nil, err
 		}
 	}
-	return a.Inspect(ctx, req)
+	resp, err := a.Inspect(ctx, req)
+	if err != nil || shard == "" || resp.GetHolder() == nil {
+		return resp, err
+	}
+	octx, cancel := ro.coord.opCtx(ctx)
+	defer cancel()
+	owner, err := ro.coord.etcd.Get(octx, lockkey.ShardLeaseOwner(shard, resp.GetHolder().GetSessionId()))
+	if err != nil {
+		return nil, ro.coord.etcdFailure(ctx, err)
+	}
+	if len(owner.Kvs) > 0 {
+		s, _ := strconv.ParseInt(string(owner.Kvs[0].Value), 10, 64)
+		resp.Holder.SessionId = s
+	}
+	return resp, nil
 }
 
 // ValidateToken implements lockv1.LockServiceServer.

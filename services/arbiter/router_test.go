@@ -100,6 +100,13 @@ func TestASessionAcrossShardsIsRenewedAndClosedEverywhere(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Inspect names the session the caller knows, not its shard lease.
+	for _, key := range keys {
+		in, err := devenvtest.Client(t, env, "other").Inspect(ctx, key, entity.Name)
+		if err != nil || in.GetHolder().GetSessionId() != s.ID() {
+			t.Fatalf("inspect %s: holder session %d (err %v), want %d", key, in.GetHolder().GetSessionId(), err, s.ID())
+		}
+	}
 	// Outlive two TTLs: only renewals of every shard lease keep the holds.
 	// The wait is the property under test, not synchronisation.
 	time.Sleep(2 * entity.TTL)

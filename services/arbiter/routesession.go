@@ -66,7 +66,8 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 	put, err := c.etcd.Txn(octx).
 		If(clientv3.Compare(clientv3.Value(sKey), "=", string(sess)),
 			clientv3.Compare(clientv3.CreateRevision(slKey), "=", 0)).
-		Then(clientv3.OpPut(slKey, strconv.FormatInt(lease, 10), clientv3.WithLease(clientv3.LeaseID(session)))).
+		Then(clientv3.OpPut(slKey, strconv.FormatInt(lease, 10), clientv3.WithLease(clientv3.LeaseID(session))),
+			clientv3.OpPut(lockkey.ShardLeaseOwner(shard, lease), strconv.FormatInt(session, 10), clientv3.WithLease(clientv3.LeaseID(session)))).
 		Else(clientv3.OpGet(slKey)).Commit()
 	if err == nil && put.Succeeded {
 		ro.leases.Store(shardLease{session, shard}, lease)

@@ -108,5 +108,11 @@ func ShardLeasesOf(session int64) string { return fmt.Sprintf("/sl/%016x/", uint
 // ShardLeaseKey records session's lease on shard.
 func ShardLeaseKey(session int64, shard string) string { return ShardLeasesOf(session) + shard }
 
+// ShardLeaseOwner records, on the coord cluster, which session a lease on
+// shard belongs to: Inspect reports the session a caller knows.
+func ShardLeaseOwner(shard string, lease int64) string {
+	return fmt.Sprintf("/slo/%s/%016x", shard, uint64(lease))
+}
+
 // SessionKey is the etcd key that records a session's owner, on its lease.
 func SessionKey(id int64) string { return fmt.Sprintf("%s%016x", SessionPrefix, uint64(id)) }
