@@ -9,18 +9,21 @@ import (
 )
 
 func inspectCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "inspect KEY",
+	var class string
+	c := &cobra.Command{
+		Use:   "inspect KEY [--class C]",
 		Short: "Show who holds KEY (never the token)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.call(func(ctx context.Context, c *lockclient.Client) error { return inspect(ctx, g, c, args[0]) })
+			return g.call(func(ctx context.Context, c *lockclient.Client) error { return inspect(ctx, g, c, args[0], class) })
 		},
 	}
+	c.Flags().StringVar(&class, "class", "", "the key's lock class: its tier decides the cluster (the default class when empty)")
+	return c
 }
 
-func inspect(ctx context.Context, g *globals, c *lockclient.Client, key string) error {
-	r, err := c.Inspect(ctx, key)
+func inspect(ctx context.Context, g *globals, c *lockclient.Client, key, class string) error {
+	r, err := c.Inspect(ctx, key, class)
 	if err != nil {
 		return err
 	}
