@@ -80,7 +80,7 @@ bench-fsync:
 # Raw etcd Txn vs Lockplane vs concurrency.Mutex on one embedded cluster,
 # then a hot key with 8 contenders (Lockplane vs concurrency.Mutex handoffs).
 bench-core: build
-	$(GO) run ./benchmarks/core -hot 8 $(BENCH_ARGS)
+	$(GO) run ./benchmarks/core -hot 8 -shards 2 $(BENCH_ARGS)
 
 # The release gate (ADR-23): fault-injected histories of etcd, arbiter and
 # client processes, checked by Porcupine and the grant checks. gate-short

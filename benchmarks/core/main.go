@@ -9,6 +9,10 @@
 // Each client works on its own key (uncontended), at each concurrency level.
 // It prints p50, p99 and ops/s per mode and the ratios b/a and b/c.
 //
+// With -shards N it also starts N entity shards (3 members each) and
+// measures (f) Lockplane on an entity class, routed by the shard map to a
+// shard, with the ratio f/b: the cost of routing.
+//
 // With -hot N it then measures a hot key: N contenders, each its own
 // identity and session, taking turns on one key through (d) Lockplane and
 // (e) concurrency.Mutex. Every op waits its turn, so ops/s is handoffs per
@@ -30,6 +34,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/benchmarks/latency"
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/lockkey"
@@ -66,6 +71,7 @@ func main() {
 	only := flag.String("modes", "a,b,c", "which modes to run (a: raw Txn, b: lockplane, c: concurrency.Mutex)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	hot := flag.Int("hot", 0, "then measure a hot key with this many contenders (0: skip)")
+	shards := flag.Int("shards", 0, "also start this many entity shards (3 members each) and measure mode f: lockplane on an entity class, routed to a shard")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -83,7 +89,18 @@ func main() {
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 	fmt.Fprintln(os.Stderr, "starting an embedded 3-member etcd cluster and the arbiter...")
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, Workers: *hot})
+	opts := devenv.Options{Dir: dir, Workers: *hot}
+	if *shards > 0 {
+		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
+		opts.ShardMembers = 3
+		for i := range *shards {
+			opts.Shards = append(opts.Shards, fmt.Sprintf("entity-%d", i))
+		}
+		if !strings.Contains(*only, "f") {
+			*only += ",f"
+		}
+	}
+	env, err := devenv.Start(ctx, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -91,8 +108,9 @@ func main() {
 
 	modes := []mode{
 		{"a raw etcd Txn", rawTxn(env)},
-		{"b lockplane", viaArbiter(env, false)},
+		{"b lockplane", viaArbiter(env, false, "")},
 		{"c concurrency.Mutex", mutex(env, false)},
+		{"f lockplane entity shard", viaArbiter(env, false, "entity")},
 	}
 	var results []result
 	for _, lv := range strings.Split(*levels, ",") {
@@ -102,7 +120,7 @@ func main() {
 		}
 		var picked []mode
 		for _, m := range modes {
-			if strings.Contains(*only, m.name[:1]) {
+			if strings.Contains(*only, m.name[:1]) && (m.name[:1] != "f" || *shards > 0) {
 				picked = append(picked, m)
 			}
 		}
@@ -116,7 +134,7 @@ func main() {
 	var hotResults []result
 	if *hot > 0 {
 		fmt.Fprintf(os.Stderr, "measuring a hot key with %d contenders, %s per mode in %d interleaved rounds...\n", *hot, *duration, *rounds)
-		hotResults, err = measure(ctx, []mode{{"d lockplane hot key", viaArbiter(env, true)}, {"e concurrency.Mutex hot key", mutex(env, true)}}, *hot, *warmup, *duration, *rounds)
+		hotResults, err = measure(ctx, []mode{{"d lockplane hot key", viaArbiter(env, true, "")}, {"e concurrency.Mutex hot key", mutex(env, true)}}, *hot, *warmup, *duration, *rounds)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -128,9 +146,9 @@ func main() {
 		return
 	}
 	defer printHot(hotResults)
-	fmt.Printf("\n%-22s %7s %8s %9s %9s %9s\n", "mode", "clients", "ops", "p50 ms", "p99 ms", "ops/s")
+	fmt.Printf("\n%-26s %7s %8s %9s %9s %9s\n", "mode", "clients", "ops", "p50 ms", "p99 ms", "ops/s")
 	for _, r := range results {
-		fmt.Printf("%-22s %7d %8d %9.3f %9.3f %9.0f\n", r.Mode, r.Clients, r.Ops, r.P50ms, r.P99ms, r.OpsSec)
+		fmt.Printf("%-26s %7d %8d %9.3f %9.3f %9.0f\n", r.Mode, r.Clients, r.Ops, r.P50ms, r.P99ms, r.OpsSec)
 	}
 	fmt.Printf("\n%-8s %-8s %8s %8s %8s\n", "clients", "ratio", "p50", "p99", "ops/s")
 	for _, q := range ratios(results) {
@@ -164,6 +182,9 @@ func ratios(rs []result) []ratio {
 				continue
 			}
 			out = append(out, ratio{Clients: n, Name: "b/" + other, P50: b.P50ms / o.P50ms, P99: b.P99ms / o.P99ms, OpsSec: b.OpsSec / o.OpsSec})
+		}
+		if f, ok2 := by["f"+strconv.Itoa(n)]; ok && ok2 {
+			out = append(out, ratio{Clients: n, Name: "f/b", P50: f.P50ms / b.P50ms, P99: f.P99ms / b.P99ms, OpsSec: f.OpsSec / b.OpsSec})
 		}
 	}
 	return out
@@ -302,7 +323,7 @@ func keepAlive(c *clientv3.Client, id clientv3.LeaseID) {
 // viaArbiter acquires and releases through the arbiter, one client and
 // session per worker: each on its own key, or (hot) all on one key, each
 // worker its own identity, waiting its turn.
-func viaArbiter(env *devenv.Env, hot bool) setup {
+func viaArbiter(env *devenv.Env, hot bool, cls string) setup {
 	return func(ctx context.Context, n int) ([]op, func(), error) {
 		var ops []op
 		var clients []*lockclient.Client
@@ -316,7 +337,7 @@ func viaArbiter(env *devenv.Env, hot bool) setup {
 				return nil, nil, err
 			}
 			clients = append(clients, c)
-			s, err := c.Session(ctx, "")
+			s, err := c.Session(ctx, cls)
 			if err != nil {
 				return nil, nil, err
 			}
