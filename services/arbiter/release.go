@@ -23,16 +23,7 @@ func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	if req.GetToken() == 0 {
 		return nil, invalidArgument("token", "is required: the token of the grant to release")
 	}
-	t := token.Token(req.GetToken())
-	st, err := a.epochFor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if t.Epoch() != st.Epoch {
-		// Every hold of an earlier epoch was deleted by the advance.
-		return &lockv1.ReleaseResponse{Released: false}, nil
-	}
-	released, err := a.release(ctx, r, req.GetSessionId(), t, st)
+	released, err := a.releaseHold(ctx, r, req.GetSessionId(), token.Token(req.GetToken()))
 	if err != nil {
 		return nil, err
 	}
@@ -40,4 +31,32 @@ func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 		a.metrics.released(r.labels)
 	}
 	return &lockv1.ReleaseResponse{Released: released}, nil
+}
+
+// releaseHold ends the hold t names for session, if it is still that
+// grant in the current epoch.
+func (a *Arbiter) releaseHold(ctx context.Context, r request, session int64, t token.Token) (bool, error) {
+	st, err := a.epochFor(ctx)
+	if err != nil {
+		return false, err
+	}
+	if t.Epoch() != st.Epoch {
+		// Every hold of an earlier epoch was deleted by the advance.
+		return false, nil
+	}
+	released, err := a.release(ctx, r, session, t, st)
+	if err != nil || released {
+		return released, err
+	}
+	// The Txn compares the epoch record, which a shard map stamp rewrites
+	// without changing the epoch: with a cached record that lags, read it
+	// again and retry once.
+	if err := a.reloadEpoch(ctx); err != nil {
+		return false, err
+	}
+	cur, err := a.epochFor(ctx)
+	if err != nil || cur.ModRevision == st.ModRevision || cur.Epoch != t.Epoch() {
+		return false, err
+	}
+	return a.release(ctx, r, session, t, cur)
 }
