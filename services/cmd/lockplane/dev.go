@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/profile"
 	"github.com/spf13/cobra"
@@ -23,29 +24,38 @@ import (
 
 func devCmd() *cobra.Command {
 	var dir, listen, metrics, output string
+	var shards int
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the embedded default: a 3-member etcd cluster, the arbiter and a dev trust domain, on loopback",
 		Long: `dev starts, in this process, a real 3-member etcd 3.6 cluster on free loopback
 ports (lease checkpointing on), the arbiter over mTLS, and a development
 trust domain whose SVIDs and profile are written under --dir. It serves
-until interrupted. Each start is fresh: etcd data does not survive it.`,
+until interrupted. Each start is fresh: etcd data does not survive it.
+
+With --shards N it also starts N single-member entity shards and adds the
+class "entity" (tier entity, 15 s TTL), whose keys the arbiter routes to
+them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output: %q is not text or json", output)
 			}
-			return runDev(dir, listen, metrics, output == "json")
+			if shards < 0 || shards > 16 {
+				return fmt.Errorf("--shards: %d must be between 0 and 16", shards)
+			}
+			return runDev(dir, listen, metrics, output == "json", shards)
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", filepath.Dir(profile.DevPath), "state directory")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "arbiter gRPC address")
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", "arbiter /metrics address")
 	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (one JSON line once serving)")
+	c.Flags().IntVar(&shards, "shards", 0, "also start this many entity shards and the class \"entity\" routed to them")
 	return c
 }
 
-func runDev(dir, listen, metrics string, asJSON bool) error {
+func runDev(dir, listen, metrics string, asJSON bool, shards int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -71,18 +81,37 @@ func runDev(dir, listen, metrics string, asJSON bool) error {
 	defer stop()
 	say("lockplane dev: starting a 3-member etcd 3.6 cluster (logs: %s)", filepath.Join(dir, "etcd.log"))
 	start := time.Now()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, Listen: listen, MetricsListen: metrics, Logger: logger, EtcdLogger: etcdLog})
+	opts := devenv.Options{Dir: dir, Listen: listen, MetricsListen: metrics, Logger: logger, EtcdLogger: etcdLog}
+	for i := range shards {
+		opts.Shards = append(opts.Shards, fmt.Sprintf("entity-%d", i))
+	}
+	if shards > 0 {
+		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
+		say("lockplane dev: and %d entity shard(s) %s", shards, strings.Join(opts.Shards, ", "))
+	}
+	env, err := devenv.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
 	if asJSON {
-		b, _ := json.Marshal(map[string]any{"arbiter": env.Addr, "metrics": env.Profile.Metrics, "profile": env.ProfilePath,
-			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid()})
+		out := map[string]any{"arbiter": env.Addr, "metrics": env.Profile.Metrics, "profile": env.ProfilePath,
+			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid()}
+		if shards > 0 {
+			byName := map[string][]string{}
+			for name, c := range env.ShardClusters {
+				byName[name] = c.Endpoints()
+			}
+			out["entity_shards"] = byName
+		}
+		b, _ := json.Marshal(out)
 		fmt.Println(string(b))
 	} else {
 		say("lockplane dev: ready in %s", time.Since(start).Round(time.Millisecond))
 		say("  etcd      %s", strings.Join(env.Cluster.Endpoints(), " "))
+		for _, name := range opts.Shards {
+			say("  %-9s %s", name, strings.Join(env.ShardClusters[name].Endpoints(), " "))
+		}
 		say("  arbiter   %s  (%s, mTLS)", env.Addr, env.Profile.ServerID)
 		say("  metrics   %s", env.Profile.Metrics)
 		say("  profile   %s  (identities: %s; default %s)", env.ProfilePath, strings.Join(env.Profile.Names(), ", "), env.Profile.DefaultIdentity)

@@ -52,3 +52,46 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 		t.Fatalf("dev did not stop cleanly on SIGINT: %v", err)
 	}
 }
+
+// --shards adds entity shards the arbiter routes the "entity" class to.
+func TestDevWithShardsRoutesTheEntityClass(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "lockplane")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dev := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "state"), "--shards", "2", "-o", "json")
+	stdout, _ := dev.StdoutPipe()
+	dev.Stderr = os.Stderr
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Process.Kill()
+	line := bufio.NewScanner(stdout)
+	if !line.Scan() {
+		t.Fatal("dev printed nothing")
+	}
+	var ready struct {
+		Profile string              `json:"profile"`
+		Shards  map[string][]string `json:"entity_shards"`
+	}
+	if err := json.Unmarshal(line.Bytes(), &ready); err != nil || len(ready.Shards) != 2 {
+		t.Fatalf("ready line %q: %v", line.Text(), err)
+	}
+	lockctl := filepath.Join(dir, "lockctl")
+	if out, err := exec.Command("go", "build", "-o", lockctl, "../lockctl").CombinedOutput(); err != nil {
+		t.Fatalf("build lockctl: %v\n%s", err, out)
+	}
+	out, err := exec.Command(lockctl, "--profile", ready.Profile, "run", "--class", "entity", "team-a/orders/42", "--", "true").CombinedOutput()
+	if err != nil {
+		t.Fatalf("lockctl run --class entity: %v\n%s", err, out)
+	}
+	out, err = exec.Command(lockctl, "--profile", ready.Profile, "shards").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "entity-0, entity-1") {
+		t.Fatalf("lockctl shards: %v\n%s", err, out)
+	}
+	dev.Process.Signal(syscall.SIGINT)
+	if err := dev.Wait(); err != nil {
+		t.Fatalf("dev did not stop cleanly on SIGINT: %v", err)
+	}
+}
