@@ -16,6 +16,7 @@ import (
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/shardmap"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -75,6 +76,17 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	ro := &Router{cfg: cfg, coord: coord, shards: map[string]*Arbiter{}}
 	coord.admin.router = ro
+	if cfg.Metrics != nil && len(cfg.Shards) > 0 {
+		if err := cfg.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_shard_map_version",
+			Help: "The entity shard map version this arbiter routes by (0 until loaded)."}, func() float64 {
+			if m := ro.smap.Load(); m != nil {
+				return float64(m.Version)
+			}
+			return 0
+		})); err != nil {
+			return nil, err
+		}
+	}
 	for name, etcd := range cfg.Shards {
 		sc := cfg.Config
 		sc.Etcd, sc.Cluster, sc.Metrics = etcd, name, nil

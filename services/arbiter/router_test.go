@@ -262,6 +262,9 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 	if err != nil || st.GetVersion() != m.Version+2 || len(st.GetShards()) != 3 || st.GetAdding() != "" {
 		t.Fatalf("shard map after the add: %v (err %v), want version %d over a, b, c", st, err, m.Version+2)
 	}
+	if v := gauge(t, env.Registry, "lockplane_shard_map_version"); v != float64(m.Version+2) {
+		t.Fatalf("lockplane_shard_map_version = %v, want %d", v, m.Version+2)
+	}
 	src, _, _ := epoch.Read(ctx, env.ShardEtcd[source])
 	dst, _, _ := epoch.Read(ctx, env.ShardEtcd["c"])
 	if dst.Epoch <= src.Epoch || dst.MapVersion != src.MapVersion {
