@@ -63,13 +63,20 @@ func main() {
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on each etcd call before answering NO_QUORUM")
 	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class; without it every workload of the trust domain may lock any key)")
 	flag.DurationVar(&f.policyReload, "policy-reload", 30*time.Second, "how often --policies is read again (and on SIGHUP); an invalid set keeps the last good one")
-	flag.Func("class", "a lock class NAME=TTL (e.g. fast=3s), besides the default; repeatable until the class registry lands", func(v string) error {
-		name, ttl, ok := strings.Cut(v, "=")
+	flag.Func("class", "a lock class NAME=TTL[:TIER] (e.g. fast=3s, orders=10s:entity), besides the default; repeatable; for tests and trials, where no --policies set is given", func(v string) error {
+		name, spec, ok := strings.Cut(v, "=")
+		ttl, tier, _ := strings.Cut(spec, ":")
+		if tier == "" {
+			tier = string(class.TierCoord)
+		}
 		d, err := time.ParseDuration(ttl)
 		if !ok || name == "" || err != nil || d < 2*time.Second {
-			return fmt.Errorf("want NAME=TTL with a TTL of at least 2s, got %q", v)
+			return fmt.Errorf("want NAME=TTL[:TIER] with a TTL of at least 2s, got %q", v)
 		}
-		f.classes = append(f.classes, class.Class{Name: name, TTL: d, Tier: class.TierCoord})
+		if tier != string(class.TierCoord) && tier != string(class.TierEntity) {
+			return fmt.Errorf("%q: tier %q is not coord or entity", v, tier)
+		}
+		f.classes = append(f.classes, class.Class{Name: name, TTL: d, Tier: class.Tier(tier)})
 		return nil
 	})
 	flag.StringVar(&f.region, "region", "", "this arbiter's region: keys of namespaces a LockNamespace homes elsewhere are refused with WRONG_REGION naming their region")

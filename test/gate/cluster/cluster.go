@@ -162,6 +162,11 @@ func (c *Cluster) WaitHealthy(ctx context.Context, within time.Duration) error {
 		} else {
 			last = err
 		}
+		if !c.anyRunning() {
+			// Every process exited (a port taken before it bound, say):
+			// waiting longer cannot help.
+			return fmt.Errorf("cluster not healthy: every member exited (see %s/*.log)", c.cfg.Dir)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -169,6 +174,15 @@ func (c *Cluster) WaitHealthy(ctx context.Context, within time.Duration) error {
 		}
 	}
 	return fmt.Errorf("cluster not healthy within %s: %v", within, last)
+}
+
+func (c *Cluster) anyRunning() bool {
+	for _, m := range c.Members {
+		if m.running() {
+			return true
+		}
+	}
+	return false
 }
 
 // Leader is the index of the member every running, reachable member

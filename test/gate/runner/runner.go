@@ -1,5 +1,6 @@
 // Package runner runs one release-gate history: a 3-member etcd cluster of
-// processes behind fault proxies, two arbiter processes, a PostgreSQL
+// processes behind fault proxies (with two one-member entity shards for
+// the shard-add fault), two arbiter processes, a PostgreSQL
 // database with the fenced records, and client processes running the
 // traffic loop, while one fault is injected and healed. It returns the
 // checker's report on the recorded history.
@@ -24,6 +25,7 @@ import (
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
 	"github.com/lockplane/lockplane/services/resourcetest"
+	"github.com/lockplane/lockplane/services/token"
 	"github.com/lockplane/lockplane/test/gate/checker"
 	"github.com/lockplane/lockplane/test/gate/cluster"
 	"github.com/lockplane/lockplane/test/gate/history"
@@ -44,10 +46,14 @@ const (
 	ArbiterKill       Fault = "arbiter-kill"
 	ArbiterStop       Fault = "arbiter-stop"
 	HolderStop        Fault = "holder-stop"
+	// ShardAdd runs the history on an entity class over entity shards
+	// (etcd processes of their own) and adds a shard mid-run: half the
+	// keys' ranges move, fenced by the destination's epoch advance.
+	ShardAdd Fault = "shard-add"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
-var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop}
+var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -122,6 +128,15 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	keys := gateKeys(cfg.Keys)
+	var sh *shards
+	if cfg.Fault == ShardAdd {
+		if sh, err = startShards(ctx, cfg, cl); err != nil {
+			return nil, err
+		}
+		defer sh.close()
+		keys = sh.keys(cfg.Keys)
+	}
 	var arbiters []*proc
 	defer func() {
 		for _, a := range arbiters {
@@ -129,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 	}()
 	for i := range 2 {
-		a, err := startArbiter(cfg, profiles[i], cl.Endpoints(), i)
+		a, err := startArbiter(cfg, profiles[i], cl.Endpoints(), sh, i)
 		if err != nil {
 			return nil, err
 		}
@@ -141,10 +156,6 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
 	defer dropDB(cfg.Postgres, db)
-	var keys []string
-	for i := range cfg.Keys {
-		keys = append(keys, fmt.Sprintf("gate/record/%d", i))
-	}
 	if err := traffic.Prepare(ctx, cfg.Postgres.URL(db), keys); err != nil {
 		return nil, fmt.Errorf("prepare records: %w", err)
 	}
@@ -169,6 +180,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	// Inject at a quarter of the run, heal at two thirds.
 	sleep(ctx, cfg.Duration/4)
 	heal := inject(ctx, cfg.Fault, cl, arbiters, clients, rng, holderOf(ctx, profiles[0], keys))
+	if cfg.Fault == ShardAdd {
+		heal = sh.add(ctx, profiles[0])
+	}
 	sleep(ctx, cfg.Duration*2/3-cfg.Duration/4)
 	heal()
 	cl.Heal()
@@ -184,8 +198,29 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	epochs := []uint32{1}
+	if sh != nil {
+		if err := sh.err(); err != nil {
+			return nil, err
+		}
+		// The new shard's epoch is advanced above the source's.
+		epochs = append(epochs, 2)
+		if !grantedIn(ops, 2) {
+			return nil, fmt.Errorf("shard-add: no grant on the added shard (epoch 2): the history proves nothing about the move")
+		}
+	}
 	return &Outcome{Fault: cfg.Fault, Seed: cfg.Seed, Ops: ops, Final: final, Started: started,
-		Report: checker.Check(ops, final, []uint32{1}, time.Minute)}, nil
+		Report: checker.Check(ops, final, epochs, time.Minute)}, nil
+}
+
+// grantedIn reports whether some grant of ops carries epoch e.
+func grantedIn(ops []history.Op, e uint32) bool {
+	for _, op := range ops {
+		if op.Kind == history.Acquire && op.Result == history.OK && token.Token(op.Token).Epoch() == e {
+			return true
+		}
+	}
+	return false
 }
 
 // inject applies the fault and returns what undoes it.
@@ -290,7 +325,7 @@ func writeTrust(dir string, clients int) ([]string, error) {
 		return nil, err
 	}
 	ids := map[string]profile.Identity{}
-	names := map[string]string{"arbiter": "/arbiter"}
+	names := map[string]string{"arbiter": "/arbiter", "operator": "/operator/gate"}
 	for i := range clients {
 		names[fmt.Sprintf("c%d", i)] = fmt.Sprintf("/ns/gate/sa/client-%d", i)
 	}
@@ -317,7 +352,7 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	return paths, nil
 }
 
-func startArbiter(cfg Config, profilePath string, endpoints []string, i int) (*proc, error) {
+func startArbiter(cfg Config, profilePath string, endpoints []string, sh *shards, i int) (*proc, error) {
 	p, err := profile.Load(profilePath)
 	if err != nil {
 		return nil, err
@@ -327,9 +362,16 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, i int) (*p
 		return nil, err
 	}
 	id := p.Identities["arbiter"]
+	gate := fmt.Sprintf("gate=%s", TTL)
+	if sh != nil {
+		gate += ":entity"
+	}
 	args := []string{cfg.Arbiter, "--listen", p.Endpoint, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", id.Cert, "--svid-key", id.Key,
-		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--class", fmt.Sprintf("gate=%s", TTL), "--op-timeout", "1s"}
+		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--class", gate, "--op-timeout", "1s"}
+	if sh != nil {
+		args = append(args, sh.flags()...)
+	}
 	a, err := start(args, nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
 	if err != nil {
 		return nil, err
