@@ -167,6 +167,10 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 }
 
 func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) map[int64]bool) *lockv1.KeepAliveResponse {
+	// A linearizable read on every renewal, not a cache or a watch: a shard
+	// lease another arbiter created just before this renewal was sent must
+	// be renewed by it, or the holder's deadline (send time + TTL) would
+	// outlive that lease. One read per session renewal on the coord cluster.
 	leases, err := ro.shardLeases(ctx, session)
 	if err != nil {
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: err.Error()}
