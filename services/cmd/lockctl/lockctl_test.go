@@ -217,8 +217,9 @@ func TestPolicyCheckCostAndRegister(t *testing.T) {
 	var ok struct {
 		Valid   bool `json:"valid"`
 		Classes int  `json:"classes"`
+		Homed   int  `json:"namespaces_homed"`
 	}
-	if err != nil || json.Unmarshal(out, &ok) != nil || !ok.Valid || ok.Classes != 3 {
+	if err != nil || json.Unmarshal(out, &ok) != nil || !ok.Valid || ok.Classes != 3 || ok.Homed != 2 {
 		t.Fatalf("check of the shipped set: %v %s", err, out)
 	}
 	dir := t.TempDir()

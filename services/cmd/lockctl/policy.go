@@ -50,10 +50,10 @@ func policyCheckCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.json() {
-				printJSON(map[string]any{"valid": true, "files": set.Files, "classes": len(set.Classes), "grants": len(set.Grants)})
+				printJSON(map[string]any{"valid": true, "files": set.Files, "classes": len(set.Classes), "grants": len(set.Grants), "namespaces_homed": len(set.Regions)})
 				return nil
 			}
-			fmt.Printf("%s: %d files, %d classes, %d grants: valid\n", args[0], set.Files, len(set.Classes), len(set.Grants))
+			fmt.Printf("%s: %d files, %d classes, %d grants, %d namespaces homed to a region: valid\n", args[0], set.Files, len(set.Classes), len(set.Grants), len(set.Regions))
 			return nil
 		},
 	}
@@ -64,6 +64,7 @@ type classCost struct {
 	Class         string  `json:"class"`
 	Namespace     string  `json:"namespace"`
 	Enforcement   string  `json:"enforcement"`
+	Tier          string  `json:"tier"`
 	Fairness      string  `json:"fairness"`
 	TTL           string  `json:"ttl"`
 	Sessions      int     `json:"sessions"`
@@ -84,7 +85,8 @@ func policyCostCmd(g *globals) *cobra.Command {
 --sessions sessions (a session renews every TTL/3), the liveness bound (a
 crashed holder blocks its keys for up to one TTL after its last
 keepalive), and the consensus writes each waiter costs (durable fairness
-writes and deletes a waiter key: two).`,
+writes and deletes a waiter key: two). An entity-tier session's keepalive
+also renews its lease on each entity shard it holds on.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if sessions < 1 {
@@ -100,7 +102,7 @@ writes and deletes a waiter key: two).`,
 				if c.Spec.Fairness == policy.FairnessDurable {
 					w = 2
 				}
-				rows = append(rows, classCost{Class: c.Name, Namespace: c.Spec.Namespace, Enforcement: c.Spec.Enforcement, Fairness: c.Spec.Fairness,
+				rows = append(rows, classCost{Class: c.Name, Namespace: c.Spec.Namespace, Enforcement: c.Spec.Enforcement, Tier: c.Spec.Tier, Fairness: c.Spec.Fairness,
 					TTL: c.TTL.String(), Sessions: sessions, KeepalivesSec: float64(sessions) / (c.TTL.Seconds() / 3),
 					LivenessBound: c.TTL.String(), WritesPerWaiter: w})
 			}
@@ -109,9 +111,9 @@ writes and deletes a waiter key: two).`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CLASS\tNAMESPACE\tENFORCEMENT\tTTL\tKEEPALIVES/S\tLIVENESS BOUND\tFAIRNESS\tWRITES/WAITER")
+			fmt.Fprintln(tw, "CLASS\tNAMESPACE\tENFORCEMENT\tTIER\tTTL\tKEEPALIVES/S\tLIVENESS BOUND\tFAIRNESS\tWRITES/WAITER")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%d\n", r.Class, r.Namespace, r.Enforcement, r.TTL, r.KeepalivesSec, r.LivenessBound, r.Fairness, r.WritesPerWaiter)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%d\n", r.Class, r.Namespace, r.Enforcement, r.Tier, r.TTL, r.KeepalivesSec, r.LivenessBound, r.Fairness, r.WritesPerWaiter)
 			}
 			tw.Flush()
 			fmt.Printf("(for %d sessions per class)\n", sessions)
