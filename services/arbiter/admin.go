@@ -26,12 +26,15 @@ type adminServer struct {
 
 // Status implements adminv1.AdminServiceServer. It answers without a
 // quorum too, from serializable reads, and says so.
-func (s *adminServer) Status(ctx context.Context, _ *adminv1.StatusRequest) (*adminv1.StatusResponse, error) {
-	a := s.a
+func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*adminv1.StatusResponse, error) {
 	if _, err := identity.Caller(ctx); err != nil {
 		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
-	out := &adminv1.StatusResponse{Arbiter: a.cfg.Self.String()}
+	a, err := s.cluster(req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	out := &adminv1.StatusResponse{Arbiter: a.cfg.Self.String(), Cluster: a.cfg.Cluster}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
 	defer cancel()
 
@@ -81,7 +84,7 @@ func (s *adminServer) Status(ctx context.Context, _ *adminv1.StatusRequest) (*ad
 	out.ClusterId = epoch.FormatID(resp.Header.ClusterId)
 	if len(resp.Kvs) > 0 {
 		if st, err := epoch.Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision); err == nil {
-			out.Epoch, out.EpochClusterId = st.Epoch, st.ClusterID
+			out.Epoch, out.EpochClusterId, out.MapVersion = st.Epoch, st.ClusterID, st.MapVersion
 			out.Sealed = st.Sealed(resp.Header.ClusterId)
 			if out.Quorum {
 				a.epochs.set(st)
@@ -96,12 +99,11 @@ func (s *adminServer) Status(ctx context.Context, _ *adminv1.StatusRequest) (*ad
 // epoch.Advance; here are who may call it and how its outcome is reported.
 // (Two-person approval is enforced in front of this call by a later layer.)
 func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
-	a := s.a
 	caller, err := identity.Caller(ctx)
 	if err != nil {
 		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
-	if !a.cfg.IsOperator(caller) {
+	if !s.a.cfg.IsOperator(caller) {
 		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
 	}
 	if req.GetExpectedEpoch() == 0 {
@@ -110,9 +112,21 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if req.GetReason() == "" {
 		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
 	}
+	a, err := s.cluster(req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
 	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), a.cfg.OpTimeout)
 	defer cancel()
-	adv, err := epoch.Advance(octx, a.etcd, req.GetExpectedEpoch(), fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339)))
+	// A shard goes above the highest epoch the coord cluster saw it reach:
+	// its own record may come from a snapshot older than its last advance.
+	var floor uint32
+	if a != s.a {
+		if floor, err = epoch.Highest(octx, s.a.etcd, a.cfg.Cluster); err != nil {
+			return nil, s.a.etcdFailure(ctx, err)
+		}
+	}
+	adv, err := epoch.AdvanceAbove(octx, a.etcd, req.GetExpectedEpoch(), floor, fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339)))
 	switch {
 	case errors.Is(err, epoch.ErrChanged):
 		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
@@ -120,8 +134,13 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 		return nil, a.etcdFailure(ctx, err)
 	}
 	a.epochs.set(adv.State)
-	a.log.Info("epoch advanced", "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
+	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
 		"deleted_holds", adv.DeletedHolds, "deleted_waiters", adv.DeletedWaiters)
+	if a != s.a {
+		if err := epoch.NoteHighest(octx, s.a.etcd, a.cfg.Cluster, adv.Epoch); err != nil {
+			a.log.Error("the advanced epoch was not recorded on the coord cluster; advance again before moving ranges", "cluster", a.cfg.Cluster, "err", err)
+		}
+	}
 	// Re-check the seal against the cluster now serving.
 	a.reloadEpoch(ctx)
 	return &adminv1.AdvanceEpochResponse{
@@ -181,4 +200,22 @@ func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.Admi
 	}
 	ro.setMap(m)
 	return nil
+}
+
+// cluster is the arbiter of the named cluster: "" or the coord cluster's
+// own name for it, else an entity shard of this arbiter's Router.
+func (s *adminServer) cluster(name string) (*Arbiter, error) {
+	if name == "" || name == s.a.cfg.Cluster {
+		return s.a, nil
+	}
+	if s.router != nil {
+		if a := s.router.shards[name]; a != nil {
+			return a, nil
+		}
+	}
+	var known []string
+	if s.router != nil {
+		known = s.router.shardNames()
+	}
+	return nil, invalidArgument("cluster", fmt.Sprintf("%q is not %s or one of this arbiter's entity shards %v", name, s.a.cfg.Cluster, known))
 }

@@ -271,3 +271,36 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 		t.Fatalf("after the move: source %s epoch %d map %d, destination epoch %d map %d", source, src.Epoch, src.MapVersion, dst.Epoch, dst.MapVersion)
 	}
 }
+
+// A shard's epoch is reported and advanced by name. The advance goes above
+// the highest epoch the coord cluster saw the shard reach, so a shard whose
+// record came back older (a restore from an earlier snapshot) cannot
+// repeat tokens it issued since.
+func TestAShardsEpochAdvancesAboveTheHighestItReached(t *testing.T) {
+	env := sharded(t, []string{"a", "b"}, nil)
+	ctx := ctxT(t, time.Minute)
+	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+	st, err := admin.Status(ctx, &adminv1.StatusRequest{Cluster: "a"})
+	if err != nil || st.GetCluster() != "a" || st.GetEpoch() != 1 || st.GetMapVersion() != 1 || !st.GetQuorum() {
+		t.Fatalf("status of shard a: %v (err %v)", st, err)
+	}
+	_, err = admin.Status(ctx, &adminv1.StatusRequest{Cluster: "z"})
+	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
+
+	old, _, _ := epoch.Read(ctx, env.ShardEtcd["a"])
+	adv, err := admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{Cluster: "a", ExpectedEpoch: 1, Reason: "test"})
+	if err != nil || adv.GetEpoch() != 2 {
+		t.Fatalf("advance shard a: %v (err %v)", adv, err)
+	}
+	if b, _, _ := epoch.Read(ctx, env.ShardEtcd["b"]); b.Epoch != 1 {
+		t.Fatalf("advancing shard a moved shard b to epoch %d", b.Epoch)
+	}
+	// The record comes back as it was at epoch 1, as from a snapshot.
+	if _, err := env.ShardEtcd["a"].Put(ctx, lockkey.EpochKey, string(old.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	adv, err = admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{Cluster: "a", ExpectedEpoch: 1, Reason: "restored"})
+	if err != nil || adv.GetEpoch() != 3 {
+		t.Fatalf("advance of a record older than the shard's highest epoch: %v (err %v), want epoch 3, above 2", adv, err)
+	}
+}

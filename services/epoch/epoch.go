@@ -184,3 +184,46 @@ func Stamp(ctx context.Context, kv clientv3.KV, mapVersion int64) (State, error)
 	}
 	return State{Record: next, ModRevision: resp.Header.Revision, Raw: raw}, nil
 }
+
+// HighestPrefix is where the coord cluster records, per entity shard, the
+// highest epoch the shard has reached. A shard restored from a snapshot
+// older than its last advance cannot tell it from its own record.
+const HighestPrefix = "/sys/epochs/"
+
+// Highest is the highest epoch recorded for cluster on the coord cluster
+// kv; 0 if none is.
+func Highest(ctx context.Context, kv clientv3.KV, cluster string) (uint32, error) {
+	resp, err := kv.Get(ctx, HighestPrefix+cluster)
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, err
+	}
+	e, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("epoch: %s%s: %w", HighestPrefix, cluster, err)
+	}
+	return uint32(e), nil
+}
+
+// NoteHighest records that cluster has reached epoch e, unless a higher
+// epoch is recorded already.
+func NoteHighest(ctx context.Context, kv clientv3.KV, cluster string, e uint32) error {
+	key := HighestPrefix + cluster
+	for {
+		resp, err := kv.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if len(resp.Kvs) > 0 {
+			cur, _ := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 32)
+			if uint32(cur) >= e {
+				return nil
+			}
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		}
+		put, err := kv.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, strconv.FormatUint(uint64(e), 10))).Commit()
+		if err != nil || put.Succeeded {
+			return err
+		}
+	}
+}

@@ -117,6 +117,13 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %s: %w", name, err)
 	}
+	// A shard that served before (and was restored, or emptied) may have
+	// issued tokens above its record's epoch.
+	high, err := epoch.Highest(ctx, c.Coord, name)
+	if err != nil {
+		return Map{}, fmt.Errorf("shardmap: add: %w", err)
+	}
+	floor = max(floor, high)
 	if dst.Epoch <= floor {
 		adv, err := epoch.AdvanceAbove(ctx, dest, dst.Epoch, floor, fmt.Sprintf("receives ranges under map version %d", adding.Version+1))
 		if err != nil {
@@ -187,8 +194,12 @@ func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) e
 
 func stampAll(ctx context.Context, c Clusters, m Map, progress func(Step)) error {
 	for _, s := range m.Shards {
-		if _, err := epoch.Stamp(ctx, c.Shards[s], m.Version); err != nil {
+		st, err := epoch.Stamp(ctx, c.Shards[s], m.Version)
+		if err != nil {
 			return fmt.Errorf("shardmap: stamp %s with version %d: %w", s, m.Version, err)
+		}
+		if err := epoch.NoteHighest(ctx, c.Coord, s, st.Epoch); err != nil {
+			return fmt.Errorf("shardmap: record %s's epoch: %w", s, err)
 		}
 	}
 	report(progress, "stamped", fmt.Sprintf("every shard serves map version %d", m.Version))

@@ -11,18 +11,21 @@ import (
 )
 
 func statusCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status",
-		Short: "Show the epoch, the seal, and the etcd members and leader",
+	var cluster string
+	c := &cobra.Command{
+		Use:   "status [--cluster NAME]",
+		Short: "Show the epoch, the seal, and the etcd members and leader of the coord cluster or an entity shard",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.call(func(ctx context.Context, c *lockclient.Client) error { return showStatus(ctx, g, c) })
+			return g.call(func(ctx context.Context, c *lockclient.Client) error { return showStatus(ctx, g, c, cluster) })
 		},
 	}
+	c.Flags().StringVar(&cluster, "cluster", "", "an entity shard's name, as `lockctl shards` lists it (default: the coord cluster)")
+	return c
 }
 
-func showStatus(ctx context.Context, g *globals, c *lockclient.Client) error {
-	st, err := adminv1.NewAdminServiceClient(c.Conn()).Status(ctx, &adminv1.StatusRequest{})
+func showStatus(ctx context.Context, g *globals, c *lockclient.Client, cluster string) error {
+	st, err := adminv1.NewAdminServiceClient(c.Conn()).Status(ctx, &adminv1.StatusRequest{Cluster: cluster})
 	if err != nil {
 		return err
 	}
@@ -32,7 +35,11 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client) error {
 	}
 	sealed := "no"
 	if st.GetSealed() {
-		sealed = fmt.Sprintf("YES: minted for cluster %s; no grants until `lockctl epoch advance --expected %d`", st.GetEpochClusterId(), st.GetEpoch())
+		flag := ""
+		if cluster != "" {
+			flag = " --cluster " + cluster
+		}
+		sealed = fmt.Sprintf("YES: minted for cluster %s; no grants until `lockctl epoch advance%s --expected %d`", st.GetEpochClusterId(), flag, st.GetEpoch())
 	}
 	quorum := "no: grants and renewals are refused"
 	leaderName := ""
@@ -44,8 +51,12 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client) error {
 	if st.GetQuorum() {
 		quorum = fmt.Sprintf("yes, leader %s (%s)", leaderName, st.GetLeader())
 	}
-	fmt.Printf("epoch     %d\ncluster   %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
-		st.GetEpoch(), st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
+	name := st.GetCluster()
+	if st.GetMapVersion() > 0 {
+		name += fmt.Sprintf(" (serving shard map version %d)", st.GetMapVersion())
+	}
+	fmt.Printf("cluster   %s\nepoch     %d\nid        %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
+		name, st.GetEpoch(), st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
 	for i, m := range st.GetMembers() {
 		label := "members"
 		if i > 0 {
@@ -66,14 +77,14 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client) error {
 func epochCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "epoch", Short: "Epoch administration (operators only)"}
 	var expected uint32
-	var why string
+	var why, cluster string
 	adv := &cobra.Command{
-		Use:   "advance --expected N --reason TEXT",
+		Use:   "advance --expected N --reason TEXT [--cluster NAME]",
 		Short: "Advance the epoch from N to N+1, binding it to the current cluster and deleting every hold",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(func(ctx context.Context, c *lockclient.Client) error {
-				r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why})
+				r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why, Cluster: cluster})
 				if err != nil {
 					return err
 				}
@@ -89,6 +100,7 @@ func epochCmd(g *globals) *cobra.Command {
 	}
 	adv.Flags().Uint32Var(&expected, "expected", 0, "the current epoch, as `lockctl status` shows it (required)")
 	adv.Flags().StringVar(&why, "reason", "", "why the epoch is being advanced (required)")
+	adv.Flags().StringVar(&cluster, "cluster", "", "an entity shard to advance (default: the coord cluster); it goes above the highest epoch it reached")
 	c.AddCommand(adv)
 	return c
 }

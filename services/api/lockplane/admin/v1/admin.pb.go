@@ -229,7 +229,10 @@ func (x *AddShardResponse) GetDetail() string {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster to report: "" for the coord cluster, or an entity shard's
+	// name as the shard map names it.
+	Cluster       string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +267,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
+func (x *StatusRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint32                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -281,7 +291,12 @@ type StatusResponse struct {
 	Arbiter string `protobuf:"bytes,8,opt,name=arbiter,proto3" json:"arbiter,omitempty"`
 	// True when a leader answered: grants and renewals can be confirmed. When
 	// false the epoch fields come from a member's local, possibly stale, copy.
-	Quorum        bool `protobuf:"varint,9,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	Quorum bool `protobuf:"varint,9,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	// The cluster reported: "coord" or the entity shard's name.
+	Cluster string `protobuf:"bytes,10,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The shard map version the cluster's epoch record is stamped with; 0
+	// where no shard map covers it.
+	MapVersion    int64 `protobuf:"varint,11,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +392,20 @@ func (x *StatusResponse) GetQuorum() bool {
 		return x.Quorum
 	}
 	return false
+}
+
+func (x *StatusResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetMapVersion() int64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
 }
 
 type Member struct {
@@ -476,7 +505,12 @@ type AdvanceEpochRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ExpectedEpoch uint32                 `protobuf:"varint,1,opt,name=expected_epoch,json=expectedEpoch,proto3" json:"expected_epoch,omitempty"`
 	// Why the epoch is being advanced; kept in the epoch record.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The cluster to advance: "" for the coord cluster, or an entity shard's
+	// name. A shard moves above the highest epoch it is recorded to have
+	// reached, so a shard restored from an older snapshot cannot repeat a
+	// token it issued after that snapshot.
+	Cluster       string `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +555,13 @@ func (x *AdvanceEpochRequest) GetExpectedEpoch() uint32 {
 func (x *AdvanceEpochRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *AdvanceEpochRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
 	}
 	return ""
 }
@@ -618,8 +659,9 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\"@\n" +
 	"\x10AddShardResponse\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x0f\n" +
-	"\rStatusRequest\"\xa3\x02\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\")\n" +
+	"\rStatusRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xde\x02\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12(\n" +
 	"\x10epoch_cluster_id\x18\x02 \x01(\tR\x0eepochClusterId\x12\x1d\n" +
@@ -630,7 +672,11 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x06leader\x18\x06 \x01(\tR\x06leader\x12\x1a\n" +
 	"\brevision\x18\a \x01(\x03R\brevision\x12\x18\n" +
 	"\aarbiter\x18\b \x01(\tR\aarbiter\x12\x16\n" +
-	"\x06quorum\x18\t \x01(\bR\x06quorum\"\xc0\x01\n" +
+	"\x06quorum\x18\t \x01(\bR\x06quorum\x12\x18\n" +
+	"\acluster\x18\n" +
+	" \x01(\tR\acluster\x12\x1f\n" +
+	"\vmap_version\x18\v \x01(\x03R\n" +
+	"mapVersion\"\xc0\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
@@ -640,10 +686,11 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12\x1b\n" +
 	"\tis_leader\x18\x06 \x01(\bR\bisLeader\x12\x1d\n" +
 	"\n" +
-	"is_learner\x18\a \x01(\bR\tisLearner\"T\n" +
+	"is_learner\x18\a \x01(\bR\tisLearner\"n\n" +
 	"\x13AdvanceEpochRequest\x12%\n" +
 	"\x0eexpected_epoch\x18\x01 \x01(\rR\rexpectedEpoch\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb5\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\acluster\x18\x03 \x01(\tR\acluster\"\xb5\x01\n" +
 	"\x14AdvanceEpochResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
 	"\n" +
