@@ -221,8 +221,8 @@ func (ro *Router) route(ctx context.Context, key, className string) (*Arbiter, s
 	name := m.Home(key)
 	a := ro.shards[name]
 	if a == nil {
-		return nil, "", ctx, refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
-			fmt.Sprintf("shard map version %d homes the key to shard %s, which this arbiter has no client for", m.Version, name))
+		return nil, "", ctx, refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+			fmt.Sprintf("shard map version %d homes the key to shard %s, which this arbiter has no client for", m.Version, name), "shard", name)
 	}
 	return a, name, withMapVersion(ctx, m.Version), nil
 }

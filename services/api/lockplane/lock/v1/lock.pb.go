@@ -83,6 +83,10 @@ const (
 	// The coord cluster has no entity shard map yet (UNAVAILABLE): the
 	// region's arbiters are starting; retry.
 	ErrorReason_SHARD_MAP_MISSING ErrorReason = 17
+	// The shard map homes the key to an entity shard this arbiter has no
+	// client for (UNAVAILABLE): its configuration lags the map; another
+	// arbiter of the region may serve the key.
+	ErrorReason_SHARD_UNKNOWN ErrorReason = 18
 )
 
 // Enum value maps for ErrorReason.
@@ -106,6 +110,7 @@ var (
 		15: "QUOTA_EXCEEDED",
 		16: "MOVING",
 		17: "SHARD_MAP_MISSING",
+		18: "SHARD_UNKNOWN",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -126,6 +131,7 @@ var (
 		"QUOTA_EXCEEDED":           15,
 		"MOVING":                   16,
 		"SHARD_MAP_MISSING":        17,
+		"SHARD_UNKNOWN":            18,
 	}
 )
 
@@ -1239,7 +1245,7 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
-	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xda\x02\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xed\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1262,7 +1268,8 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x0eQUOTA_EXCEEDED\x10\x0f\x12\n" +
 	"\n" +
 	"\x06MOVING\x10\x10\x12\x15\n" +
-	"\x11SHARD_MAP_MISSING\x10\x11*\xb0\x01\n" +
+	"\x11SHARD_MAP_MISSING\x10\x11\x12\x11\n" +
+	"\rSHARD_UNKNOWN\x10\x12*\xb0\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
