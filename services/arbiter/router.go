@@ -60,7 +60,7 @@ type Router struct {
 	smap atomic.Pointer[shardmap.Map]
 	// leases caches a session's lease per shard; the coord record is the
 	// truth.
-	leases sync.Map // shardLease -> int64
+	leases sync.Map // shardLease -> *cachedLease
 }
 
 type shardLease struct {
@@ -138,6 +138,7 @@ func (ro *Router) Run(ctx context.Context) {
 	}
 	if len(ro.shards) > 0 {
 		wg.Go(func() { ro.watchMap(ctx) })
+		wg.Go(func() { ro.sweepLeases(ctx) })
 	}
 	wg.Wait()
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/reason"
@@ -35,7 +37,9 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 		return 0, err
 	}
 	if v, ok := ro.leases.Load(shardLease{session, shard}); ok {
-		return v.(int64), nil
+		c := v.(*cachedLease)
+		c.used.Store(time.Now().UnixNano())
+		return c.lease, nil
 	}
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -70,7 +74,7 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 			clientv3.OpPut(lockkey.ShardLeaseOwner(shard, lease), strconv.FormatInt(session, 10), clientv3.WithLease(clientv3.LeaseID(session)))).
 		Else(clientv3.OpGet(slKey)).Commit()
 	if err == nil && put.Succeeded {
-		ro.leases.Store(shardLease{session, shard}, lease)
+		ro.remembered(session, shard, lease)
 		return lease, nil
 	}
 	// Lost a race, or the session ended: ours is not needed.
@@ -89,8 +93,45 @@ func (ro *Router) remember(session int64, shard string, raw []byte) (int64, erro
 	if err != nil {
 		return 0, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
 	}
-	ro.leases.Store(shardLease{session, shard}, lease)
+	ro.remembered(session, shard, lease)
 	return lease, nil
+}
+
+// cachedLease is a session's lease on a shard, with when it was last used.
+type cachedLease struct {
+	lease int64
+	used  atomic.Int64 // unix ns
+}
+
+func (ro *Router) remembered(session int64, shard string, lease int64) {
+	c := &cachedLease{lease: lease}
+	c.used.Store(time.Now().UnixNano())
+	ro.leases.Store(shardLease{session, shard}, c)
+}
+
+// sweepLeases forgets cached shard leases unused for longer than any
+// session can live unrenewed, so sessions that expired without a close do
+// not pile up; a later use reads the coord record again.
+func (ro *Router) sweepLeases(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ro.forgetUnusedSince(time.Now().Add(-2 * class.MaxTTL))
+	}
+}
+
+func (ro *Router) forgetUnusedSince(cutoff time.Time) {
+	ro.leases.Range(func(k, v any) bool {
+		if v.(*cachedLease).used.Load() < cutoff.UnixNano() {
+			ro.leases.Delete(k)
+		}
+		return true
+	})
 }
 
 // ownedSession checks a session record read from the coord cluster belongs

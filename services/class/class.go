@@ -51,6 +51,10 @@ func (c Class) Durable() bool { return c.Fairness == FairnessDurable }
 // DefaultName is the class used when a request names none.
 const DefaultName = "default"
 
+// MaxTTL is the platform's longest session TTL (ADR-11): no session lives
+// longer than this without a renewal.
+const MaxTTL = 300 * time.Second
+
 // Default is the platform's default class: 15 s TTL on the coord tier.
 var Default = Class{Name: DefaultName, TTL: 15 * time.Second, Tier: TierCoord}
 

@@ -123,7 +123,7 @@ const (
 // The platform's TTL range (ADR-11).
 const (
 	MinTTL        = 5 * time.Second
-	MaxTTL        = 300 * time.Second
+	MaxTTL        = class.MaxTTL
 	DefaultTTL    = 15 * time.Second
 	AdvisoryFloor = 30 * time.Second
 )
