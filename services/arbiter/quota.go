@@ -39,7 +39,7 @@ type usage struct {
 	// by cluster, then identity: a cluster re-read replaces its own part.
 	sessions, holds map[string]map[string]int
 	// followers are the running watches, by cluster and prefix, with the
-	// client to ask for progress and the notifications seen so far.
+	// client to ask for progress and the revision their counts reach.
 	followers map[string]*follower
 }
 
