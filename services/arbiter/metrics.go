@@ -118,7 +118,7 @@ func (c *liveCollector) add(a *Arbiter) {
 }
 
 var (
-	sessionsDesc = prometheus.NewDesc("lockplane_sessions", "Live sessions in the cluster.", []string{"cluster"}, nil)
+	sessionsDesc = prometheus.NewDesc("lockplane_sessions", "Live session leases in the cluster: on an entity shard, the leases of coord sessions that hold there.", []string{"cluster"}, nil)
 	holdsDesc    = prometheus.NewDesc("lockplane_holds", "Live holds in the cluster.", []string{"cluster"}, nil)
 )
 
