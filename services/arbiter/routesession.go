@@ -3,7 +3,6 @@ package arbiter
 import (
 	"context"
 	"errors"
-	"io"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -173,11 +172,6 @@ func (ro *Router) shardLeases(ctx context.Context, session int64) (map[string]in
 // coord lease and every shard lease of the session; it fails if any fails,
 // and reports the shortest TTL, so a holder's deadline covers every hold.
 func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
-	ctx := stream.Context()
-	caller, err := identity.Caller(ctx)
-	if err != nil {
-		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
 	owned := map[string]map[int64]bool{}
 	ownedOn := func(cluster string) map[int64]bool {
 		if owned[cluster] == nil {
@@ -185,15 +179,7 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		}
 		return owned[cluster]
 	}
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		session := req.GetSessionId()
+	return serveKeepAlive(stream, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		resp := ro.coord.renew(ctx, caller, session, ownedOn(""))
 		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)
@@ -201,10 +187,8 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		if resp.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			ro.forget(session)
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+		return resp
+	})
 }
 
 func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) map[int64]bool) *lockv1.KeepAliveResponse {

@@ -73,12 +73,20 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 // session through the etcd leader; a renewal the cluster cannot confirm in
 // time is answered NO_QUORUM, never with a TTL.
 func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
+	owned := map[int64]bool{}
+	return serveKeepAlive(stream, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+		return a.renew(ctx, caller, session, owned)
+	})
+}
+
+// serveKeepAlive answers each renewal request of one stream with renew's
+// response, for the authenticated caller, until the client closes it.
+func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
 	ctx := stream.Context()
 	caller, err := identity.Caller(ctx)
 	if err != nil {
 		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
-	owned := map[int64]bool{}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -87,8 +95,7 @@ func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		if err != nil {
 			return err
 		}
-		resp := a.renew(ctx, caller, req.GetSessionId(), owned)
-		if err := stream.Send(resp); err != nil {
+		if err := stream.Send(renew(ctx, caller, req.GetSessionId())); err != nil {
 			return err
 		}
 	}
