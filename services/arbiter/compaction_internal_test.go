@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
-	"github.com/lockplane/lockplane/services/etcdembed"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -19,16 +18,7 @@ import (
 func TestWaiterRetriesAtOnceWhenItsWatchIsCompacted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cluster, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := oneMember(t, ctx)
 	reg := prometheus.NewRegistry()
 	// With a poll of an hour, only the compaction path can wake the waiter
 	// before the test's deadline.

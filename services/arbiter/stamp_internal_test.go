@@ -7,7 +7,6 @@ import (
 
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/etcdembed"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,16 +18,7 @@ import (
 func TestAHoldGrantedBeforeAMapStampIsReleasedWithAStaleCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cluster, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := oneMember(t, ctx)
 	// Not Run: no watch refreshes the cache, so it stays stale.
 	a, err := New(Config{Etcd: cli})
 	if err != nil {
