@@ -11,7 +11,7 @@ import (
 
 // oneMember starts a one-member embedded etcd cluster for an internal test
 // and returns a client of it; both end with the test.
-func oneMember(t *testing.T, ctx context.Context) *clientv3.Client {
+func oneMember(t testing.TB, ctx context.Context) *clientv3.Client {
 	t.Helper()
 	cluster, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1})
 	if err != nil {

@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/lockplane/lockplane/services/etcdembed"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 type fixedQuota Limits
@@ -22,16 +19,7 @@ func (q fixedQuota) LimitsFor(spiffeid.ID) Limits { return Limits(q) }
 func BenchmarkQuotaCheck(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cluster, err := etcdembed.Start(ctx, etcdembed.Config{Dir: b.TempDir(), Members: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cluster.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	cli := oneMember(b, ctx)
 	const held = 100
 	id := spiffeid.RequireFromString("spiffe://t/holder")
 	for i := range held {
