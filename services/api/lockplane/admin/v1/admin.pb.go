@@ -281,7 +281,8 @@ type StatusResponse struct {
 	EpochClusterId string `protobuf:"bytes,2,opt,name=epoch_cluster_id,json=epochClusterId,proto3" json:"epoch_cluster_id,omitempty"`
 	// The cluster ID etcd reports now, in hex.
 	ClusterId string `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	// True when the two differ: no grants are served until the epoch advances.
+	// True when no grants are served until the epoch advances: the two IDs
+	// differ, or the cluster has no epoch record (epoch_missing).
 	Sealed  bool      `protobuf:"varint,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	Members []*Member `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
 	// The leader's member ID in hex; empty when there is no leader.
@@ -296,9 +297,16 @@ type StatusResponse struct {
 	Cluster string `protobuf:"bytes,10,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// The shard map version the cluster's epoch record is stamped with; 0
 	// where no shard map covers it.
-	MapVersion    int64 `protobuf:"varint,11,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MapVersion int64 `protobuf:"varint,11,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// True when the cluster has no epoch record: rebuilt empty, the record
+	// deleted, or never bootstrapped. Sealed until an advance with
+	// expected_epoch 0.
+	EpochMissing bool `protobuf:"varint,12,opt,name=epoch_missing,json=epochMissing,proto3" json:"epoch_missing,omitempty"`
+	// The highest epoch the coord cluster has allocated (ADR-03); 0 when the
+	// coord cluster has no allocation record, e.g. it was rebuilt empty.
+	HighestAllocated uint32 `protobuf:"varint,13,opt,name=highest_allocated,json=highestAllocated,proto3" json:"highest_allocated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -408,6 +416,20 @@ func (x *StatusResponse) GetMapVersion() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetEpochMissing() bool {
+	if x != nil {
+		return x.EpochMissing
+	}
+	return false
+}
+
+func (x *StatusResponse) GetHighestAllocated() uint32 {
+	if x != nil {
+		return x.HighestAllocated
+	}
+	return 0
+}
+
 type Member struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -510,7 +532,13 @@ type AdvanceEpochRequest struct {
 	// name. A shard moves above the highest epoch it is recorded to have
 	// reached, so a shard restored from an older snapshot cannot repeat a
 	// token it issued after that snapshot.
-	Cluster       string `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Cluster string `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Only for a coord cluster with no allocation record (new, or rebuilt
+	// empty): the highest epoch any cluster of the region has served, from
+	// the audit archive, a snapshot manifest or the highest token at a fenced
+	// resource (token >> 48); 0 for a new region. The new epoch exceeds it.
+	// Refused when the coord cluster has an allocation record.
+	Above         *uint32 `protobuf:"varint,4,opt,name=above,proto3,oneof" json:"above,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,13 +594,22 @@ func (x *AdvanceEpochRequest) GetCluster() string {
 	return ""
 }
 
+func (x *AdvanceEpochRequest) GetAbove() uint32 {
+	if x != nil && x.Above != nil {
+		return *x.Above
+	}
+	return 0
+}
+
 type AdvanceEpochResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Epoch          uint32                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	ClusterId      string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	DeletedHolds   int64                  `protobuf:"varint,3,opt,name=deleted_holds,json=deletedHolds,proto3" json:"deleted_holds,omitempty"`
-	DeletedWaiters int64                  `protobuf:"varint,4,opt,name=deleted_waiters,json=deletedWaiters,proto3" json:"deleted_waiters,omitempty"`
-	Revision       int64                  `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new epoch, and the one it replaced (0 if the cluster had none).
+	Epoch          uint32 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PreviousEpoch  uint32 `protobuf:"varint,6,opt,name=previous_epoch,json=previousEpoch,proto3" json:"previous_epoch,omitempty"`
+	ClusterId      string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	DeletedHolds   int64  `protobuf:"varint,3,opt,name=deleted_holds,json=deletedHolds,proto3" json:"deleted_holds,omitempty"`
+	DeletedWaiters int64  `protobuf:"varint,4,opt,name=deleted_waiters,json=deletedWaiters,proto3" json:"deleted_waiters,omitempty"`
+	Revision       int64  `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -610,6 +647,13 @@ func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *AdvanceEpochResponse) GetPreviousEpoch() uint32 {
+	if x != nil {
+		return x.PreviousEpoch
 	}
 	return 0
 }
@@ -661,7 +705,7 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\")\n" +
 	"\rStatusRequest\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"\xde\x02\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xb0\x03\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12(\n" +
 	"\x10epoch_cluster_id\x18\x02 \x01(\tR\x0eepochClusterId\x12\x1d\n" +
@@ -676,7 +720,9 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\acluster\x18\n" +
 	" \x01(\tR\acluster\x12\x1f\n" +
 	"\vmap_version\x18\v \x01(\x03R\n" +
-	"mapVersion\"\xc0\x01\n" +
+	"mapVersion\x12#\n" +
+	"\repoch_missing\x18\f \x01(\bR\fepochMissing\x12+\n" +
+	"\x11highest_allocated\x18\r \x01(\rR\x10highestAllocated\"\xc0\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
@@ -686,13 +732,16 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12\x1b\n" +
 	"\tis_leader\x18\x06 \x01(\bR\bisLeader\x12\x1d\n" +
 	"\n" +
-	"is_learner\x18\a \x01(\bR\tisLearner\"n\n" +
+	"is_learner\x18\a \x01(\bR\tisLearner\"\x93\x01\n" +
 	"\x13AdvanceEpochRequest\x12%\n" +
 	"\x0eexpected_epoch\x18\x01 \x01(\rR\rexpectedEpoch\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\acluster\x18\x03 \x01(\tR\acluster\"\xb5\x01\n" +
+	"\acluster\x18\x03 \x01(\tR\acluster\x12\x19\n" +
+	"\x05above\x18\x04 \x01(\rH\x00R\x05above\x88\x01\x01B\b\n" +
+	"\x06_above\"\xdc\x01\n" +
 	"\x14AdvanceEpochResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
+	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12%\n" +
+	"\x0eprevious_epoch\x18\x06 \x01(\rR\rpreviousEpoch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rdeleted_holds\x18\x03 \x01(\x03R\fdeletedHolds\x12'\n" +
@@ -750,6 +799,7 @@ func file_lockplane_admin_v1_admin_proto_init() {
 	if File_lockplane_admin_v1_admin_proto != nil {
 		return
 	}
+	file_lockplane_admin_v1_admin_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -38,10 +38,12 @@ type AdminServiceClient interface {
 	// Status reports the epoch, the seal and the etcd members. Any
 	// authenticated identity may call it.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
-	// AdvanceEpoch moves the epoch from expected_epoch to expected_epoch + 1,
-	// binds it to the current cluster ID and deletes every hold and waiter,
-	// in one transaction. It fails with EPOCH_CHANGED if the epoch is not
-	// expected_epoch. Only operators may call it.
+	// AdvanceEpoch moves a cluster from expected_epoch to a new epoch
+	// allocated from the coord cluster, above every epoch it has recorded for
+	// any cluster (ADR-03), binds it to the current cluster ID and deletes
+	// every hold and waiter, in one transaction on that cluster. It fails
+	// with EPOCH_CHANGED if the epoch is not expected_epoch (0: the cluster
+	// has no epoch record). Only operators may call it.
 	AdvanceEpoch(ctx context.Context, in *AdvanceEpochRequest, opts ...grpc.CallOption) (*AdvanceEpochResponse, error)
 	// ShardMap reports the entity tier's shard map and the shards this
 	// arbiter has clients for (ADR-09). Any authenticated identity may call
@@ -122,10 +124,12 @@ type AdminServiceServer interface {
 	// Status reports the epoch, the seal and the etcd members. Any
 	// authenticated identity may call it.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
-	// AdvanceEpoch moves the epoch from expected_epoch to expected_epoch + 1,
-	// binds it to the current cluster ID and deletes every hold and waiter,
-	// in one transaction. It fails with EPOCH_CHANGED if the epoch is not
-	// expected_epoch. Only operators may call it.
+	// AdvanceEpoch moves a cluster from expected_epoch to a new epoch
+	// allocated from the coord cluster, above every epoch it has recorded for
+	// any cluster (ADR-03), binds it to the current cluster ID and deletes
+	// every hold and waiter, in one transaction on that cluster. It fails
+	// with EPOCH_CHANGED if the epoch is not expected_epoch (0: the cluster
+	// has no epoch record). Only operators may call it.
 	AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error)
 	// ShardMap reports the entity tier's shard map and the shards this
 	// arbiter has clients for (ADR-09). Any authenticated identity may call

@@ -42,7 +42,9 @@ const (
 	// a waiting acquire ran out of time).
 	ErrorReason_CONTENDED ErrorReason = 1
 	// The etcd cluster's ID differs from the one the epoch was minted for: a
-	// restored cluster that must have its epoch advanced (FAILED_PRECONDITION).
+	// restored cluster, a cluster rebuilt empty or one whose epoch record is
+	// missing, which must have its epoch advanced (FAILED_PRECONDITION).
+	// Metadata "cause" says which: "cluster_id_changed" or "no_epoch_record".
 	ErrorReason_SEALED ErrorReason = 2
 	// No etcd quorum confirmed the request in time (UNAVAILABLE). The
 	// outcome is unknown: a write may still commit when the quorum returns.
@@ -87,6 +89,20 @@ const (
 	// client for (UNAVAILABLE): its configuration lags the map; another
 	// arbiter of the region may serve the key.
 	ErrorReason_SHARD_UNKNOWN ErrorReason = 18
+	// etcd refused the arbiter's own credentials or role (UNAVAILABLE): an
+	// operator must fix the arbiter's configuration; not a quorum loss.
+	ErrorReason_STORE_AUTH ErrorReason = 19
+	// etcd refused the request as too large (INVALID_ARGUMENT); retrying the
+	// same request cannot succeed.
+	ErrorReason_REQUEST_TOO_LARGE ErrorReason = 20
+	// A revision the arbiter read from was compacted (ABORTED): retry.
+	ErrorReason_COMPACTED ErrorReason = 21
+	// etcd is out of space and accepts no writes until an operator compacts,
+	// defragments and disarms the alarm (UNAVAILABLE).
+	ErrorReason_STORE_FULL ErrorReason = 22
+	// etcd failed the request for another reason (UNAVAILABLE); the message
+	// says which. The outcome of a write is unknown, as with NO_QUORUM.
+	ErrorReason_STORE_ERROR ErrorReason = 23
 )
 
 // Enum value maps for ErrorReason.
@@ -111,6 +127,11 @@ var (
 		16: "MOVING",
 		17: "SHARD_MAP_MISSING",
 		18: "SHARD_UNKNOWN",
+		19: "STORE_AUTH",
+		20: "REQUEST_TOO_LARGE",
+		21: "COMPACTED",
+		22: "STORE_FULL",
+		23: "STORE_ERROR",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -132,6 +153,11 @@ var (
 		"MOVING":                   16,
 		"SHARD_MAP_MISSING":        17,
 		"SHARD_UNKNOWN":            18,
+		"STORE_AUTH":               19,
+		"REQUEST_TOO_LARGE":        20,
+		"COMPACTED":                21,
+		"STORE_FULL":               22,
+		"STORE_ERROR":              23,
 	}
 )
 
@@ -751,7 +777,11 @@ type ReleaseRequest struct {
 	Token uint64 `protobuf:"fixed64,3,opt,name=token,proto3" json:"token,omitempty"`
 	// The class the key was acquired in; the default class when empty. It
 	// picks the cluster the hold lives on (ADR-07).
-	Class         string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	// When true, token must be 0: end whatever hold session_id has on key.
+	// For a client whose Acquire had an unknown outcome (a deadline or
+	// NO_QUORUM) and so never learned the token it may have been granted.
+	AnyToken      bool `protobuf:"varint,5,opt,name=any_token,json=anyToken,proto3" json:"any_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +842,13 @@ func (x *ReleaseRequest) GetClass() string {
 		return x.Class
 	}
 	return ""
+}
+
+func (x *ReleaseRequest) GetAnyToken() bool {
+	if x != nil {
+		return x.AnyToken
+	}
+	return false
 }
 
 type ReleaseResponse struct {
@@ -1215,13 +1252,14 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\v2\x18.lockplane.lock.v1.TokenR\x05token\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x03R\tsessionId\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"m\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"\x8a\x01\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x06R\x05token\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"-\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\x12\x1b\n" +
+	"\tany_token\x18\x05 \x01(\bR\banyToken\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"8\n" +
 	"\x0eInspectRequest\x12\x10\n" +
@@ -1245,7 +1283,7 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
-	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xed\x02\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xc4\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1269,7 +1307,14 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"\x06MOVING\x10\x10\x12\x15\n" +
 	"\x11SHARD_MAP_MISSING\x10\x11\x12\x11\n" +
-	"\rSHARD_UNKNOWN\x10\x12*\xb0\x01\n" +
+	"\rSHARD_UNKNOWN\x10\x12\x12\x0e\n" +
+	"\n" +
+	"STORE_AUTH\x10\x13\x12\x15\n" +
+	"\x11REQUEST_TOO_LARGE\x10\x14\x12\r\n" +
+	"\tCOMPACTED\x10\x15\x12\x0e\n" +
+	"\n" +
+	"STORE_FULL\x10\x16\x12\x0f\n" +
+	"\vSTORE_ERROR\x10\x17*\xb0\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
