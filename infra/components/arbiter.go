@@ -31,6 +31,9 @@ type ArbiterArgs struct {
 	EtcdCA   *nodes.CA
 	SpiffeCA *nodes.CA
 	Halls    map[string]*Hall
+	// Epochs are the clusters' bootstrapped epoch records: the arbiter
+	// starts after them, since it never creates one.
+	Epochs []pulumi.Resource
 }
 
 // ArbiterFlags is the arbiter's command line, with its files at paths.
@@ -131,6 +134,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 		return err
 	}
 	deps = append(deps, bin, a.Coord)
+	deps = append(deps, a.Epochs...)
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a, f)...)),

@@ -98,7 +98,7 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 				},
 			},
 		},
-	}, append(opts, pulumi.DependsOn([]pulumi.Resource{a.Coord}))...)
+	}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{a.Coord}, a.Epochs...)))...)
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,26 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		r.Shards = append(r.Shards, shard)
 	}
 
-	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
+	// Every cluster's first epoch, allocated from the coord cluster, before
+	// any arbiter serves: an arbiter never creates an epoch record (ADR-03).
+	coordEpoch, err := nodes.NewEtcdEpoch(ctx, s.Region+"-coord-epoch", nodes.EtcdEpochArgs{Cluster: "coord",
+		CoordEndpoints: r.Coord.Endpoints, Endpoints: r.Coord.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client,
+		Above: s.Coord.EpochAbove}, in, pulumi.DependsOn([]pulumi.Resource{r.Coord}))
+	if err != nil {
+		return nil, err
+	}
+	epochs := []pulumi.Resource{coordEpoch}
+	for _, sh := range r.Shards {
+		e, err := nodes.NewEtcdEpoch(ctx, s.Region+"-"+sh.Name+"-epoch", nodes.EtcdEpochArgs{Cluster: sh.Name,
+			CoordEndpoints: r.Coord.Endpoints, Endpoints: sh.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client},
+			in, pulumi.DependsOn([]pulumi.Resource{coordEpoch, sh}))
+		if err != nil {
+			return nil, err
+		}
+		epochs = append(epochs, e)
+	}
+
+	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls, Epochs: epochs}, in); err != nil {
 		return nil, err
 	}
 

@@ -280,3 +280,30 @@ func NewEtcdCluster(ctx *pulumi.Context, name string, a EtcdClusterArgs, opts ..
 		"members": pulumi.Int(a.Members),
 	}, &r, opts...)
 }
+
+// EtcdEpoch is a cluster's bootstrapped epoch record (ADR-03): the coord
+// cluster initialised above Above when it has no epoch records, then the
+// cluster given an epoch allocated from it. An existing record is kept.
+type EtcdEpoch struct {
+	pulumi.CustomResourceState
+	Epoch pulumi.IntOutput `pulumi:"epoch"`
+}
+
+// EtcdEpochArgs names the cluster and how to reach it and the coord cluster.
+type EtcdEpochArgs struct {
+	Cluster        string
+	CoordEndpoints []string
+	Endpoints      []string
+	CA             *CA
+	Client         *Certificate
+	Above          int
+}
+
+// NewEtcdEpoch bootstraps a cluster's epoch record.
+func NewEtcdEpoch(ctx *pulumi.Context, name string, a EtcdEpochArgs, opts ...pulumi.ResourceOption) (*EtcdEpoch, error) {
+	var r EtcdEpoch
+	return &r, ctx.RegisterResource(prefix_+"EtcdEpoch", name, pulumi.Map{
+		"cluster": pulumi.String(a.Cluster), "coordEndpoints": strings(a.CoordEndpoints), "endpoints": strings(a.Endpoints),
+		"caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem, "above": pulumi.Int(a.Above),
+	}, &r, opts...)
+}

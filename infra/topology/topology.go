@@ -95,6 +95,10 @@ type SSH struct {
 // Coord is the coord tier.
 type Coord struct {
 	Members int `json:"members"`
+	// EpochAbove is used once, when the coord cluster holds no epoch
+	// records: its first epoch exceeds it. 0 for a new region; for a coord
+	// cluster rebuilt empty, the highest epoch the region served (ADR-03).
+	EpochAbove int `json:"epochAbove,omitempty"`
 }
 
 // Entity is the entity tier.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -91,12 +92,25 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 				a.observeHeader(resp.Header)
 			}
 		}
+	} else {
+		out.EpochMissing, out.Sealed = true, true
+		if out.Quorum {
+			a.epochs.setMissing(resp.Header.Revision)
+			a.observeHeader(resp.Header)
+		}
+	}
+	if out.Quorum {
+		if rec, err := epoch.ReadRecorded(sctx, s.a.etcd); err == nil {
+			out.HighestAllocated = rec.Highest
+		}
 	}
 	return out, nil
 }
 
-// AdvanceEpoch implements adminv1.AdminServiceServer. The single Txn is in
-// epoch.Advance; here are who may call it and how its outcome is reported.
+// AdvanceEpoch implements adminv1.AdminServiceServer. The epoch comes from
+// the coord cluster's allocation (epoch.Advance), so it exceeds every epoch
+// any cluster of the region was given; here are who may call it, the
+// empty coord cluster's floor and how the outcome is reported.
 // (Two-person approval is enforced in front of this call by a later layer.)
 func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
 	caller, err := identity.Caller(ctx)
@@ -106,9 +120,6 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if !s.a.cfg.IsOperator(caller) {
 		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
 	}
-	if req.GetExpectedEpoch() == 0 {
-		return nil, invalidArgument("expected_epoch", "is required: the epoch being replaced, as Status reports it")
-	}
 	if req.GetReason() == "" {
 		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
 	}
@@ -116,35 +127,75 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), a.cfg.OpTimeout)
+	// One deadline for the whole advance: its reads, the allocation on the
+	// coord cluster and the Txn on the cluster advanced.
+	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 3*a.cfg.OpTimeout)
 	defer cancel()
-	// A shard goes above the highest epoch the coord cluster saw it reach:
-	// its own record may come from a snapshot older than its last advance.
-	var floor uint32
-	if a != s.a {
-		if floor, err = epoch.Highest(octx, s.a.etcd, a.cfg.Cluster); err != nil {
-			return nil, s.a.etcdFailure(ctx, err)
+	coord := s.a
+	rec, err := epoch.ReadRecorded(octx, coord.etcd)
+	if err != nil {
+		return nil, coord.etcdFailure(ctx, err)
+	}
+	switch {
+	case req.Above != nil && rec.Initialised:
+		return nil, invalidArgument("above", fmt.Sprintf("is only for a coord cluster with no epoch records; this one has allocated up to epoch %d, "+
+			"and every new epoch exceeds that already", rec.Highest))
+	case req.Above == nil && !rec.Initialised && a != coord:
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
+			"the coord cluster has no epoch records (new, or rebuilt empty): advance the coord cluster first, with --above", "cause", "no_epoch_record")
+	case req.Above == nil && !rec.Initialised:
+		return nil, invalidArgument("above", "is required: the coord cluster has no epoch records, so it is new or was rebuilt empty, "+
+			"and only an operator knows the highest epoch the region served: take it from the audit archive, a snapshot manifest, "+
+			"or the highest fencing token stored at a fenced resource shifted right by 48 bits (0 for a new region)")
+	case req.Above != nil:
+		// A coord cluster rebuilt empty beside live shards: start above
+		// every shard's own record too.
+		above := req.GetAbove()
+		if s.router != nil {
+			for _, sh := range s.router.shards {
+				if st, found, err := epoch.Read(octx, sh.etcd); err == nil && found {
+					above = max(above, st.Epoch)
+				}
+			}
+		}
+		if err := epoch.Initialise(octx, coord.etcd, above); err != nil {
+			return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+		}
+		a.log.Info("epoch allocation initialised", "above", above, "by", caller.String())
+	}
+	ch := epoch.Change{Cluster: a.cfg.Cluster, Expected: req.GetExpectedEpoch(),
+		Reason: fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339))}
+	if a != coord {
+		// A shard's record may come from a snapshot older than its last
+		// advance; and one rebuilt empty must be stamped with the map
+		// version it serves under.
+		if ch.Floor, err = epoch.Highest(octx, coord.etcd, a.cfg.Cluster); err != nil {
+			return nil, coord.etcdFailure(ctx, err)
+		}
+		m, _, found, err := shardmap.Load(octx, coord.etcd)
+		if err != nil {
+			return nil, coord.etcdFailure(ctx, err)
+		}
+		if found && slices.Contains(m.Shards, a.cfg.Cluster) {
+			ch.MapVersion = m.Version
 		}
 	}
-	adv, err := epoch.AdvanceAbove(octx, a.etcd, req.GetExpectedEpoch(), floor, fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339)))
+	adv, err := epoch.Advance(octx, coord.etcd, a.etcd, ch)
 	switch {
 	case errors.Is(err, epoch.ErrChanged):
 		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+	case errors.Is(err, epoch.ErrUninitialised):
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, err.Error(), "cause", "no_epoch_record")
 	case err != nil:
 		return nil, a.etcdFailure(ctx, err)
 	}
 	a.epochs.set(adv.State)
-	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
+	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "from", adv.Previous, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
 		"deleted_holds", adv.DeletedHolds, "deleted_waiters", adv.DeletedWaiters)
-	if a != s.a {
-		if err := epoch.NoteHighest(octx, s.a.etcd, a.cfg.Cluster, adv.Epoch); err != nil {
-			a.log.Error("the advanced epoch was not recorded on the coord cluster; advance again before moving ranges", "cluster", a.cfg.Cluster, "err", err)
-		}
-	}
 	// Re-check the seal against the cluster now serving.
 	a.reloadEpoch(ctx)
 	return &adminv1.AdvanceEpochResponse{
-		Epoch: adv.Epoch, ClusterId: adv.ClusterID, DeletedHolds: adv.DeletedHolds,
+		Epoch: adv.Epoch, PreviousEpoch: adv.Previous, ClusterId: adv.ClusterID, DeletedHolds: adv.DeletedHolds,
 		DeletedWaiters: adv.DeletedWaiters, Revision: adv.Revision,
 	}, nil
 }

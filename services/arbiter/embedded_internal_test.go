@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"github.com/lockplane/lockplane/services/epoch"
 	"testing"
 	"time"
 
@@ -23,5 +24,12 @@ func oneMember(t testing.TB, ctx context.Context) *clientv3.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
+	// A new cluster: the bootstrap step lockplane up and dev take.
+	if err := epoch.Initialise(ctx, cli, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := epoch.Bootstrap(ctx, cli, cli, "default", 0); err != nil {
+		t.Fatal(err)
+	}
 	return cli
 }

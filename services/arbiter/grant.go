@@ -258,11 +258,14 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	sessKVs := resp.Responses[1].GetResponseRange().Kvs
 	epochKVs := resp.Responses[2].GetResponseRange().Kvs
 
-	if len(epochKVs) == 0 || epochKVs[0].ModRevision != st.ModRevision {
-		if len(epochKVs) > 0 {
-			if next, err := epoch.Decode(epochKVs[0].Value, epochKVs[0].ModRevision); err == nil {
-				a.epochs.set(next)
-			}
+	if len(epochKVs) == 0 {
+		// The record is gone (deleted, or the cluster rebuilt empty): sealed.
+		a.epochs.setMissing(resp.Header.Revision)
+		return grant{}, a.sealedErr(st), false
+	}
+	if epochKVs[0].ModRevision != st.ModRevision {
+		if next, err := epoch.Decode(epochKVs[0].Value, epochKVs[0].ModRevision); err == nil {
+			a.epochs.set(next)
 		}
 		return grant{}, refusal(codes.Unavailable, lockv1.ErrorReason_EPOCH_CHANGED, "the epoch changed during the grant; retry"), true
 	}

@@ -143,26 +143,44 @@ func (ro *Router) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Ready is every cluster's Ready, and the shard map loaded.
+// Ready is the coord cluster's Ready, the shard map loaded, and Ready of
+// every shard the map routes to. A configured shard the map does not name
+// yet (one about to be added) may have no epoch record: the add gives it one.
 func (ro *Router) Ready(ctx context.Context) error {
-	for _, a := range ro.all() {
-		if err := a.Ready(ctx); err != nil {
-			return fmt.Errorf("cluster %s: %w", a.cfg.Cluster, err)
-		}
+	if err := ro.coord.Ready(ctx); err != nil {
+		return fmt.Errorf("cluster %s: %w", ro.coord.cfg.Cluster, err)
 	}
-	if len(ro.shards) == 0 || ro.smap.Load() != nil {
+	if len(ro.shards) == 0 {
 		return nil
 	}
-	if err := ro.ensureMap(ctx); err != nil {
-		return err
+	if ro.smap.Load() == nil {
+		if err := ro.ensureMap(ctx); err != nil {
+			return err
+		}
+		if err := ro.loadMap(ctx); err != nil {
+			return err
+		}
 	}
-	return ro.loadMap(ctx)
+	m := ro.smap.Load()
+	for _, name := range m.Shards {
+		a := ro.shards[name]
+		if a == nil {
+			continue // routed by other arbiters; keys homed there get SHARD_UNKNOWN here
+		}
+		if err := a.Ready(ctx); err != nil {
+			return fmt.Errorf("cluster %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // ensureMap writes map version 1 over this arbiter's shards if the coord
 // cluster has no map: a region's first arbiter does, the rest find it
 // (the store is guarded on absence).
 func (ro *Router) ensureMap(ctx context.Context) error {
+	// Init reads and stamps every shard: a few calls, one bound.
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(2+len(ro.shards)*2)*ro.coord.cfg.OpTimeout)
+	defer cancel()
 	_, _, found, err := shardmap.Load(ctx, ro.coord.etcd)
 	if err != nil || found {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/lockplane/lockplane/services/arbiter"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devca"
+	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/etcdembed"
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockclient"
@@ -143,6 +144,13 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.RestoreFrom == "" {
+		// A new region: the explicit bootstrap step, as `lockplane up`
+		// takes it. A restored one keeps its records and starts sealed.
+		if err := e.bootstrapCoord(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := e.startShards(ctx); err != nil {
 		return nil, err
 	}
@@ -206,7 +214,7 @@ func (e *Env) StartArbiter() error {
 	td := spiffeid.RequireTrustDomainFromString(TrustDomain)
 	e.Registry = prometheus.NewRegistry()
 	cfg := arbiter.Config{
-		Etcd: e.Etcd, Cluster: "embedded", Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
+		Etcd: e.Etcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 		Quotas: e.opts.Quotas,
@@ -217,7 +225,6 @@ func (e *Env) StartArbiter() error {
 		for name, cl := range e.ShardEtcd {
 			shards[name] = cl
 		}
-		cfg.Cluster = "coord"
 		ro, err := arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, Region: e.opts.Region, Homes: e.opts.Homes})
 		if err != nil {
 			return err
@@ -362,8 +369,34 @@ func (e *Env) startShards(ctx context.Context) error {
 	if initial == nil {
 		initial = e.opts.Shards
 	}
+	// Shards added later are bootstrapped by the add.
+	for _, name := range initial {
+		if _, err := epoch.Bootstrap(ctx, e.Etcd, e.ShardEtcd[name], name, 0); err != nil {
+			return fmt.Errorf("devenv: bootstrap shard %s's epoch: %w", name, err)
+		}
+	}
 	_, err := shardmap.Init(ctx, e.Shardmap(), initial, nil)
 	return err
+}
+
+// bootstrapCoord starts epoch allocation on the new coord cluster and gives
+// it its first epoch.
+func (e *Env) bootstrapCoord(ctx context.Context) error {
+	if err := epoch.Initialise(ctx, e.Etcd, 0); err != nil {
+		return fmt.Errorf("devenv: initialise epoch allocation: %w", err)
+	}
+	if _, err := epoch.Bootstrap(ctx, e.Etcd, e.Etcd, e.coordName(), 0); err != nil {
+		return fmt.Errorf("devenv: bootstrap the coord cluster's epoch: %w", err)
+	}
+	return nil
+}
+
+// coordName is the coord cluster's name in metrics and epoch records.
+func (e *Env) coordName() string {
+	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {
+		return "coord"
+	}
+	return "embedded"
 }
 
 // Shardmap is the environment's clusters, for shardmap.Add.

@@ -2,7 +2,9 @@ package epoch_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -30,61 +32,129 @@ func cluster(t *testing.T) *clientv3.Client {
 	return cli
 }
 
-// Arbiters starting together on an empty cluster agree on one record.
-func TestEnsureCreatesOneRecordUnderRace(t *testing.T) {
-	cli := cluster(t)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	states := make([]epoch.State, 8)
-	for i := range states {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			st, err := epoch.Ensure(ctx, cli)
+// Nothing allocates on a coord cluster that recorded nothing; once an
+// operator initialises it above N, every epoch exceeds N, and concurrent
+// allocations never hand out one epoch twice.
+func TestAllocationStartsAboveTheOperatorsFloorAndNeverRepeats(t *testing.T) {
+	coord := cluster(t)
+	ctx := ctxT(t)
+	if _, err := epoch.Allocate(ctx, coord, "coord", 1); !errors.Is(err, epoch.ErrUninitialised) {
+		t.Fatalf("allocate on an empty coord cluster: %v, want ErrUninitialised", err)
+	}
+	if _, err := epoch.Bootstrap(ctx, coord, coord, "coord", 0); !errors.Is(err, epoch.ErrUninitialised) {
+		t.Fatalf("bootstrap on an empty coord cluster: %v, want ErrUninitialised", err)
+	}
+	if err := epoch.Initialise(ctx, coord, 41); err != nil {
+		t.Fatal(err)
+	}
+	if err := epoch.Initialise(ctx, coord, 0); err == nil {
+		t.Fatal("a second initialise was accepted: it could lower the floor")
+	}
+	adv, err := epoch.Bootstrap(ctx, coord, coord, "coord", 0)
+	if err != nil || adv.Epoch != 42 || adv.Previous != 0 {
+		t.Fatalf("bootstrap: %+v, %v; want epoch 42 from none", adv, err)
+	}
+	if _, err := epoch.Bootstrap(ctx, coord, coord, "coord", 0); !errors.Is(err, epoch.ErrChanged) {
+		t.Fatalf("bootstrap of a cluster with a record: %v, want ErrChanged", err)
+	}
+	var (
+		mu   sync.Mutex
+		seen = map[uint32]bool{}
+		wg   sync.WaitGroup
+	)
+	for i := range 8 {
+		wg.Go(func() {
+			e, err := epoch.Allocate(ctx, coord, fmt.Sprintf("shard-%d", i%3), 1)
 			if err != nil {
 				t.Error(err)
+				return
 			}
-			states[i] = st
-		}(i)
+			mu.Lock()
+			defer mu.Unlock()
+			if seen[e] || e <= 42 {
+				t.Errorf("epoch %d allocated twice or not above the coord cluster's 42", e)
+			}
+			seen[e] = true
+		})
 	}
 	wg.Wait()
-	for _, st := range states[1:] {
-		if st.ModRevision != states[0].ModRevision || st.Epoch != 1 {
-			t.Fatalf("arbiters saw different records: %+v vs %+v", st, states[0])
-		}
+	rec, err := epoch.ReadRecorded(ctx, coord)
+	if err != nil || rec.Highest != 50 {
+		t.Fatalf("recorded: %+v, %v; want highest 50 after 8 allocations above 42", rec, err)
 	}
-	resp, _ := cli.Get(ctx, lockkey.EpochKey)
-	if resp.Kvs[0].Version != 1 {
-		t.Fatalf("the record was written %d times, want once", resp.Kvs[0].Version)
-	}
-	if states[0].Sealed(resp.Header.ClusterId) {
-		t.Fatal("a fresh cluster is sealed")
+}
+
+// A coord cluster from before allocation records (only /sys/epoch and
+// /sys/epochs/) allocates above every epoch it holds.
+func TestAllocationCountsRecordsWrittenBeforeTheAllocator(t *testing.T) {
+	coord := cluster(t)
+	ctx := ctxT(t)
+	rec, _ := json.Marshal(epoch.Record{Epoch: 7, ClusterID: "1"})
+	coord.Put(ctx, lockkey.EpochKey, string(rec))
+	coord.Put(ctx, epoch.HighestPrefix+"entity-1", "9")
+	if e, err := epoch.Allocate(ctx, coord, "entity-2", 1); err != nil || e != 10 {
+		t.Fatalf("allocate: %d, %v; want 10", e, err)
 	}
 }
 
 func TestAdvanceIsOneConditionalTxn(t *testing.T) {
 	cli := cluster(t)
-	ctx := context.Background()
-	st, _ := epoch.Ensure(ctx, cli)
+	ctx := ctxT(t)
+	if err := epoch.Initialise(ctx, cli, 0); err != nil {
+		t.Fatal(err)
+	}
+	boot, err := epoch.Bootstrap(ctx, cli, cli, "c", 3)
+	if err != nil || boot.Epoch != 1 || boot.MapVersion != 3 {
+		t.Fatalf("bootstrap: %+v, %v", boot, err)
+	}
 	cli.Put(ctx, lockkey.HoldKey("team-a/x"), "h")
 	cli.Put(ctx, lockkey.WaitPrefix+"team-a/x/1", "w")
 	cli.Put(ctx, "/s/keep", "session") // not a hold: survives
-	adv, err := epoch.Advance(ctx, cli, st.Epoch, "test")
+	adv, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Expected: 1, MapVersion: 9, Reason: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if adv.Epoch != 2 || adv.DeletedHolds != 1 || adv.DeletedWaiters != 1 {
-		t.Fatalf("advance: %+v", adv)
+	if adv.Epoch != 2 || adv.Previous != 1 || adv.DeletedHolds != 1 || adv.DeletedWaiters != 1 || adv.MapVersion != 3 {
+		t.Fatalf("advance: %+v (a record keeps its own map version)", adv)
 	}
 	if kept, _ := cli.Get(ctx, "/s/keep"); len(kept.Kvs) != 1 {
 		t.Fatal("advance deleted outside /l and /q")
 	}
 	// A second advance from the old epoch is refused and changes nothing.
-	if _, err := epoch.Advance(ctx, cli, st.Epoch, "stale"); !errors.Is(err, epoch.ErrChanged) {
+	if _, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Expected: 1, Reason: "stale"}); !errors.Is(err, epoch.ErrChanged) {
 		t.Fatalf("advance from a stale epoch: %v, want ErrChanged", err)
 	}
 	now, _, _ := epoch.Read(ctx, cli)
 	if now.Epoch != 2 || now.ModRevision != adv.ModRevision {
 		t.Fatalf("record after the refused advance: %+v", now)
 	}
+}
+
+// A deleted record is not recreated at a low epoch: the advance from none
+// allocates above every epoch the cluster had, and stamping refuses.
+func TestADeletedRecordAdvancesAboveEveryEarlierEpoch(t *testing.T) {
+	cli := cluster(t)
+	ctx := ctxT(t)
+	epoch.Initialise(ctx, cli, 0)
+	if _, err := epoch.Bootstrap(ctx, cli, cli, "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Expected: 1, Reason: "test"})
+	cli.Delete(ctx, lockkey.EpochKey)
+	if _, err := epoch.Stamp(ctx, cli, 4); !errors.Is(err, epoch.ErrNoRecord) {
+		t.Fatalf("stamp without a record: %v, want ErrNoRecord", err)
+	}
+	if _, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Expected: 2, Reason: "test"}); !errors.Is(err, epoch.ErrChanged) {
+		t.Fatalf("advance expecting 2 with no record: %v, want ErrChanged", err)
+	}
+	adv, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Reason: "record deleted"})
+	if err != nil || adv.Epoch != 3 {
+		t.Fatalf("advance from none: %+v, %v; want epoch 3", adv, err)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

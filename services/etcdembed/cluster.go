@@ -181,6 +181,29 @@ func (c *Cluster) StopMember(i int) {
 	}
 }
 
+// Rebuild stops every member, deletes its data and starts the cluster again
+// empty, on the same ports, with a new initial-cluster-token: as an
+// operator who rebuilds a lost cluster from nothing would. It has a new
+// cluster ID and its revisions start again from 1.
+func (c *Cluster) Rebuild(ctx context.Context, timeout time.Duration) error {
+	c.Close()
+	token := fmt.Sprintf("lockplane-embedded-%d", time.Now().UnixNano())
+	for _, cfg := range c.configs {
+		if err := os.RemoveAll(cfg.Dir); err != nil {
+			return err
+		}
+		cfg.InitialClusterToken, cfg.ClusterState = token, embed.ClusterStateFlagNew
+	}
+	// Every member at once: a new multi-member cluster forms only together.
+	errs := make([]error, len(c.configs))
+	var wg sync.WaitGroup
+	for i := range c.configs {
+		wg.Go(func() { errs[i] = c.StartMember(ctx, i, timeout) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Endpoints are the client URLs of all members, running or not.
 func (c *Cluster) Endpoints() []string {
 	var eps []string

@@ -40,15 +40,24 @@ type Step struct {
 
 // Init stores version 1 of the map over shards and stamps every shard's
 // epoch record with it, so grants can be routed. It refuses when a map
-// exists.
+// exists, and when a shard has no epoch record (see epoch.Bootstrap).
 func Init(ctx context.Context, c Clusters, shards []string, progress func(Step)) (Map, error) {
 	m := Map{Version: 1, Shards: slices.Clone(shards)}
 	if err := m.Validate(); err != nil {
 		return Map{}, err
 	}
+	// Every shard must have been bootstrapped (an epoch allocated on the
+	// coord cluster) before a map routes to it; nothing is stored otherwise.
 	for _, s := range shards {
-		if _, err := c.shard(s); err != nil {
+		cl, err := c.shard(s)
+		if err != nil {
 			return Map{}, err
+		}
+		if _, found, err := epoch.Read(ctx, cl); err != nil {
+			return Map{}, fmt.Errorf("shardmap: init: read %s's epoch: %w", s, err)
+		} else if !found {
+			return Map{}, fmt.Errorf("shardmap: init: shard %s has no epoch record: bootstrap it first (lockplane up does; "+
+				"or lockctl epoch advance --cluster %s --expected 0): %w", s, s, epoch.ErrNoRecord)
 		}
 	}
 	if err := Store(ctx, c.Coord, 0, m); err != nil {
@@ -102,6 +111,10 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 			return Map{}, err
 		}
 		st, err := epoch.Stamp(ctx, src, adding.Version)
+		if errors.Is(err, epoch.ErrNoRecord) {
+			return Map{}, fmt.Errorf("shardmap: add: source shard %s has no epoch record (rebuilt empty?): "+
+				"advance it first (lockctl epoch advance --cluster %s --expected 0): %w", s, s, err)
+		}
 		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: stamp %s: %w", s, err)
 		}
@@ -113,19 +126,28 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 			return Map{}, err
 		}
 	}
-	dst, err := epoch.Ensure(ctx, dest)
+	// The destination takes an epoch allocated on the coord cluster, above
+	// every epoch recorded there (each source's included) and above each
+	// source's current one: a moved key's next token exceeds all its
+	// earlier ones, and a destination that served before (restored, or
+	// rebuilt empty) cannot repeat one of its own. A destination with no
+	// record is bootstrapped here: adding it is the explicit step.
+	dst, found, err := epoch.Read(ctx, dest)
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %s: %w", name, err)
 	}
-	// A shard that served before (and was restored, or emptied) may have
-	// issued tokens above its record's epoch.
 	high, err := epoch.Highest(ctx, c.Coord, name)
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %w", err)
 	}
 	floor = max(floor, high)
-	if dst.Epoch <= floor {
-		adv, err := epoch.AdvanceAbove(ctx, dest, dst.Epoch, floor, fmt.Sprintf("receives ranges under map version %d", adding.Version+1))
+	if !found || dst.Epoch <= floor {
+		ch := epoch.Change{Cluster: name, Floor: floor, MapVersion: adding.Version,
+			Reason: fmt.Sprintf("receives ranges under map version %d", adding.Version+1)}
+		if found {
+			ch.Expected = dst.Epoch
+		}
+		adv, err := epoch.Advance(ctx, c.Coord, dest, ch)
 		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: advance %s: %w", name, err)
 		}
@@ -195,6 +217,10 @@ func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) e
 func stampAll(ctx context.Context, c Clusters, m Map, progress func(Step)) error {
 	for _, s := range m.Shards {
 		st, err := epoch.Stamp(ctx, c.Shards[s], m.Version)
+		if errors.Is(err, epoch.ErrNoRecord) {
+			return fmt.Errorf("shardmap: shard %s has no epoch record: bootstrap it first (lockplane up does; "+
+				"or lockctl epoch advance --cluster %s --expected 0): %w", s, s, err)
+		}
 		if err != nil {
 			return fmt.Errorf("shardmap: stamp %s with version %d: %w", s, m.Version, err)
 		}

@@ -296,9 +296,9 @@ func TestShardsShowAndAddWithProgress(t *testing.T) {
 	if json.Unmarshal(out, &m); err != nil || m.Version != "3" || !slices.Equal(m.Shards, []string{"a", "b", "c"}) {
 		t.Fatalf("after the add: %s (err %v)", out, err)
 	}
-	// The added shard's own status: above the sources' epoch, on the new map.
+	// The added shard's own status: an epoch allocated above every other (coord 1, a 2, b 3), on the new map.
 	out, err = cmd(env, "status", "--cluster", "c").Output()
-	if err != nil || !strings.Contains(string(out), "cluster   c (serving shard map version 3)") || !strings.Contains(string(out), "epoch     2") {
+	if err != nil || !strings.Contains(string(out), "cluster   c (serving shard map version 3)") || !strings.Contains(string(out), "epoch     4 (highest allocated in the region: 4)") {
 		t.Fatalf("status --cluster c: %v\n%s", err, out)
 	}
 }

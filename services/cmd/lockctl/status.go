@@ -34,12 +34,22 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client, cluster s
 		return nil
 	}
 	sealed := "no"
-	if st.GetSealed() {
-		flag := ""
-		if cluster != "" {
-			flag = " --cluster " + cluster
-		}
+	flag := ""
+	if cluster != "" {
+		flag = " --cluster " + cluster
+	}
+	switch {
+	case st.GetEpochMissing() && st.GetHighestAllocated() == 0 && cluster == "":
+		sealed = "YES: the coord cluster has no epoch records (new, or rebuilt empty); no grants until " +
+			"`lockctl epoch advance --expected 0 --above N`, N the highest epoch the region served (see docs/epochs.md)"
+	case st.GetEpochMissing():
+		sealed = fmt.Sprintf("YES: no epoch record (rebuilt empty or deleted); no grants until `lockctl epoch advance%s --expected 0`", flag)
+	case st.GetSealed():
 		sealed = fmt.Sprintf("YES: minted for cluster %s; no grants until `lockctl epoch advance%s --expected %d`", st.GetEpochClusterId(), flag, st.GetEpoch())
+	}
+	allocated := "unknown (no quorum)"
+	if st.GetQuorum() {
+		allocated = fmt.Sprint(st.GetHighestAllocated())
 	}
 	quorum := "no: grants and renewals are refused"
 	leaderName := ""
@@ -55,8 +65,8 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client, cluster s
 	if st.GetMapVersion() > 0 {
 		name += fmt.Sprintf(" (serving shard map version %d)", st.GetMapVersion())
 	}
-	fmt.Printf("cluster   %s\nepoch     %d\nid        %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
-		name, st.GetEpoch(), st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
+	fmt.Printf("cluster   %s\nepoch     %d (highest allocated in the region: %s)\nid        %s\nsealed    %s\nquorum    %s\nrevision  %d\narbiter   %s\n",
+		name, st.GetEpoch(), allocated, st.GetClusterId(), sealed, quorum, st.GetRevision(), st.GetArbiter())
 	for i, m := range st.GetMembers() {
 		label := "members"
 		if i > 0 {
@@ -76,15 +86,31 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client, cluster s
 
 func epochCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "epoch", Short: "Epoch administration (operators only)"}
-	var expected uint32
+	var expected, above uint32
 	var why, cluster string
 	adv := &cobra.Command{
-		Use:   "advance --expected N --reason TEXT [--cluster NAME]",
-		Short: "Advance the epoch from N to N+1, binding it to the current cluster and deleting every hold",
-		Args:  cobra.NoArgs,
+		Use:   "advance --expected N --reason TEXT [--cluster NAME] [--above M]",
+		Short: "Move a cluster from epoch N (0: it has no record) to a new epoch allocated from the coord cluster, deleting every hold",
+		Long: `Advance unseals a restored cluster, a cluster rebuilt empty or one whose epoch record
+was deleted. The new epoch is allocated from the coord cluster, above every epoch it
+has recorded for any cluster, so no token can repeat. --expected is the epoch
+` + "`lockctl status`" + ` shows (0 when it reports no epoch record).
+
+A coord cluster with no epoch records at all (new, or rebuilt empty) also needs
+--above M: the highest epoch the region ever served. Take it from the audit archive,
+a snapshot manifest, or the highest fencing token stored at a fenced resource shifted
+right by 48 bits (a fence column value v gives epoch v >> 48). Use 0 only for a new region.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("expected") {
+				return exitErr{exitUsage, fmt.Errorf("--expected: is required: the epoch lockctl status shows, 0 when it has no record")}
+			}
+			req := &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why, Cluster: cluster}
+			if cmd.Flags().Changed("above") {
+				req.Above = &above
+			}
 			return g.call(func(ctx context.Context, c *lockclient.Client) error {
-				r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Reason: why, Cluster: cluster})
+				r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, req)
 				if err != nil {
 					return err
 				}
@@ -92,15 +118,20 @@ func epochCmd(g *globals) *cobra.Command {
 					printProto(r)
 					return nil
 				}
-				fmt.Printf("epoch advanced to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
-					r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
+				from := fmt.Sprintf("epoch %d", r.GetPreviousEpoch())
+				if r.GetPreviousEpoch() == 0 {
+					from = "no epoch record"
+				}
+				fmt.Printf("epoch advanced from %s to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
+					from, r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
 				return nil
 			})
 		},
 	}
-	adv.Flags().Uint32Var(&expected, "expected", 0, "the current epoch, as `lockctl status` shows it (required)")
+	adv.Flags().Uint32Var(&expected, "expected", 0, "the current epoch, as `lockctl status` shows it; 0 when it has no epoch record (required)")
 	adv.Flags().StringVar(&why, "reason", "", "why the epoch is being advanced (required)")
 	adv.Flags().StringVar(&cluster, "cluster", "", "an entity shard to advance (default: the coord cluster); it goes above the highest epoch it reached")
+	adv.Flags().Uint32Var(&above, "above", 0, "only for a coord cluster with no epoch records: the highest epoch the region served")
 	c.AddCommand(adv)
 	return c
 }

@@ -1,0 +1,106 @@
+package epoch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Change is one epoch advance of a cluster.
+type Change struct {
+	// Cluster names the cluster on the coord cluster's allocation records
+	// (the coord cluster's own name, or an entity shard's).
+	Cluster string
+	// Expected is the epoch being replaced; 0 when the cluster has no
+	// record (a new cluster, or one rebuilt empty or whose record was
+	// deleted).
+	Expected uint32
+	// Floor is an epoch the new one must exceed besides every epoch the
+	// coord cluster has recorded (a moved range's source shards).
+	Floor uint32
+	// MapVersion stamps a cluster that had no record; a cluster with one
+	// keeps its own.
+	MapVersion int64
+	Reason     string
+}
+
+// Advanced is the outcome of Advance.
+type Advanced struct {
+	State
+	Previous                     uint32
+	DeletedHolds, DeletedWaiters int64
+	Revision                     int64
+}
+
+// Advance moves a cluster (target) from c.Expected to an epoch allocated on
+// the coord cluster, binds it to the cluster ID target reports now and
+// deletes every hold and waiter there, in one transaction on target that
+// compares the record it replaces (or its absence). It returns ErrChanged
+// if the record is not the one expected. target may be coord itself.
+func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced, error) {
+	resp, err := target.Get(ctx, lockkey.EpochKey)
+	if err != nil {
+		return Advanced{}, err
+	}
+	var cur *State
+	if len(resp.Kvs) > 0 {
+		st, err := Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+		if err != nil {
+			return Advanced{}, err
+		}
+		cur = &st
+	}
+	switch {
+	case cur == nil && c.Expected != 0:
+		return Advanced{}, fmt.Errorf("%w: expected epoch %d, the cluster has no epoch record (expect 0)", ErrChanged, c.Expected)
+	case cur != nil && cur.Epoch != c.Expected:
+		return Advanced{}, fmt.Errorf("%w: expected epoch %d, found %d", ErrChanged, c.Expected, cur.Epoch)
+	}
+	floor, mapVersion, cmp := c.Floor, c.MapVersion, clientv3.Compare(clientv3.CreateRevision(lockkey.EpochKey), "=", 0)
+	if cur != nil {
+		floor, mapVersion = max(floor, cur.Epoch), cur.MapVersion
+		cmp = clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(cur.Raw))
+	}
+	next, err := Allocate(ctx, coord, c.Cluster, floor+1)
+	if err != nil {
+		return Advanced{}, err
+	}
+	// The cluster ID comes from the read above: the cluster the transaction
+	// below commits on (a restored cluster's ID never changes back).
+	rec := Record{Epoch: next, ClusterID: FormatID(resp.Header.ClusterId), Since: time.Now().UTC(),
+		Reason: c.Reason, MapVersion: mapVersion}
+	raw, _ := json.Marshal(rec)
+	txn, err := target.Txn(ctx).If(cmp).Then(
+		clientv3.OpPut(lockkey.EpochKey, string(raw)),
+		clientv3.OpDelete(lockkey.HoldPrefix, clientv3.WithPrefix()),
+		clientv3.OpDelete(lockkey.WaitPrefix, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return Advanced{}, err
+	}
+	if !txn.Succeeded {
+		return Advanced{}, fmt.Errorf("%w: another advance committed first", ErrChanged)
+	}
+	out := Advanced{
+		State:          State{Record: rec, ModRevision: txn.Header.Revision, Raw: raw},
+		DeletedHolds:   txn.Responses[1].GetResponseDeleteRange().Deleted,
+		DeletedWaiters: txn.Responses[2].GetResponseDeleteRange().Deleted,
+		Revision:       txn.Header.Revision,
+	}
+	if cur != nil {
+		out.Previous = cur.Epoch
+	}
+	return out, nil
+}
+
+// Bootstrap gives a new cluster its first epoch, allocated on the coord
+// cluster: the explicit step that `lockplane up`, `lockplane dev` and a
+// shard add take, and that nothing else does. It refuses a cluster that
+// has a record (ErrChanged).
+func Bootstrap(ctx context.Context, coord, target clientv3.KV, cluster string, mapVersion int64) (Advanced, error) {
+	return Advance(ctx, coord, target, Change{Cluster: cluster, MapVersion: mapVersion, Reason: "bootstrapped"})
+}
