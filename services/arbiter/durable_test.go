@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -143,8 +145,10 @@ func TestDurableTryLockDoesNotBargePastTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A waiter's key, as a waiter on another arbiter would have queued it.
-	if _, err := env.Etcd.Put(ctx, lockkey.WaitKey(key, s.SessionId), fmt.Sprintf(`{"identity":"x","until":%q}`,
-		time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)), clientv3.WithLease(clientv3.LeaseID(s.SessionId))); err != nil {
+	waitKey := lockkey.WaitKey(key, s.SessionId)
+	queued, err := env.Etcd.Put(ctx, waitKey, fmt.Sprintf(`{"identity":"x","until":%q}`,
+		time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)), clientv3.WithLease(clientv3.LeaseID(s.SessionId)))
+	if err != nil {
 		t.Fatal(err)
 	}
 	barger := raw(devenvtest.Client(t, env, "alice"))
@@ -154,12 +158,45 @@ func TestDurableTryLockDoesNotBargePastTheQueue(t *testing.T) {
 	}
 	_, err = barger.Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: bs.SessionId, Class: cls.Name})
 	wantReason(t, err, lockv1.ErrorReason_CONTENDED)
-	// The queued waiter is granted, and its queue key goes with the grant.
+	// The queued waiter is granted, and its queue key goes with the grant:
+	// one Txn writes the hold and deletes the key, and the token is that
+	// Txn's revision in the current epoch.
+	st, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn()).Status(ctx, &adminv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := c.Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.SessionId, Class: cls.Name, Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Token.Value == 0 {
-		t.Fatal("no token")
+	tok := token.Token(got.Token.Value)
+	if tok.Epoch() != st.GetEpoch() {
+		t.Fatalf("granted %v in epoch %d", tok, st.GetEpoch())
+	}
+	hold, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil || len(hold.Kvs) != 1 || hold.Kvs[0].Lease != s.SessionId {
+		t.Fatalf("the hold is not the waiter's: %v (err %v)", hold.Kvs, err)
+	}
+	grantRev := hold.Kvs[0].ModRevision
+	if hold.Kvs[0].CreateRevision != grantRev || tok.Revision() != grantRev {
+		t.Fatalf("token %v, hold created at %d and written at %d: the token is not the grant Txn's revision",
+			tok, hold.Kvs[0].CreateRevision, grantRev)
+	}
+	// The queue key was there until the revision before the grant's, and
+	// is gone at the grant's own revision.
+	at := func(rev int64) int64 {
+		t.Helper()
+		r, err := env.Etcd.Get(ctx, waitKey, clientv3.WithRev(rev), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Count
+	}
+	if grantRev <= queued.Header.Revision {
+		t.Fatalf("granted at revision %d, before the queue key was put at %d", grantRev, queued.Header.Revision)
+	}
+	if before, after := at(grantRev-1), at(grantRev); before != 1 || after != 0 {
+		t.Fatalf("queue key present %d time(s) at revision %d and %d at the grant's revision %d: want deleted by the grant Txn itself",
+			before, grantRev-1, after, grantRev)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -77,30 +79,85 @@ func TestStaleReleaseCheckCatchesUnconditionalDelete(t *testing.T) {
 	}
 }
 
+// A release naming a token of an earlier epoch never ends a hold of the
+// current one, even one last written at the same revision: the epoch is
+// advanced for real (as an operator would), so the forged release is sent.
 func TestReleaseOfAnEarlierEpochDeletesNothing(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
+	const key = "team-a/epoch/1"
 	c := devenvtest.Client(t, env, "demo")
-	s := devenvtest.Session(t, c, "")
-	h, err := s.TryLock(ctx, "team-a/epoch/1", noFence)
+	s := devenvtest.Session(t, c, "") // kept alive; grants and releases are raw
+	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+	acquire := func() token.Token {
+		t.Helper()
+		r, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token.Token(r.Token.Value)
+	}
+	release := func(tok token.Token) bool {
+		t.Helper()
+		r, err := raw(c).Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.ID(), Token: uint64(tok)})
+		if err != nil {
+			t.Fatalf("release with token %v: %v", tok, err)
+		}
+		return r.GetReleased()
+	}
+
+	st, err := admin.Status(ctx, &adminv1.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Same revision, previous epoch: must not match the hold.
-	forged := uint64(h.Token()) - 1<<48
-	if forged>>48 != 0 {
-		r, err := raw(c).Release(ctx, &lockv1.ReleaseRequest{Key: "team-a/epoch/1", SessionId: s.ID(), Token: forged})
-		if err != nil || r.GetReleased() {
-			t.Fatalf("release with an earlier epoch's token: released=%v err=%v", r.GetReleased(), err)
+	old := acquire()
+	if old.Epoch() != st.GetEpoch() {
+		t.Fatalf("granted %v in epoch %d", old, st.GetEpoch())
+	}
+	adv, err := admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "test: an earlier epoch's release"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adv.GetEpoch() <= st.GetEpoch() || adv.GetDeletedHolds() != 1 {
+		t.Fatalf("advance from epoch %d = %v, want a later epoch and the one hold deleted", st.GetEpoch(), adv)
+	}
+	cur := acquire()
+	if cur.Epoch() != adv.GetEpoch() {
+		t.Fatalf("granted %v after advancing to epoch %d", cur, adv.GetEpoch())
+	}
+	stillHeld := func(why string) {
+		t.Helper()
+		resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].ModRevision != cur.Revision() || resp.Kvs[0].Lease != s.ID() {
+			t.Fatalf("%s deleted or changed the current hold (%v, err %v)", why, resp, err)
 		}
 	}
-	// A token of another revision does not match either.
-	r, err := raw(c).Release(ctx, &lockv1.ReleaseRequest{Key: "team-a/epoch/1", SessionId: s.ID(), Token: uint64(h.Token()) + 1})
-	if err != nil || r.GetReleased() {
-		t.Fatalf("release with a wrong revision: released=%v err=%v", r.GetReleased(), err)
+
+	// Same session, same revision as the current hold, earlier epoch: the
+	// release Txn alone (hold revision, lease, epoch record) would match.
+	forged, err := token.Mint(old.Epoch(), cur.Revision())
+	if err != nil {
+		t.Fatal(err)
 	}
-	resp, _ := env.Etcd.Get(ctx, lockkey.HoldKey("team-a/epoch/1"), clientv3.WithCountOnly())
-	if resp.Count != 1 {
-		t.Fatal("hold was deleted by a release that did not name it")
+	if release(forged) {
+		t.Fatalf("a release naming %v (an earlier epoch) ended the hold granted as %v", forged, cur)
+	}
+	stillHeld("a release with an earlier epoch's token")
+	// The earlier epoch's real token, delivered late.
+	if release(old) {
+		t.Fatalf("a late release of %v ended the hold granted as %v", old, cur)
+	}
+	stillHeld("a late release of the earlier epoch's grant")
+	// A token of another revision does not match either.
+	if release(cur + 1) {
+		t.Fatal("a release with a wrong revision ended the hold")
+	}
+	stillHeld("a release with a wrong revision")
+	// The control: the current token does end it.
+	if !release(cur) {
+		t.Fatalf("the release of the current grant %v deleted nothing", cur)
+	}
+	if resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("the hold survived its own release (err %v)", err)
 	}
 }

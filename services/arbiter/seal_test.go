@@ -1,13 +1,17 @@
 package arbiter_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/arbiter"
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockkey"
@@ -75,8 +79,22 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	if !st.GetSealed() || st.GetEpochClusterId() == st.GetClusterId() {
 		t.Fatalf("status of a restored cluster: sealed=%v epoch cluster %s, cluster %s", st.GetSealed(), st.GetEpochClusterId(), st.GetClusterId())
 	}
-	// A grant forged straight into etcd would still be refused by the
-	// arbiter, and an old session restored with the snapshot is refused too.
+	// A grant forged straight into etcd is refused by the arbiter: a rogue
+	// writer puts a hold record, in the arbiter's own format, on a lease of
+	// its own. Its revision is one the old cluster already issued tokens
+	// around, so honouring it could repeat a token.
+	forged, rogue := forgeHold(t, ctx, restored, "team-a/dr/forged", "other", st.GetEpoch())
+	if forged > highest {
+		t.Fatalf("forged token %v is above the old cluster's highest %v: the test would prove nothing", forged, highest)
+	}
+	t.Logf("forged hold at %v; the old cluster issued this very token: %v", forged, slices.Contains(issued, forged))
+	_, err = raw(demo).ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: "team-a/dr/forged", Token: uint64(forged)})
+	wantReason(t, err, lockv1.ErrorReason_SEALED)
+	_, err = raw(demo).Inspect(ctx, &lockv1.InspectRequest{Key: "team-a/dr/forged"})
+	wantReason(t, err, lockv1.ErrorReason_SEALED)
+	_, err = raw(devenvtest.Client(t, restored, "other")).Release(ctx, &lockv1.ReleaseRequest{Key: "team-a/dr/forged", SessionId: rogue, Token: uint64(forged)})
+	wantReason(t, err, lockv1.ErrorReason_SEALED)
+	// An old session restored with the snapshot is refused too.
 	_, err = raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/dr/new", SessionId: s.ID()})
 	wantReason(t, err, lockv1.ErrorReason_SEALED)
 
@@ -113,7 +131,13 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	}
 	left, _ := restored.Etcd.Get(ctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if left.Count != 0 {
-		t.Fatalf("%d restored holds survived the advance", left.Count)
+		t.Fatalf("%d restored or forged holds survived the advance", left.Count)
+	}
+	// The forged grant went with the advance, and its token is of an
+	// earlier epoch for good.
+	v, err := raw(demo).ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: "team-a/dr/forged", Token: uint64(forged)})
+	if err != nil || v.GetValid() || v.GetState() != lockv1.TokenState_TOKEN_STATE_EARLIER_EPOCH {
+		t.Fatalf("the forged token after the advance: %v %v, want EARLIER_EPOCH", v, err)
 	}
 
 	if got := serving(); got != healthpb.HealthCheckResponse_SERVING {
@@ -136,4 +160,73 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 		}
 		t.Logf("revision %d is behind the old %d, yet the token is higher: %v > %v", h.Token().Revision(), highest.Revision(), h.Token(), highest)
 	}
+}
+
+// On a cluster that is not sealed, a hold forged into etcd is not refused:
+// the arbiter cannot tell it from a grant it made (the defence is that only
+// arbiters hold an etcd write credential, ADR-18). What it does guarantee:
+// it never grants the key over the forged hold, another session's release
+// naming its token never ends it, and an epoch advance removes it.
+func TestAHoldForgedIntoALiveClusterIsNeverGrantedOver(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	const key = "team-a/forged/1"
+	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+	st, err := admin.Status(ctx, &adminv1.StatusRequest{})
+	if err != nil || st.GetSealed() {
+		t.Fatalf("status: %v %v, want an unsealed cluster", st, err)
+	}
+	forged, rogue := forgeHold(t, ctx, env, key, "other", st.GetEpoch())
+	demo := devenvtest.Client(t, env, "demo")
+	s := devenvtest.Session(t, demo, "")
+
+	_, err = raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+	wantReason(t, err, lockv1.ErrorReason_CONTENDED)
+	r, err := raw(demo).Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.ID(), Token: uint64(forged)})
+	if err != nil || r.GetReleased() {
+		t.Fatalf("another session's release of the forged token: released=%v err=%v", r.GetReleased(), err)
+	}
+	hold, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil || len(hold.Kvs) != 1 || hold.Kvs[0].ModRevision != forged.Revision() || hold.Kvs[0].Lease != rogue {
+		t.Fatalf("the forged hold was changed: %v (err %v)", hold.Kvs, err)
+	}
+	// Not refused: say what the arbiter makes of it.
+	v, verr := raw(demo).ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: key, Token: uint64(forged)})
+	in, ierr := raw(demo).Inspect(ctx, &lockv1.InspectRequest{Key: key})
+	t.Logf("a forged hold on a live cluster: ValidateToken %s valid=%v (err %v); Inspect held=%v by %s (err %v)",
+		v.GetState(), v.GetValid(), verr, in.GetHeld(), in.GetHolder().GetIdentity(), ierr)
+
+	adv, err := admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "test: remove a forged hold"})
+	if err != nil || adv.GetDeletedHolds() != 1 {
+		t.Fatalf("advance: %v %v, want the forged hold deleted", adv, err)
+	}
+	g, err := raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := token.Token(g.Token.Value); tok <= forged || tok.Epoch() != adv.GetEpoch() {
+		t.Fatalf("granted %v after the advance to epoch %d; the forged hold was %v", tok, adv.GetEpoch(), forged)
+	}
+}
+
+// forgeHold writes a hold of key straight into env's etcd, as a rogue writer
+// with etcd credentials would: the arbiter's record format, claiming the
+// named development identity, on a lease of the rogue's own. It returns the
+// token such a grant would carry in epoch ep, and the lease.
+func forgeHold(t *testing.T, ctx context.Context, env *devenv.Env, key, who string, ep uint32) (token.Token, int64) {
+	t.Helper()
+	lease, err := env.Etcd.Grant(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := arbiter.EncodeHold(env.Profile.Identities[who].SPIFFEID, int64(lease.ID), class.DefaultName, time.Now().UTC())
+	put, err := env.Etcd.Put(ctx, lockkey.HoldKey(key), rec, clientv3.WithLease(lease.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := token.Mint(ep, put.Header.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, int64(lease.ID)
 }

@@ -3,35 +3,59 @@ package arbiter_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/arbiter"
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/reason"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
-// With the poll effectively off, only the watch on the hold key can wake a
-// waiter: it must, from the failed Txn's revision on.
+// Only the watch on the hold key can wake a waiter whose key is released
+// through another arbiter: that arbiter has no waiter to hand the key to,
+// so its release is a plain delete, and the waiter's own arbiter polls once
+// an hour. Each wait ends long before the poll could fire, so a waiter that
+// is granted was woken by the watch, from its refused Txn's revision on.
 func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
-	ctx := ctxT(t, 30*time.Second)
-	a := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
-	b := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+	const poll = time.Hour
+	env := devenvtest.Start(t, devenv.Options{PollInterval: poll})
+	ctx := ctxT(t, time.Minute)
+	other := secondArbiter(t, env, poll)
+	// The holder works through the other arbiter, the waiter through env's.
+	a := devenvtest.Session(t, other.client(t, "demo"), "")
+	bc := devenvtest.Client(t, env, "other")
+	b := devenvtest.Session(t, bc, "")
 	for i := 0; i < 5; i++ {
 		key := fmt.Sprintf("team-a/watch/%d", i)
 		h, err := a.TryLock(ctx, key, noFence)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
+		// One Acquire, no client retries: a retry's first attempt would
+		// find the key free without any wake-up. Its deadline is far
+		// inside the poll interval, so only the watch can end it granted.
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		got := make(chan *lockv1.AcquireResponse, 1)
+		failed := make(chan error, 1)
 		go func() {
-			_, err := b.Lock(ctx, key, noFence)
-			got <- err
+			defer cancel()
+			r, err := raw(bc).Acquire(wctx, &lockv1.AcquireRequest{Key: key, SessionId: b.ID(), Wait: true})
+			if err != nil {
+				failed <- err
+				return
+			}
+			got <- r
 		}()
 		// Release only once b's refused Txn has happened, or the watch
 		// would start after the delete and the test would prove nothing.
@@ -39,10 +63,99 @@ func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-got; err != nil {
-			t.Fatalf("waiter %d: %v", i, err)
+		var r *lockv1.AcquireResponse
+		select {
+		case r = <-got:
+		case err := <-failed:
+			t.Fatalf("waiter %d was not woken by the release on another arbiter (poll every %s): %v", i, poll, err)
+		}
+		resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != b.ID() || resp.Kvs[0].ModRevision != int64(r.Token.Revision) {
+			t.Fatalf("waiter %d was answered %v but the hold is %v (err %v)", i, r.Token, resp.Kvs, err)
+		}
+		if _, err := raw(bc).Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: b.ID(), Token: r.Token.Value}); err != nil {
+			t.Fatal(err)
 		}
 	}
+	// Nothing was handed over in a release Txn: every grant was the
+	// waiter's own attempt after its watch saw the delete.
+	if n := counter(t, env, "lockplane_handoffs_total"); n != 0 {
+		t.Fatalf("%v handoffs: the release was not on the other arbiter", n)
+	}
+}
+
+// peer is a second arbiter on env's etcd cluster, with its own etcd client
+// and gRPC server, as another replica behind Envoy would be.
+type peer struct {
+	env  *devenv.Env
+	addr string
+}
+
+// secondArbiter starts a peer of env's arbiter, stopped with the test.
+func secondArbiter(t *testing.T, env *devenv.Env, poll time.Duration) *peer {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: env.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	src, err := env.Profile.Source("arbiter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := identity.ID(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := arbiter.New(arbiter.Config{
+		Etcd: cli, Cluster: "embedded", Self: self, Classes: class.NewStatic(devenvtest.Fast),
+		IsOperator:   arbiter.OperatorPathPrefix(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), "/operator/"),
+		OpTimeout:    time.Second,
+		PollInterval: poll,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go a.Run(ctx)
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	if err := a.Ready(rctx); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := identity.ServerCredentials(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	a.Register(srv)
+	go srv.Serve(lis)
+	t.Cleanup(func() { a.Drain(); srv.Stop() })
+	return &peer{env: env, addr: lis.Addr().String()}
+}
+
+// client dials the peer as the named development identity.
+func (p *peer) client(t *testing.T, name string) *lockclient.Client {
+	t.Helper()
+	src, err := p.env.Profile.Source(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := lockclient.Dial(lockclient.Config{Target: p.addr, Identity: src, ServerID: p.env.Profile.ServerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	return c
 }
 
 // waitForWaits blocks until waiters have begun waiting n times since the
