@@ -57,6 +57,9 @@ func init() {
 		// A cluster that has a record keeps it (a second up, or an adopted
 		// cluster); one without gets an epoch allocated from the coord
 		// cluster, which cannot repeat a token whatever the cluster held.
+		// Only a coord cluster with no epoch records at all is anchored
+		// here, above Above: one whose records are another cluster's (a
+		// restore) is the operator's to anchor.
 		Create: func(ctx context.Context, _ *Env, in *EtcdEpochInputs) (string, map[string]any, error) {
 			coord, target, err := in.clients()
 			if err != nil {
@@ -76,7 +79,7 @@ func init() {
 				return "", nil, fmt.Errorf("read the coord cluster's epoch records: %w", err)
 			}
 			if !rec.Initialised {
-				if err := epoch.Initialise(ctx, coord, uint32(in.Above)); err != nil {
+				if _, err := epoch.Anchor(ctx, coord, uint32(in.Above)); err != nil {
 					return "", nil, err
 				}
 			}
@@ -86,6 +89,13 @@ func init() {
 			}
 			return in.Cluster, map[string]any{"epoch": int(adv.Epoch), "adopted": false}, nil
 		},
+		// New certificates or endpoints reach the same cluster: nothing to
+		// do, and never a second bootstrap (only a new cluster name is a
+		// new resource).
+		Update: func(_ context.Context, _ *Env, _ string, _, _ *EtcdEpochInputs, st map[string]any) (map[string]any, error) {
+			return st, nil
+		},
+		Replaces: []string{"cluster"},
 		Read: func(ctx context.Context, _ *Env, _ string, in *EtcdEpochInputs, st map[string]any) (map[string]any, error) {
 			_, target, err := in.clients()
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sort"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/reason"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/lockplane/lockplane/services/shardmap"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -88,14 +91,14 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 			out.Epoch, out.EpochClusterId, out.MapVersion = st.Epoch, st.ClusterID, st.MapVersion
 			out.Sealed = st.Sealed(resp.Header.ClusterId)
 			if out.Quorum {
-				a.epochs.set(st)
+				a.epochs.set(st, at(resp.Header))
 				a.observeHeader(resp.Header)
 			}
 		}
 	} else {
 		out.EpochMissing, out.Sealed = true, true
 		if out.Quorum {
-			a.epochs.setMissing(resp.Header.Revision)
+			a.epochs.setMissing(at(resp.Header))
 			a.observeHeader(resp.Header)
 		}
 	}
@@ -127,69 +130,38 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if err != nil {
 		return nil, err
 	}
-	// One deadline for the whole advance: its reads, the allocation on the
-	// coord cluster and the Txn on the cluster advanced.
-	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 3*a.cfg.OpTimeout)
+	// One deadline for the whole advance: its reads, the anchor and the
+	// allocation on the coord cluster, the Txn on the cluster advanced.
+	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), time.Duration(6+len(s.shards()))*a.cfg.OpTimeout)
 	defer cancel()
 	coord := s.a
 	rec, err := epoch.ReadRecorded(octx, coord.etcd)
 	if err != nil {
-		return nil, coord.etcdFailure(ctx, err)
+		return nil, advanceFailure(coord, ctx, err)
 	}
-	switch {
-	case req.Above != nil && rec.Initialised:
-		return nil, invalidArgument("above", fmt.Sprintf("is only for a coord cluster with no epoch records; this one has allocated up to epoch %d, "+
-			"and every new epoch exceeds that already", rec.Highest))
-	case req.Above == nil && !rec.Initialised && a != coord:
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
-			"the coord cluster has no epoch records (new, or rebuilt empty): advance the coord cluster first, with --above", "cause", "no_epoch_record")
-	case req.Above == nil && !rec.Initialised:
-		return nil, invalidArgument("above", "is required: the coord cluster has no epoch records, so it is new or was rebuilt empty, "+
-			"and only an operator knows the highest epoch the region served: take it from the audit archive, a snapshot manifest, "+
-			"or the highest fencing token stored at a fenced resource shifted right by 48 bits (0 for a new region)")
-	case req.Above != nil:
-		// A coord cluster rebuilt empty beside live shards: start above
-		// every shard's own record too.
-		above := req.GetAbove()
-		if s.router != nil {
-			for _, sh := range s.router.shards {
-				if st, found, err := epoch.Read(octx, sh.etcd); err == nil && found {
-					above = max(above, st.Epoch)
-				}
-			}
-		}
-		if err := epoch.Initialise(octx, coord.etcd, above); err != nil {
-			return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
-		}
-		a.log.Info("epoch allocation initialised", "above", above, "by", caller.String())
+	if err := s.anchor(octx, caller, a, rec, req); err != nil {
+		return nil, advanceFailure(coord, ctx, err)
 	}
 	ch := epoch.Change{Cluster: a.cfg.Cluster, Expected: req.GetExpectedEpoch(),
 		Reason: fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339))}
 	if a != coord {
-		// A shard's record may come from a snapshot older than its last
-		// advance; and one rebuilt empty must be stamped with the map
-		// version it serves under.
-		if ch.Floor, err = epoch.Highest(octx, coord.etcd, a.cfg.Cluster); err != nil {
-			return nil, coord.etcdFailure(ctx, err)
-		}
+		// A shard rebuilt empty must be stamped with the map version it
+		// serves under, or every grant routed to it is refused MOVING.
 		m, _, found, err := shardmap.Load(octx, coord.etcd)
 		if err != nil {
-			return nil, coord.etcdFailure(ctx, err)
+			return nil, advanceFailure(coord, ctx, err)
 		}
 		if found && slices.Contains(m.Shards, a.cfg.Cluster) {
 			ch.MapVersion = m.Version
 		}
 	}
 	adv, err := epoch.Advance(octx, coord.etcd, a.etcd, ch)
-	switch {
-	case errors.Is(err, epoch.ErrChanged):
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
-	case errors.Is(err, epoch.ErrUninitialised):
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, err.Error(), "cause", "no_epoch_record")
-	case err != nil:
-		return nil, a.etcdFailure(ctx, err)
+	if err != nil {
+		return nil, advanceFailure(a, ctx, err)
 	}
-	a.epochs.set(adv.State)
+	if id, err := strconv.ParseUint(adv.ClusterID, 16, 64); err == nil {
+		a.epochs.set(adv.State, obs{id, adv.Revision})
+	}
 	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "from", adv.Previous, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
 		"deleted_holds", adv.DeletedHolds, "deleted_waiters", adv.DeletedWaiters)
 	// Re-check the seal against the cluster now serving.
@@ -198,6 +170,87 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 		Epoch: adv.Epoch, PreviousEpoch: adv.Previous, ClusterId: adv.ClusterID, DeletedHolds: adv.DeletedHolds,
 		DeletedWaiters: adv.DeletedWaiters, Revision: adv.Revision,
 	}, nil
+}
+
+// anchor checks the advance against the coord cluster's allocation
+// records: a coord cluster that is new, rebuilt empty or restored (its
+// records not its own) takes the operator's floor, raised to every live
+// shard's epoch, before anything is allocated; above is refused otherwise.
+// The target's expected epoch is checked first, so a refused advance
+// anchors nothing.
+func (s *adminServer) anchor(ctx context.Context, caller spiffeid.ID, target *Arbiter, rec epoch.Recorded, req *adminv1.AdvanceEpochRequest) error {
+	coord := s.a
+	switch {
+	case req.Above != nil && rec.Anchored:
+		return invalidArgument("above", fmt.Sprintf("is only for a coord cluster that is new, rebuilt empty or restored; this one's allocation records are its own "+
+			"(highest epoch %d) and every new epoch exceeds them already: advance without --above", rec.Highest))
+	case rec.Anchored:
+		return nil
+	case target != coord:
+		cmd := "lockctl epoch advance --expected 0 --above N --reason ..."
+		if rec.Initialised {
+			cmd = "lockctl epoch advance --expected E --above N --reason ..., E the epoch lockctl status shows"
+		}
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
+			fmt.Sprintf("the coord cluster's epoch allocation is not anchored (it is new, rebuilt empty or restored): advance the coord cluster first (%s), then %s", cmd, target.cfg.Cluster),
+			"cause", "coord_not_anchored")
+	case req.Above == nil:
+		state := "has no epoch records, so it is new or was rebuilt empty"
+		if rec.Initialised {
+			state = "holds allocation records written by another etcd cluster, so it was restored from a snapshot and may have allocated epochs since"
+		}
+		return invalidArgument("above", "is required: the coord cluster "+state+", and only an operator knows the highest epoch the region served: "+
+			"take the highest of the audit archive, the newest snapshot manifest, and the highest fencing token stored at a fenced resource "+
+			"shifted right by 48 bits (0 only for a new region); see docs/epochs.md")
+	}
+	// The target's expected epoch first: a refused advance anchors nothing.
+	if st, found, err := epoch.Read(ctx, target.etcd); err != nil {
+		return err
+	} else if !found && req.GetExpectedEpoch() != 0 || found && st.Epoch != req.GetExpectedEpoch() {
+		return fmt.Errorf("%w: cluster %s: expected epoch %d, found %d (0: no record)", epoch.ErrChanged, target.cfg.Cluster, req.GetExpectedEpoch(), st.Epoch)
+	}
+	above := req.GetAbove()
+	for _, name := range s.shards() {
+		st, found, err := epoch.Read(ctx, s.router.shards[name].etcd)
+		if err != nil {
+			return refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
+				fmt.Sprintf("shard %s's epoch could not be read (%v): the coord cluster is anchored above every live shard's epoch, so every shard must answer", name, err),
+				"shard", name)
+		}
+		if found {
+			above = max(above, st.Epoch)
+		}
+	}
+	if _, err := epoch.Anchor(ctx, coord.etcd, above); err != nil {
+		return err
+	}
+	coord.log.Info("epoch allocation anchored", "above", above, "operator_floor", req.GetAbove(), "by", caller.String())
+	return nil
+}
+
+// shards names the Router's entity shards; none for a lone Arbiter.
+func (s *adminServer) shards() []string {
+	if s.router == nil {
+		return nil
+	}
+	return s.router.shardNames()
+}
+
+// advanceFailure maps an advance's error: a precondition (the epoch moved,
+// the coord cluster not anchored, an unreadable record) is said as such;
+// only a failure to reach etcd is NO_QUORUM.
+func advanceFailure(a *Arbiter, ctx context.Context, err error) error {
+	switch {
+	case reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+		return err
+	case errors.Is(err, epoch.ErrChanged):
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+	case errors.Is(err, epoch.ErrUninitialised), errors.Is(err, epoch.ErrCoordRestored):
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, err.Error(), "cause", "coord_not_anchored")
+	case errors.Is(err, epoch.ErrInvalid):
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+	}
+	return a.etcdFailure(ctx, err)
 }
 
 // ShardMap implements adminv1.AdminServiceServer.

@@ -25,7 +25,7 @@ func oneMember(t testing.TB, ctx context.Context) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	// A new cluster: the bootstrap step lockplane up and dev take.
-	if err := epoch.Initialise(ctx, cli, 0); err != nil {
+	if _, err := epoch.Anchor(ctx, cli, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := epoch.Bootstrap(ctx, cli, cli, "default", 0); err != nil {

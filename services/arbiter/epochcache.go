@@ -10,20 +10,45 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )
 
 // epochCache holds the epoch record and the cluster ID etcd last reported.
-// Grants compare the record's revision in their own transaction, so a stale
-// cache can delay a grant but never mint a token under the wrong epoch.
-// A cluster with no record is sealed: the cache never invents one.
+// Grants compare the record itself in their own transaction, so a stale
+// cache can delay a grant but never mint a token under a record that is
+// not the current one. A cluster with no record is sealed: the cache never
+// invents one.
+//
+// Observations (reads, watch events, the arbiter's own writes) arrive out
+// of order; each carries the revision and cluster it was made at, and an
+// older one never replaces a newer. A linearizable read below a revision
+// already observed on the same cluster ID means the revisions went
+// backwards: a cluster restored or rebuilt that kept its ID. That seals
+// too, until a record newer than the regression is observed.
 type epochCache struct {
 	mu        sync.Mutex
 	st        epoch.State
 	loaded    bool
-	missing   bool // the last read or watch event found no record
-	clusterID uint64
+	missing   bool   // the newest observation found no (readable) record
+	clusterID uint64 // the cluster ID etcd last reported
+	asOf      obs    // the observation the cached state is from
+	regressed int64  // nonzero: the revision at which revisions went backwards
+}
+
+// obs is where an observation was made: a revision of a cluster.
+type obs struct {
+	cluster uint64
+	rev     int64
+}
+
+func at(h *etcdserverpb.ResponseHeader) obs { return obs{h.GetClusterId(), h.GetRevision()} }
+
+// newer reports whether o may replace the cached state: it is from another
+// cluster (rebuilt or restored: the seal decides) or not older.
+func (c *epochCache) newer(o obs) bool {
+	return !c.loaded || o.cluster != c.asOf.cluster || o.rev >= c.asOf.rev
 }
 
 func (c *epochCache) get() (epoch.State, bool) {
@@ -32,21 +57,35 @@ func (c *epochCache) get() (epoch.State, bool) {
 	return c.st, c.loaded
 }
 
-func (c *epochCache) set(st epoch.State) {
+// set caches a record observed at o.
+func (c *epochCache) set(st epoch.State, o obs) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.loaded || c.missing || st.ModRevision >= c.st.ModRevision || st.ClusterID != c.st.ClusterID {
-		c.st, c.loaded, c.missing = st, true, false
+	if !c.newer(o) {
+		return
+	}
+	c.st, c.loaded, c.missing, c.asOf = st, true, false, o
+	if c.regressed != 0 && st.ModRevision > c.regressed {
+		c.regressed = 0 // written after the regression: the operator's advance
 	}
 }
 
-// setMissing records that the cluster has no epoch record as of rev (0:
-// unknown), unless a record newer than rev is cached.
-func (c *epochCache) setMissing(rev int64) {
+// setMissing records that the cluster had no (readable) record at o.
+func (c *epochCache) setMissing(o obs) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if rev == 0 || !c.loaded || c.st.ModRevision <= rev {
-		c.loaded, c.missing = true, true
+	if c.newer(o) {
+		c.loaded, c.missing, c.asOf = true, true, o
+	}
+}
+
+// linearizable notes a linearizable read made at o: below what was already
+// observed on the same cluster ID, the revisions went backwards.
+func (c *epochCache) linearizable(o obs) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded && o.cluster == c.asOf.cluster && o.rev < c.asOf.rev {
+		c.regressed, c.asOf = o.rev, o
 	}
 }
 
@@ -68,13 +107,20 @@ func (c *epochCache) sealed() bool {
 }
 
 func (c *epochCache) sealedLocked() bool {
-	return c.loaded && (c.missing || c.clusterID != 0 && c.st.Sealed(c.clusterID))
+	return c.loaded && (c.missing || c.regressed != 0 || c.clusterID != 0 && c.st.Sealed(c.clusterID))
 }
 
-func (c *epochCache) isMissing() bool {
+// cause says why a sealed cluster is sealed, for the error's metadata.
+func (c *epochCache) cause() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.loaded && c.missing
+	switch {
+	case c.missing:
+		return "no_epoch_record"
+	case c.regressed != 0:
+		return "revision_regressed"
+	}
+	return "cluster_id_changed"
 }
 
 // epochFor returns the current epoch, loading it on first use, or SEALED
@@ -99,18 +145,23 @@ func (a *Arbiter) sealedErr(st epoch.State) error {
 	if a.shardOf {
 		flag = " --cluster " + a.cfg.Cluster
 	}
-	if a.epochs.isMissing() {
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
-			fmt.Sprintf("cluster %s has no epoch record: it was rebuilt empty, its record was deleted, or it was never bootstrapped; "+
-				"no grants until an operator advances its epoch to one allocated from the coord cluster "+
-				"(lockctl epoch advance%s --expected 0 --reason ...)", a.cfg.Cluster, flag),
-			"cause", "no_epoch_record", "cluster", a.cfg.Cluster)
-	}
-	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
-		fmt.Sprintf("cluster %s's etcd cluster ID differs from the one epoch %d was minted for: it is a restored or rebuilt cluster; "+
+	cause := a.epochs.cause()
+	var msg string
+	switch cause {
+	case "no_epoch_record":
+		msg = fmt.Sprintf("cluster %s has no epoch record: it was rebuilt empty, its record was deleted, or it was never bootstrapped; "+
+			"no grants until an operator advances its epoch to one allocated from the coord cluster "+
+			"(lockctl epoch advance%s --expected 0 --reason ...)", a.cfg.Cluster, flag)
+	case "revision_regressed":
+		msg = fmt.Sprintf("cluster %s's revisions went backwards under the same cluster ID: it was restored or rebuilt keeping its ID, "+
+			"so its tokens could repeat; no grants until an operator advances its epoch (lockctl epoch advance%s --expected %d --reason ...)",
+			a.cfg.Cluster, flag, st.Epoch)
+	default:
+		msg = fmt.Sprintf("cluster %s's etcd cluster ID differs from the one epoch %d was minted for: it is a restored or rebuilt cluster; "+
 			"no grants until an operator advances the epoch (lockctl epoch advance%s --expected %d --reason ...)",
-			a.cfg.Cluster, st.Epoch, flag, st.Epoch),
-		"cause", "cluster_id_changed", "cluster", a.cfg.Cluster, "epoch_cluster_id", st.ClusterID)
+			a.cfg.Cluster, st.Epoch, flag, st.Epoch)
+	}
+	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, msg, "cause", cause, "cluster", a.cfg.Cluster)
 }
 
 // reloadEpoch reads the record, and the cluster ID with it, in one read.
@@ -127,20 +178,26 @@ func (a *Arbiter) readEpoch(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, a.etcdFailure(ctx, err)
 	}
-	if len(resp.Kvs) == 0 {
-		a.epochs.setMissing(0)
-	} else {
-		st, err := epoch.Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-		if err != nil {
-			// An unreadable record is as good as none: sealed, and said.
-			a.log.Error("the epoch record is unreadable; the cluster is sealed", "err", err)
-			a.epochs.setMissing(0)
-		} else {
-			a.epochs.set(st)
-		}
-	}
+	a.epochs.linearizable(at(resp.Header))
+	a.cacheRecord(resp.Kvs, at(resp.Header))
 	a.observeHeader(resp.Header)
 	return resp.Header.Revision, nil
+}
+
+// cacheRecord caches what a read of the epoch key found at o. An
+// unreadable record is as good as none: sealed, and said.
+func (a *Arbiter) cacheRecord(kvs []*mvccpb.KeyValue, o obs) {
+	if len(kvs) == 0 {
+		a.epochs.setMissing(o)
+		return
+	}
+	st, err := epoch.Decode(kvs[0].Value, kvs[0].ModRevision)
+	if err != nil {
+		a.log.Error("the epoch record is unreadable; the cluster is sealed until an advance with --expected 0", "cluster", a.cfg.Cluster, "err", err)
+		a.epochs.setMissing(o)
+		return
+	}
+	a.epochs.set(st, o)
 }
 
 func (a *Arbiter) observeHeader(h *etcdserverpb.ResponseHeader) bool {
@@ -170,14 +227,13 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 			}
 			a.observeHeader(&wr.Header)
 			for _, ev := range wr.Events {
+				o := obs{wr.Header.ClusterId, ev.Kv.ModRevision}
 				switch ev.Type {
 				case clientv3.EventTypePut:
-					if next, err := epoch.Decode(ev.Kv.Value, ev.Kv.ModRevision); err == nil {
-						a.epochs.set(next)
-						a.log.Info("epoch record changed", "cluster", a.cfg.Cluster, "epoch", next.Epoch, "cluster_id", next.ClusterID)
-					}
+					a.cacheRecord([]*mvccpb.KeyValue{ev.Kv}, o)
+					a.log.Info("epoch record changed", "cluster", a.cfg.Cluster)
 				case clientv3.EventTypeDelete:
-					a.epochs.setMissing(ev.Kv.ModRevision)
+					a.epochs.setMissing(o)
 					a.log.Error("the epoch record was deleted; the cluster is sealed until an operator advances its epoch", "cluster", a.cfg.Cluster)
 				}
 			}
@@ -185,4 +241,12 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 		}
 		cancel()
 	}
+}
+
+// epochIs is the compare every grant, handoff and release carries: the
+// epoch record is byte for byte the one the token is minted under. Every
+// record is unique (its epoch is allocated once, with its time), so not
+// even a restored or rewritten record at the same revision passes.
+func epochIs(st epoch.State) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(st.Raw))
 }

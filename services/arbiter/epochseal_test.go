@@ -74,8 +74,8 @@ func wantSealedNoRecord(t *testing.T, err error, tok token.Token) {
 		t.Fatalf("granted epoch %d revision %d with no epoch record: the cluster recreated one instead of sealing", tok.Epoch(), tok.Revision())
 	}
 	wantReason(t, err, lockv1.ErrorReason_SEALED)
-	if !strings.Contains(err.Error(), "no epoch record") || !strings.Contains(err.Error(), "--expected 0") {
-		t.Fatalf("the seal does not say the record is missing and what ends it: %v", err)
+	if _, meta := reason.Info(err); meta["cause"] != "no_epoch_record" || !strings.Contains(err.Error(), "--expected 0") {
+		t.Fatalf("the seal does not say the record is missing (cause %q) and what ends it: %v", meta["cause"], err)
 	}
 }
 
@@ -106,6 +106,25 @@ func TestADeletedEpochRecordSealsUntilTheAdvance(t *testing.T) {
 			}
 			got, err := tryLockRetrying(t, s, "team-a/after/0")
 			wantSealedNoRecord(t, err, got)
+			// A restarted arbiter reads the cluster afresh (where the old
+			// one recreated the record): still sealed, still no record.
+			env.StopArbiter()
+			if err := env.StartArbiter(); err != nil {
+				t.Fatal(err)
+			}
+			demo = devenvtest.Client(t, env, "demo")
+			admin = adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+			if tc.cluster == "" {
+				// Sessions live on the coord cluster: none opens.
+				_, err = demo.Session(ctx, tc.class)
+				wantSealedNoRecord(t, err, 0)
+			} else {
+				got, err = tryLockRetrying(t, devenvtest.Session(t, demo, tc.class), "team-a/after/1")
+				wantSealedNoRecord(t, err, got)
+			}
+			if get, err := tc.etcd(env).Get(ctx, lockkey.EpochKey); err != nil || len(get.Kvs) != 0 {
+				t.Fatalf("after the arbiter restarted, %s holds %d records (err %v): it was recreated", lockkey.EpochKey, len(get.Kvs), err)
+			}
 			st, err = admin.Status(ctx, &adminv1.StatusRequest{Cluster: tc.cluster})
 			if err != nil || !st.GetEpochMissing() || !st.GetSealed() {
 				t.Fatalf("status with no record: %v (err %v), want epoch_missing and sealed", st, err)
@@ -147,6 +166,9 @@ func TestAShardRebuiltEmptySealsUntilTheAdvance(t *testing.T) {
 			got.Epoch(), got.Revision(), high.Epoch(), high.Revision())
 	}
 	wantReason(t, err, lockv1.ErrorReason_SEALED)
+	if get, err := env.ShardEtcd["a"].Get(ctx, lockkey.EpochKey); err != nil || len(get.Kvs) != 0 {
+		t.Fatalf("the rebuilt shard holds %d epoch records (err %v): one was created", len(get.Kvs), err)
+	}
 
 	st, err := admin.Status(ctx, &adminv1.StatusRequest{Cluster: "a"})
 	if err != nil || !st.GetEpochMissing() {

@@ -162,7 +162,7 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 	defer cancel()
 	resp, err := a.etcd.Txn(octx).If(
 		clientv3.Compare(clientv3.LeaseValue(holdKey), "=", clientv3.LeaseID(session)),
-		clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
+		epochIs(st),
 	).Then(clientv3.OpGet(holdKey)).Commit()
 	if err != nil {
 		return grant{}, false, a.etcdFailure(ctx, err)
@@ -216,7 +216,7 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 		a.metrics.attempted(r.labels)
 		resp, err := a.etcd.Txn(octx).If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),
-			clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
+			epochIs(st),
 			clientv3.Compare(clientv3.Value(sessKey), "=", want),
 		}, q.cmps...)...).Then(append([]clientv3.Op{
 			clientv3.OpPut(holdKey, hold, clientv3.WithLease(clientv3.LeaseID(session))),
@@ -258,14 +258,11 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	sessKVs := resp.Responses[1].GetResponseRange().Kvs
 	epochKVs := resp.Responses[2].GetResponseRange().Kvs
 
-	if len(epochKVs) == 0 {
-		// The record is gone (deleted, or the cluster rebuilt empty): sealed.
-		a.epochs.setMissing(resp.Header.Revision)
-		return grant{}, a.sealedErr(st), false
-	}
-	if epochKVs[0].ModRevision != st.ModRevision {
-		if next, err := epoch.Decode(epochKVs[0].Value, epochKVs[0].ModRevision); err == nil {
-			a.epochs.set(next)
+	if epochKVs == nil || string(epochKVs[0].Value) != string(st.Raw) {
+		a.cacheRecord(epochKVs, at(resp.Header))
+		if a.epochs.sealed() {
+			// The record is gone (deleted, or the cluster rebuilt empty).
+			return grant{}, a.sealedErr(st), false
 		}
 		return grant{}, refusal(codes.Unavailable, lockv1.ErrorReason_EPOCH_CHANGED, "the epoch changed during the grant; retry"), true
 	}

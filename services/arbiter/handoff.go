@@ -23,7 +23,7 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 	owned := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(holdKey), "=", t.Revision()),
 		clientv3.Compare(clientv3.LeaseValue(holdKey), "=", clientv3.LeaseID(session)),
-		clientv3.Compare(clientv3.ModRevision(lockkey.EpochKey), "=", st.ModRevision),
+		epochIs(st),
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()

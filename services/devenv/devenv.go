@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"log/slog"
 	"maps"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -256,8 +258,9 @@ func (e *Env) StartArbiter() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.lis, e.Arbiter, e.Addr = cancel, lis, a, lis.Addr().String()
 	go srv.Run(ctx)
-	// A restored cluster is sealed: that is its state, not a start failure.
-	if err := srv.Ready(ctx); err != nil && e.opts.RestoreFrom == "" {
+	// A sealed cluster (restored, or its record lost) is its state, not a
+	// start failure: the arbiter serves, refusing grants, until the advance.
+	if err := srv.Ready(ctx); err != nil && reason.Of(err) != lockv1.ErrorReason_SEALED {
 		cancel()
 		lis.Close()
 		return fmt.Errorf("devenv: arbiter not ready: %w", err)
@@ -370,8 +373,10 @@ func (e *Env) startShards(ctx context.Context) error {
 		initial = e.opts.Shards
 	}
 	// Shards added later are bootstrapped by the add.
+	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	for _, name := range initial {
-		if _, err := epoch.Bootstrap(ctx, e.Etcd, e.ShardEtcd[name], name, 0); err != nil {
+		if _, err := epoch.Bootstrap(bctx, e.Etcd, e.ShardEtcd[name], name, 0); err != nil {
 			return fmt.Errorf("devenv: bootstrap shard %s's epoch: %w", name, err)
 		}
 	}
@@ -382,7 +387,9 @@ func (e *Env) startShards(ctx context.Context) error {
 // bootstrapCoord starts epoch allocation on the new coord cluster and gives
 // it its first epoch.
 func (e *Env) bootstrapCoord(ctx context.Context) error {
-	if err := epoch.Initialise(ctx, e.Etcd, 0); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := epoch.Anchor(ctx, e.Etcd, 0); err != nil {
 		return fmt.Errorf("devenv: initialise epoch allocation: %w", err)
 	}
 	if _, err := epoch.Bootstrap(ctx, e.Etcd, e.Etcd, e.coordName(), 0); err != nil {

@@ -46,24 +46,26 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 	if err != nil {
 		return Advanced{}, err
 	}
+	// What is replaced: the record, or its absence. An unreadable record
+	// counts as none (the arbiter seals on it as on a missing one) and is
+	// compared byte for byte.
 	var cur *State
+	cmp := clientv3.Compare(clientv3.CreateRevision(lockkey.EpochKey), "=", 0)
 	if len(resp.Kvs) > 0 {
-		st, err := Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-		if err != nil {
-			return Advanced{}, err
+		cmp = clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(resp.Kvs[0].Value))
+		if st, err := Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision); err == nil {
+			cur = &st
 		}
-		cur = &st
 	}
 	switch {
 	case cur == nil && c.Expected != 0:
-		return Advanced{}, fmt.Errorf("%w: expected epoch %d, the cluster has no epoch record (expect 0)", ErrChanged, c.Expected)
+		return Advanced{}, fmt.Errorf("%w: cluster %s: expected epoch %d, but it has no (readable) epoch record: expect 0", ErrChanged, c.Cluster, c.Expected)
 	case cur != nil && cur.Epoch != c.Expected:
-		return Advanced{}, fmt.Errorf("%w: expected epoch %d, found %d", ErrChanged, c.Expected, cur.Epoch)
+		return Advanced{}, fmt.Errorf("%w: cluster %s: expected epoch %d, found %d", ErrChanged, c.Cluster, c.Expected, cur.Epoch)
 	}
-	floor, mapVersion, cmp := c.Floor, c.MapVersion, clientv3.Compare(clientv3.CreateRevision(lockkey.EpochKey), "=", 0)
+	floor, mapVersion := c.Floor, c.MapVersion
 	if cur != nil {
 		floor, mapVersion = max(floor, cur.Epoch), cur.MapVersion
-		cmp = clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(cur.Raw))
 	}
 	next, err := Allocate(ctx, coord, c.Cluster, floor+1)
 	if err != nil {
@@ -83,7 +85,7 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 		return Advanced{}, err
 	}
 	if !txn.Succeeded {
-		return Advanced{}, fmt.Errorf("%w: another advance committed first", ErrChanged)
+		return Advanced{}, fmt.Errorf("%w: cluster %s: its epoch record changed during the advance (another advance or a shard map stamp); read it again", ErrChanged, c.Cluster)
 	}
 	out := Advanced{
 		State:          State{Record: rec, ModRevision: txn.Header.Revision, Raw: raw},

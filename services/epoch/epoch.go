@@ -80,10 +80,10 @@ func Read(ctx context.Context, kv clientv3.KV) (st State, found bool, err error)
 func Decode(raw []byte, modRev int64) (State, error) {
 	var rec Record
 	if err := json.Unmarshal(raw, &rec); err != nil {
-		return State{}, fmt.Errorf("epoch: %s is not an epoch record: %w", lockkey.EpochKey, err)
+		return State{}, fmt.Errorf("%w: %s is not an epoch record: %v", ErrInvalid, lockkey.EpochKey, err)
 	}
 	if rec.Epoch == 0 || rec.Epoch > token.MaxEpoch || rec.ClusterID == "" {
-		return State{}, fmt.Errorf("epoch: %s holds an invalid record (epoch %d, cluster %q)", lockkey.EpochKey, rec.Epoch, rec.ClusterID)
+		return State{}, fmt.Errorf("%w: %s holds an invalid record (epoch %d, cluster %q)", ErrInvalid, lockkey.EpochKey, rec.Epoch, rec.ClusterID)
 	}
 	return State{Record: rec, ModRevision: modRev, Raw: raw}, nil
 }
