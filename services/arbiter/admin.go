@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sort"
+	"strconv"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
@@ -15,8 +15,8 @@ import (
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/reason"
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/lockplane/lockplane/services/shardmap"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )
