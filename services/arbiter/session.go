@@ -3,7 +3,6 @@ package arbiter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -128,7 +128,8 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
 	case err != nil:
 		a.metrics.renewalFailed(a.cfg.Cluster)
-		return fail(lockv1.ErrorReason_NO_QUORUM, fmt.Sprintf("no etcd quorum confirmed the renewal within %s", a.cfg.OpTimeout))
+		ferr := a.etcdFailure(ctx, err)
+		return fail(reason.Of(ferr), "renewal: "+status.Convert(ferr).Message())
 	}
 	if a.observeHeader(ka.ResponseHeader) {
 		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
