@@ -51,7 +51,7 @@ func secondRouter(t *testing.T, env *devenv.Env, shards []string, as string) *lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.Creds(creds))
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(ro.UnaryInterceptor()))
 	ro.Register(srv)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

@@ -80,7 +80,7 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 		return lease, nil
 	}
 	// Lost a race, or the session ended: ours is not needed.
-	ro.shards[shard].etcd.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(lease))
+	ro.shards[shard].discardLease(clientv3.LeaseID(lease))
 	if err != nil {
 		return 0, c.etcdFailure(ctx, err)
 	}
@@ -182,7 +182,7 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		}
 		return owned[cluster]
 	}
-	return serveKeepAlive(stream, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	return serveKeepAlive(stream, ro.coord.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		resp := ro.coord.renew(ctx, caller, session, ownedOn(""))
 		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)

@@ -59,7 +59,7 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
 	if err != nil {
 		// Do not leave an unusable lease behind; it would expire anyway.
-		a.etcd.Revoke(context.WithoutCancel(ctx), lease.ID)
+		a.discardLease(lease.ID)
 		return 0, a.etcdFailure(ctx, err)
 	}
 	if a.observeHeader(put.Header) {
@@ -69,19 +69,31 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 	return int64(lease.ID), nil
 }
 
+// discardLease revokes a lease nothing will use, in the background under
+// its own deadline: the answer does not wait on tidying, which runs right
+// after a failed write, when etcd is least likely to answer.
+func (a *Arbiter) discardLease(lease clientv3.LeaseID) {
+	go func() {
+		ctx, cancel := a.opCtx(context.Background())
+		defer cancel()
+		a.etcd.Revoke(ctx, lease)
+	}()
+}
+
 // KeepAlive implements lockv1.LockServiceServer. Each request renews one
 // session through the etcd leader; a renewal the cluster cannot confirm in
 // time is answered NO_QUORUM, never with a TTL.
 func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	owned := map[int64]bool{}
-	return serveKeepAlive(stream, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	return serveKeepAlive(stream, a.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		return a.renew(ctx, caller, session, owned)
 	})
 }
 
 // serveKeepAlive answers each renewal request of one stream with renew's
-// response, for the authenticated caller, until the client closes it.
-func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
+// response, for the authenticated caller, until the client closes it. A
+// renewal's etcd requests share one deadline, budget from its arrival.
+func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Duration, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
 	ctx := stream.Context()
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -95,7 +107,7 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renew func(contex
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(renew(ctx, caller, req.GetSessionId())); err != nil {
+		if err := stream.Send(renew(withBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId())); err != nil {
 			return err
 		}
 	}

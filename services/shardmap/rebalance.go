@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
@@ -23,6 +24,14 @@ type Etcd interface {
 type Clusters struct {
 	Coord  Etcd
 	Shards map[string]Etcd
+	// OpTimeout bounds each etcd request of a change; DefaultOpTimeout
+	// when zero. The change as a whole is bounded by its caller's context.
+	OpTimeout time.Duration
+}
+
+// op bounds one etcd request (or one epoch record operation) of a change.
+func (c Clusters) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return opCtx(ctx, c.OpTimeout)
 }
 
 func (c Clusters) shard(name string) (Etcd, error) {
@@ -51,7 +60,10 @@ func Init(ctx context.Context, c Clusters, shards []string, progress func(Step))
 			return Map{}, err
 		}
 	}
-	if err := Store(ctx, c.Coord, 0, m); err != nil {
+	octx, cancel := c.op(ctx)
+	err := Store(octx, c.Coord, 0, m)
+	cancel()
+	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: init: %w", err)
 	}
 	report(progress, "stored", fmt.Sprintf("map version 1 over %s", strings.Join(shards, ", ")))
@@ -76,7 +88,9 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	if err != nil {
 		return Map{}, err
 	}
-	cur, _, found, err := Load(ctx, c.Coord)
+	octx, cancel := c.op(ctx)
+	cur, _, found, err := Load(octx, c.Coord)
+	cancel()
 	switch {
 	case err != nil:
 		return Map{}, err
@@ -90,7 +104,10 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	adding := cur
 	if cur.Adding == "" {
 		adding = Map{Version: cur.Version + 1, Shards: slices.Clone(cur.Shards), Adding: name}
-		if err := Store(ctx, c.Coord, cur.Version, adding); err != nil {
+		octx, cancel := c.op(ctx)
+		err := Store(octx, c.Coord, cur.Version, adding)
+		cancel()
+		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: %w", err)
 		}
 		report(progress, "adding", fmt.Sprintf("map version %d names %s as being added; its ranges take no new grants", adding.Version, name))
@@ -101,7 +118,9 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 		if err != nil {
 			return Map{}, err
 		}
-		st, err := epoch.Stamp(ctx, src, adding.Version)
+		octx, cancel := c.op(ctx)
+		st, err := epoch.Stamp(octx, src, adding.Version)
+		cancel()
 		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: stamp %s: %w", s, err)
 		}
@@ -109,23 +128,29 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	}
 	report(progress, "fenced", fmt.Sprintf("sources stamped with map version %d; grants routed under older maps cannot commit", adding.Version))
 	for _, s := range adding.Shards {
-		if err := drain(ctx, c.Shards[s], s, adding, progress); err != nil {
+		if err := drain(ctx, c, s, adding, progress); err != nil {
 			return Map{}, err
 		}
 	}
-	dst, err := epoch.Ensure(ctx, dest)
+	octx, cancel = c.op(ctx)
+	dst, err := epoch.Ensure(octx, dest)
+	cancel()
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %s: %w", name, err)
 	}
 	// A shard that served before (and was restored, or emptied) may have
 	// issued tokens above its record's epoch.
-	high, err := epoch.Highest(ctx, c.Coord, name)
+	octx, cancel = c.op(ctx)
+	high, err := epoch.Highest(octx, c.Coord, name)
+	cancel()
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %w", err)
 	}
 	floor = max(floor, high)
 	if dst.Epoch <= floor {
-		adv, err := epoch.AdvanceAbove(ctx, dest, dst.Epoch, floor, fmt.Sprintf("receives ranges under map version %d", adding.Version+1))
+		octx, cancel := c.op(ctx)
+		adv, err := epoch.AdvanceAbove(octx, dest, dst.Epoch, floor, fmt.Sprintf("receives ranges under map version %d", adding.Version+1))
+		cancel()
 		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: advance %s: %w", name, err)
 		}
@@ -133,7 +158,10 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	}
 	report(progress, "advanced", fmt.Sprintf("%s is at epoch %d, above every source (highest %d)", name, dst.Epoch, floor))
 	next := adding.Next()
-	if err := Store(ctx, c.Coord, adding.Version, next); err != nil {
+	octx, cancel = c.op(ctx)
+	err = Store(octx, c.Coord, adding.Version, next)
+	cancel()
+	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %w", err)
 	}
 	report(progress, "stored", fmt.Sprintf("map version %d over %s", next.Version, strings.Join(next.Shards, ", ")))
@@ -144,10 +172,13 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 // under m, then deletes the durable waiters of those ranges (their sessions
 // are leases on s, which will no longer serve them). It re-reads after
 // every deletion a watch reports; the watch is only a hint.
-func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) error {
+func drain(ctx context.Context, c Clusters, s string, m Map, progress func(Step)) error {
+	cl := c.Shards[s]
 	reported := -1
 	for {
-		resp, err := cl.Get(ctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		octx, cancel := c.op(ctx)
+		resp, err := cl.Get(octx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
 		if err != nil {
 			return fmt.Errorf("shardmap: add: list holds on %s: %w", s, err)
 		}
@@ -176,14 +207,19 @@ func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) e
 			return fmt.Errorf("shardmap: add: %d holds on moving ranges of %s remain: %w", held, s, ctx.Err())
 		}
 	}
-	resp, err := cl.Get(ctx, lockkey.WaitPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	octx, cancel := c.op(ctx)
+	resp, err := cl.Get(octx, lockkey.WaitPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
 	if err != nil {
 		return fmt.Errorf("shardmap: add: list waiters on %s: %w", s, err)
 	}
 	for _, kv := range resp.Kvs {
 		key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), lockkey.WaitPrefix), "#")
 		if m.Moving(key) {
-			if _, err := cl.Delete(ctx, string(kv.Key)); err != nil {
+			octx, cancel := c.op(ctx)
+			_, err := cl.Delete(octx, string(kv.Key))
+			cancel()
+			if err != nil {
 				return fmt.Errorf("shardmap: add: delete a waiter on %s: %w", s, err)
 			}
 		}
@@ -194,11 +230,16 @@ func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) e
 
 func stampAll(ctx context.Context, c Clusters, m Map, progress func(Step)) error {
 	for _, s := range m.Shards {
-		st, err := epoch.Stamp(ctx, c.Shards[s], m.Version)
+		octx, cancel := c.op(ctx)
+		st, err := epoch.Stamp(octx, c.Shards[s], m.Version)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("shardmap: stamp %s with version %d: %w", s, m.Version, err)
 		}
-		if err := epoch.NoteHighest(ctx, c.Coord, s, st.Epoch); err != nil {
+		octx, cancel = c.op(ctx)
+		err = epoch.NoteHighest(octx, c.Coord, s, st.Epoch)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("shardmap: record %s's epoch: %w", s, err)
 		}
 	}
