@@ -175,10 +175,12 @@ func (ro *Router) shardLeases(ctx context.Context, session int64) (map[string]in
 // coord lease and every shard lease of the session; it fails if any fails,
 // and reports the shortest TTL, so a holder's deadline covers every hold.
 func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
-	owned := map[string]map[int64]bool{}
-	ownedOn := func(cluster string) map[int64]bool {
+	// One set per cluster: only configured clusters get one, so the sets
+	// are as many as the arbiter's shards, each capped.
+	owned := map[string]*ownedSessions{}
+	ownedOn := func(cluster string) *ownedSessions {
 		if owned[cluster] == nil {
-			owned[cluster] = map[int64]bool{}
+			owned[cluster] = newOwned()
 		}
 		return owned[cluster]
 	}
@@ -194,7 +196,7 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	})
 }
 
-func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) map[int64]bool) *lockv1.KeepAliveResponse {
+func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) *ownedSessions) *lockv1.KeepAliveResponse {
 	// A linearizable read on every renewal, not a cache or a watch: a shard
 	// lease another arbiter created just before this renewal was sent must
 	// be renewed by it, or the holder's deadline (send time + TTL) would

@@ -84,7 +84,7 @@ func (a *Arbiter) discardLease(lease clientv3.LeaseID) {
 // session through the etcd leader; a renewal the cluster cannot confirm in
 // time is answered NO_QUORUM, never with a TTL.
 func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
-	owned := map[int64]bool{}
+	owned := newOwned()
 	return serveKeepAlive(stream, a.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		return a.renew(ctx, caller, session, owned)
 	})
@@ -113,18 +113,55 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Durat
 	}
 }
 
-func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned map[int64]bool) *lockv1.KeepAliveResponse {
+// maxOwned caps the sessions one stream remembers as the caller's, on
+// each cluster: a stream may name any number of sessions, and forgetting
+// one costs only an ownership read at its next renewal.
+const maxOwned = 1024
+
+// ownedSessions are the sessions a stream's caller was found to own, the
+// oldest forgotten first past maxOwned.
+type ownedSessions struct {
+	set   map[int64]struct{}
+	order []int64 // insertion order, a ring of maxOwned
+	next  int
+}
+
+func newOwned() *ownedSessions { return &ownedSessions{set: map[int64]struct{}{}} }
+
+func (o *ownedSessions) has(session int64) bool { _, ok := o.set[session]; return ok }
+
+func (o *ownedSessions) add(session int64) {
+	if o.has(session) {
+		return
+	}
+	if len(o.order) < maxOwned {
+		o.order = append(o.order, session)
+	} else {
+		// The slot's session may be gone already (or re-added since);
+		// forgetting it wrongly costs one read.
+		delete(o.set, o.order[o.next])
+		o.order[o.next] = session
+		o.next = (o.next + 1) % maxOwned
+	}
+	o.set[session] = struct{}{}
+}
+
+func (o *ownedSessions) remove(session int64) { delete(o.set, session) }
+
+func (o *ownedSessions) len() int { return len(o.set) }
+
+func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse {
 	fail := func(reason lockv1.ErrorReason, msg string) *lockv1.KeepAliveResponse {
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason, ErrorMessage: msg}
 	}
 	if session == 0 {
 		return fail(lockv1.ErrorReason_INVALID_ARGUMENT, "session_id: is required")
 	}
-	if !owned[session] {
+	if !owned.has(session) {
 		if err := a.checkOwner(ctx, caller, session); err != nil {
 			return fail(reason.Of(err), err.Error())
 		}
-		owned[session] = true
+		owned.add(session)
 	}
 	// A restored cluster's leases are as suspect as its holds: renewing them
 	// would keep alive grants the epoch advance is about to delete.
@@ -136,7 +173,7 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	ka, err := a.etcd.KeepAliveOnce(octx, clientv3.LeaseID(session))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		delete(owned, session)
+		owned.remove(session)
 		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
 	case err != nil:
 		a.metrics.renewalFailed(a.cfg.Cluster)
