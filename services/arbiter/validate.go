@@ -6,14 +6,16 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/token"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 )
 
 // ValidateToken implements lockv1.LockServiceServer: one linearizable read
-// of the hold key, compared with the token. Not atomic with any write the
+// of the hold key and the epoch record, compared with the token. Not atomic with any write the
 // caller makes afterwards; see the proto.
 func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
 	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
@@ -29,14 +31,39 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 			"namespace is over its ValidateToken rate; use a conditional write at the resource instead", "namespace", ns)
 	}
 	a.metrics.validated(r.labels)
-	st, err := a.epochFor(ctx)
-	if err != nil {
-		return nil, err
+	return a.validate(ctx, r.key, token.Token(req.GetToken()))
+}
+
+// validate reads the hold and the epoch record in one Txn, at one
+// revision, and answers from that read only: a cached epoch may lag an
+// advance, and a token of the old epoch could then match the new hold.
+func (a *Arbiter) validate(ctx context.Context, key string, t token.Token) (*lockv1.ValidateTokenResponse, error) {
+	// Creates the record on a fresh cluster; the answer, seal included,
+	// does not depend on the cached copy.
+	if _, loaded := a.epochs.get(); !loaded {
+		if err := a.reloadEpoch(ctx); err != nil {
+			return nil, err
+		}
 	}
-	t := token.Token(req.GetToken())
-	resp, err := a.readHold(ctx, r.key)
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Txn(octx).Then(clientv3.OpGet(lockkey.HoldKey(key)), clientv3.OpGet(lockkey.EpochKey)).Commit()
 	if err != nil {
-		return nil, err
+		return nil, a.etcdFailure(ctx, err)
+	}
+	holds, recs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(recs) == 0 {
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			"the cluster has no epoch record ("+lockkey.EpochKey+"); no token can be checked")
+	}
+	st, err := epoch.Decode(recs[0].Value, recs[0].ModRevision)
+	if err != nil {
+		return nil, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable epoch record: "+err.Error())
+	}
+	a.epochs.set(st)
+	a.observeHeader(resp.Header)
+	if st.Sealed(resp.Header.ClusterId) {
+		return nil, a.sealedErr(st)
 	}
 	out := &lockv1.ValidateTokenResponse{ReadRevision: resp.Header.Revision}
 	switch {
@@ -44,11 +71,11 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 		out.State = lockv1.TokenState_TOKEN_STATE_EARLIER_EPOCH
 	case t.Epoch() > st.Epoch:
 		out.State = lockv1.TokenState_TOKEN_STATE_NOT_ISSUED
-	case len(resp.Kvs) == 0:
+	case len(holds) == 0:
 		out.State = lockv1.TokenState_TOKEN_STATE_ENDED
-	case resp.Kvs[0].ModRevision == t.Revision():
+	case holds[0].ModRevision == t.Revision():
 		out.State, out.Valid = lockv1.TokenState_TOKEN_STATE_CURRENT, true
-	case resp.Kvs[0].ModRevision > t.Revision():
+	case holds[0].ModRevision > t.Revision():
 		out.State = lockv1.TokenState_TOKEN_STATE_SUPERSEDED
 	default:
 		// Held without a break since before the token's revision.
