@@ -53,11 +53,14 @@ func (a *Arbiter) admit(ctx context.Context, key, className string) (request, er
 	}
 	mv, _ := ctx.Value(mapVersionKey{}).(int64)
 	r := request{caller: caller, key: key, class: cls, mapVersion: mv, labels: labels{
-		namespace: lockkey.Namespace(key), class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}}
+		class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}}
 	if !a.cfg.Authorizer.MayLock(caller, key) {
+		// No namespace label: the key is the caller's say, not yet checked,
+		// and any workload could mint a series per denied namespace.
 		a.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
 		return request{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
 	}
+	r.labels.namespace = a.metrics.namespace(lockkey.Namespace(key))
 	// After authorization, so a caller learns nothing of a namespace it
 	// may not lock, not even its classes.
 	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {

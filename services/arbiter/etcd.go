@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,5 +21,15 @@ type Etcd interface {
 // opCtx bounds one etcd call. WithRequireLeader makes a member without a
 // leader refuse at once instead of queueing the call until it has one.
 func (a *Arbiter) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(clientv3.WithRequireLeader(ctx), a.cfg.OpTimeout)
+	return context.WithDeadline(clientv3.WithRequireLeader(ctx), a.opDeadline(ctx))
+}
+
+// opDeadline is when an etcd call sent now must be answered: OpTimeout from
+// now, or sooner when the call's etcd requests share one deadline (budget).
+func (a *Arbiter) opDeadline(ctx context.Context) time.Time {
+	d := time.Now().Add(a.cfg.OpTimeout)
+	if b, ok := ctx.Value(budgetKey{}).(time.Time); ok && b.Before(d) {
+		return b
+	}
+	return d
 }

@@ -18,6 +18,39 @@ var AllowedLabels = []string{"namespace", "class", "tier", "cluster"}
 
 type labels struct{ namespace, class, tier, cluster string }
 
+// maxNamespaceLabels caps the namespace label's values. A namespace is
+// named by an authorised caller's key, and only a policy set's grants
+// bound how many there are (AllowTrustDomain does not): past the cap,
+// further namespaces are counted together as otherNamespace.
+const maxNamespaceLabels = 256
+
+// otherNamespace cannot be a namespace: '(' is not a key character.
+const otherNamespace = "(other)"
+
+// namespaces is the set of namespace label values in use.
+type namespaces struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// namespace is ns's label value: itself while the cap allows.
+func (m *metrics) namespace(ns string) string {
+	n := &m.namespaces
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.seen[ns]; ok {
+		return ns
+	}
+	if len(n.seen) >= maxNamespaceLabels {
+		return otherNamespace
+	}
+	if n.seen == nil {
+		n.seen = map[string]struct{}{}
+	}
+	n.seen[ns] = struct{}{}
+	return ns
+}
+
 func (l labels) values() []string { return []string{l.namespace, l.class, l.tier, l.cluster} }
 
 type metrics struct {
@@ -32,8 +65,9 @@ type metrics struct {
 	validations    *prometheus.CounterVec
 	// One counter family per refusal reason: a reason label would be a
 	// fifth label, which ADR-22 does not allow.
-	refusals map[lockv1.ErrorReason]*prometheus.CounterVec
-	live     *liveCollector
+	refusals   map[lockv1.ErrorReason]*prometheus.CounterVec
+	live       *liveCollector
+	namespaces namespaces
 }
 
 func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {

@@ -200,7 +200,9 @@ func identityOf(raw []byte) string {
 func (a *Arbiter) followUsage(ctx context.Context, prefix string, of map[string]map[string]int) {
 	u, name := a.usage, a.cfg.Cluster+prefix
 	for ctx.Err() == nil {
-		resp, err := a.etcd.Get(ctx, prefix, clientv3.WithPrefix())
+		octx, cancel := a.opCtx(ctx)
+		resp, err := a.etcd.Get(octx, prefix, clientv3.WithPrefix())
+		cancel()
 		if err == nil {
 			counts := map[string]int{}
 			for _, kv := range resp.Kvs {
@@ -288,7 +290,7 @@ func (a *Arbiter) withinQuota(ctx context.Context, caller spiffeid.ID, what stri
 	n := a.usage.count(of, caller.String())
 	if n >= max*3/4-1 {
 		// Near the limit: count every write committed before this check.
-		ectx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
+		ectx, cancel := context.WithDeadline(ctx, a.opDeadline(ctx))
 		err := a.usage.exact(ectx)
 		cancel()
 		if err != nil {

@@ -110,7 +110,7 @@ func (ro *Router) shardNames() []string {
 }
 
 func (ro *Router) clusters() shardmap.Clusters {
-	c := shardmap.Clusters{Coord: ro.coord.etcd, Shards: map[string]shardmap.Etcd{}}
+	c := shardmap.Clusters{Coord: ro.coord.etcd, Shards: map[string]shardmap.Etcd{}, OpTimeout: ro.coord.cfg.OpTimeout}
 	for name, a := range ro.shards {
 		c.Shards[name] = a.etcd
 	}

@@ -3,6 +3,8 @@ package arbiter
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -77,7 +80,7 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 		return lease, nil
 	}
 	// Lost a race, or the session ended: ours is not needed.
-	ro.shards[shard].etcd.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(lease))
+	ro.shards[shard].discardLease(clientv3.LeaseID(lease))
 	if err != nil {
 		return 0, c.etcdFailure(ctx, err)
 	}
@@ -172,14 +175,16 @@ func (ro *Router) shardLeases(ctx context.Context, session int64) (map[string]in
 // coord lease and every shard lease of the session; it fails if any fails,
 // and reports the shortest TTL, so a holder's deadline covers every hold.
 func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
-	owned := map[string]map[int64]bool{}
-	ownedOn := func(cluster string) map[int64]bool {
+	// One set per cluster: only configured clusters get one, so the sets
+	// are as many as the arbiter's shards, each capped.
+	owned := map[string]*ownedSessions{}
+	ownedOn := func(cluster string) *ownedSessions {
 		if owned[cluster] == nil {
-			owned[cluster] = map[int64]bool{}
+			owned[cluster] = newOwned()
 		}
 		return owned[cluster]
 	}
-	return serveKeepAlive(stream, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	return serveKeepAlive(stream, ro.coord.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		resp := ro.coord.renew(ctx, caller, session, ownedOn(""))
 		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)
@@ -191,7 +196,7 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	})
 }
 
-func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) map[int64]bool) *lockv1.KeepAliveResponse {
+func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) *ownedSessions) *lockv1.KeepAliveResponse {
 	// A linearizable read on every renewal, not a cache or a watch: a shard
 	// lease another arbiter created just before this renewal was sent must
 	// be renewed by it, or the holder's deadline (send time + TTL) would
@@ -200,12 +205,14 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 	if err != nil {
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: err.Error()}
 	}
+	// A lease this arbiter cannot renew fails the whole renewal: answering
+	// with a TTL would let the holder outlive its hold on that shard.
+	if err := ro.unknownShard(leases); err != nil {
+		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: status.Convert(err).Message()}
+	}
 	ttl := coord.GetTtl().AsDuration()
 	for shard, lease := range leases {
 		a := ro.shards[shard]
-		if a == nil {
-			continue // a shard this arbiter was not configured with holds nothing it routes
-		}
 		r := a.renew(ctx, caller, lease, ownedOn(shard))
 		if r.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			return &lockv1.KeepAliveResponse{SessionId: session, Error: r.GetError(),
@@ -237,12 +244,16 @@ func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 	if err != nil {
 		return nil, err
 	}
+	// Without a client for one of the session's shards its lease there
+	// cannot be revoked: refuse before revoking anything rather than report
+	// holds released that stay alive until their TTL. An arbiter that has
+	// the shard can close the session whole.
+	if err := ro.unknownShard(leases); err != nil {
+		return nil, err
+	}
 	defer ro.forget(session)
 	for shard, lease := range leases {
 		a := ro.shards[shard]
-		if a == nil {
-			continue
-		}
 		octx, cancel := a.opCtx(ctx)
 		_, err := a.etcd.Revoke(octx, clientv3.LeaseID(lease))
 		cancel()
@@ -251,6 +262,18 @@ func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 		}
 	}
 	return ro.coord.CloseSession(ctx, req)
+}
+
+// unknownShard refuses with SHARD_UNKNOWN when a session has a lease on
+// a shard this arbiter has no client for (its --shard list lags the map's).
+func (ro *Router) unknownShard(leases map[string]int64) error {
+	for _, shard := range slices.Sorted(maps.Keys(leases)) {
+		if ro.shards[shard] == nil {
+			return refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+				"the session holds on shard "+shard+", which this arbiter has no client for; retry through another arbiter", "shard", shard)
+		}
+	}
+	return nil
 }
 
 // forget drops the cached shard leases of a session that ended.

@@ -3,7 +3,6 @@ package arbiter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -59,7 +59,7 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
 	if err != nil {
 		// Do not leave an unusable lease behind; it would expire anyway.
-		a.etcd.Revoke(context.WithoutCancel(ctx), lease.ID)
+		a.discardLease(lease.ID)
 		return 0, a.etcdFailure(ctx, err)
 	}
 	if a.observeHeader(put.Header) {
@@ -69,19 +69,31 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 	return int64(lease.ID), nil
 }
 
+// discardLease revokes a lease nothing will use, in the background under
+// its own deadline: the answer does not wait on tidying, which runs right
+// after a failed write, when etcd is least likely to answer.
+func (a *Arbiter) discardLease(lease clientv3.LeaseID) {
+	go func() {
+		ctx, cancel := a.opCtx(context.Background())
+		defer cancel()
+		a.etcd.Revoke(ctx, lease)
+	}()
+}
+
 // KeepAlive implements lockv1.LockServiceServer. Each request renews one
 // session through the etcd leader; a renewal the cluster cannot confirm in
 // time is answered NO_QUORUM, never with a TTL.
 func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
-	owned := map[int64]bool{}
-	return serveKeepAlive(stream, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	owned := newOwned()
+	return serveKeepAlive(stream, a.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		return a.renew(ctx, caller, session, owned)
 	})
 }
 
 // serveKeepAlive answers each renewal request of one stream with renew's
-// response, for the authenticated caller, until the client closes it.
-func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
+// response, for the authenticated caller, until the client closes it. A
+// renewal's etcd requests share one deadline, budget from its arrival.
+func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Duration, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
 	ctx := stream.Context()
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -95,24 +107,61 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renew func(contex
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(renew(ctx, caller, req.GetSessionId())); err != nil {
+		if err := stream.Send(renew(withBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId())); err != nil {
 			return err
 		}
 	}
 }
 
-func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned map[int64]bool) *lockv1.KeepAliveResponse {
+// maxOwned caps the sessions one stream remembers as the caller's, on
+// each cluster: a stream may name any number of sessions, and forgetting
+// one costs only an ownership read at its next renewal.
+const maxOwned = 1024
+
+// ownedSessions are the sessions a stream's caller was found to own, the
+// oldest forgotten first past maxOwned.
+type ownedSessions struct {
+	set   map[int64]struct{}
+	order []int64 // insertion order, a ring of maxOwned
+	next  int
+}
+
+func newOwned() *ownedSessions { return &ownedSessions{set: map[int64]struct{}{}} }
+
+func (o *ownedSessions) has(session int64) bool { _, ok := o.set[session]; return ok }
+
+func (o *ownedSessions) add(session int64) {
+	if o.has(session) {
+		return
+	}
+	if len(o.order) < maxOwned {
+		o.order = append(o.order, session)
+	} else {
+		// The slot's session may be gone already (or re-added since);
+		// forgetting it wrongly costs one read.
+		delete(o.set, o.order[o.next])
+		o.order[o.next] = session
+		o.next = (o.next + 1) % maxOwned
+	}
+	o.set[session] = struct{}{}
+}
+
+func (o *ownedSessions) remove(session int64) { delete(o.set, session) }
+
+func (o *ownedSessions) len() int { return len(o.set) }
+
+func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse {
 	fail := func(reason lockv1.ErrorReason, msg string) *lockv1.KeepAliveResponse {
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason, ErrorMessage: msg}
 	}
 	if session == 0 {
 		return fail(lockv1.ErrorReason_INVALID_ARGUMENT, "session_id: is required")
 	}
-	if !owned[session] {
+	if !owned.has(session) {
 		if err := a.checkOwner(ctx, caller, session); err != nil {
 			return fail(reason.Of(err), err.Error())
 		}
-		owned[session] = true
+		owned.add(session)
 	}
 	// A restored cluster's leases are as suspect as its holds: renewing them
 	// would keep alive grants the epoch advance is about to delete.
@@ -124,11 +173,12 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	ka, err := a.etcd.KeepAliveOnce(octx, clientv3.LeaseID(session))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		delete(owned, session)
+		owned.remove(session)
 		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
 	case err != nil:
 		a.metrics.renewalFailed(a.cfg.Cluster)
-		return fail(lockv1.ErrorReason_NO_QUORUM, fmt.Sprintf("no etcd quorum confirmed the renewal within %s", a.cfg.OpTimeout))
+		ferr := a.etcdFailure(ctx, err)
+		return fail(reason.Of(ferr), "renewal: "+status.Convert(ferr).Message())
 	}
 	if a.observeHeader(ka.ResponseHeader) {
 		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")

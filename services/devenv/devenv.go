@@ -93,6 +93,9 @@ type Options struct {
 	Homes  arbiter.Homes
 	// Quotas limits each identity's sessions and holds; none when nil.
 	Quotas arbiter.Quotas
+	// WrapEtcd, when set, wraps the coord cluster's client as the arbiter
+	// sees it, for tests that act between two of the arbiter's etcd calls.
+	WrapEtcd func(arbiter.Etcd) arbiter.Etcd
 }
 
 // Env is a running embedded environment.
@@ -215,8 +218,12 @@ func (e *Env) StartArbiter() error {
 	self, _ := identity.ID(src)
 	td := spiffeid.RequireTrustDomainFromString(TrustDomain)
 	e.Registry = prometheus.NewRegistry()
+	var etcd arbiter.Etcd = e.Etcd
+	if e.opts.WrapEtcd != nil {
+		etcd = e.opts.WrapEtcd(etcd)
+	}
 	cfg := arbiter.Config{
-		Etcd: e.Etcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
+		Etcd: etcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 		Quotas: e.opts.Quotas,
@@ -265,7 +272,7 @@ func (e *Env) StartArbiter() error {
 		lis.Close()
 		return fmt.Errorf("devenv: arbiter not ready: %w", err)
 	}
-	e.server = grpc.NewServer(grpc.Creds(creds))
+	e.server = grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()))
 	srv.Register(e.server)
 	go e.server.Serve(lis)
 	if e.metrics == nil {
@@ -334,6 +341,7 @@ type server interface {
 	Run(context.Context)
 	Ready(context.Context) error
 	Register(*grpc.Server)
+	UnaryInterceptor() grpc.UnaryServerInterceptor
 	coordArbiter() *arbiter.Arbiter
 }
 

@@ -37,6 +37,9 @@ type Config struct {
 	TickMs, ElectionMs uint
 	// StartTimeout bounds the wait for the cluster to elect a leader.
 	StartTimeout time.Duration
+	// MaxRequestBytes caps one request etcd accepts; etcd's default (1.5
+	// MiB) when zero. Tests set it small to see etcd refuse a large one.
+	MaxRequestBytes uint
 	// RestoreFrom, when set, is a snapshot every member is restored from
 	// with etcdutl before it starts, as a disaster recovery does. The
 	// restored cluster has a new cluster ID and the snapshot's revision.
@@ -119,6 +122,9 @@ func memberConfig(cfg Config, i, clientPort, peerPort int, initial, token string
 	}
 	if cfg.ElectionMs != 0 {
 		ec.ElectionMs = cfg.ElectionMs
+	}
+	if cfg.MaxRequestBytes != 0 {
+		ec.MaxRequestBytes = cfg.MaxRequestBytes
 	}
 	// Lease checkpointing carries a lease's remaining TTL across a leader
 	// change instead of resetting it (ADR-05).

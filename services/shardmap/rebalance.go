@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
@@ -23,6 +24,21 @@ type Etcd interface {
 type Clusters struct {
 	Coord  Etcd
 	Shards map[string]Etcd
+	// OpTimeout bounds each etcd request of a change; DefaultOpTimeout
+	// when zero. The change as a whole is bounded by its caller's context.
+	OpTimeout time.Duration
+}
+
+func (c Clusters) timeout() time.Duration {
+	if c.OpTimeout > 0 {
+		return c.OpTimeout
+	}
+	return DefaultOpTimeout
+}
+
+// op bounds one etcd request (or one epoch record operation) of a change.
+func (c Clusters) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return opCtx(ctx, c.OpTimeout)
 }
 
 func (c Clusters) shard(name string) (Etcd, error) {
@@ -46,25 +62,26 @@ func Init(ctx context.Context, c Clusters, shards []string, progress func(Step))
 	if err := m.Validate(); err != nil {
 		return Map{}, err
 	}
-	// Every shard must have been bootstrapped (an epoch allocated on the
-	// coord cluster) before a map routes to it; nothing is stored otherwise.
+	// Stamp first, store second: a stamp without a stored map routes
+	// nothing, while a map stored over unstamped shards would refuse their
+	// grants (MOVING) until someone stamped them. A shard without an
+	// epoch record is refused here, before anything is stored.
 	for _, s := range shards {
-		cl, err := c.shard(s)
-		if err != nil {
+		if _, err := c.shard(s); err != nil {
 			return Map{}, err
 		}
-		if _, found, err := epoch.Read(ctx, cl); err != nil {
-			return Map{}, fmt.Errorf("shardmap: init: read %s's epoch: %w", s, err)
-		} else if !found {
-			return Map{}, fmt.Errorf("shardmap: init: shard %s has no epoch record: bootstrap it first (lockplane up does; "+
-				"or lockctl epoch advance --cluster %s --expected 0): %w", s, s, epoch.ErrNoRecord)
-		}
 	}
-	if err := Store(ctx, c.Coord, 0, m); err != nil {
+	if err := stampAll(ctx, c, m, progress); err != nil {
+		return Map{}, fmt.Errorf("shardmap: init: %w", err)
+	}
+	octx, cancel := c.op(ctx)
+	err := Store(octx, c.Coord, 0, m)
+	cancel()
+	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: init: %w", err)
 	}
 	report(progress, "stored", fmt.Sprintf("map version 1 over %s", strings.Join(shards, ", ")))
-	return m, stampAll(ctx, c, m, progress)
+	return m, nil
 }
 
 // Add adds shard name to the map, moving the ranges whose highest score
@@ -85,7 +102,9 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	if err != nil {
 		return Map{}, err
 	}
-	cur, _, found, err := Load(ctx, c.Coord)
+	octx, cancel := c.op(ctx)
+	cur, _, found, err := Load(octx, c.Coord)
+	cancel()
 	switch {
 	case err != nil:
 		return Map{}, err
@@ -99,7 +118,10 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	adding := cur
 	if cur.Adding == "" {
 		adding = Map{Version: cur.Version + 1, Shards: slices.Clone(cur.Shards), Adding: name}
-		if err := Store(ctx, c.Coord, cur.Version, adding); err != nil {
+		octx, cancel := c.op(ctx)
+		err := Store(octx, c.Coord, cur.Version, adding)
+		cancel()
+		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: %w", err)
 		}
 		report(progress, "adding", fmt.Sprintf("map version %d names %s as being added; its ranges take no new grants", adding.Version, name))
@@ -110,10 +132,13 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 		if err != nil {
 			return Map{}, err
 		}
-		st, err := epoch.Stamp(ctx, src, adding.Version)
+		octx, cancel := c.op(ctx)
+		st, err := epoch.Stamp(octx, src, adding.Version)
+		cancel()
 		if errors.Is(err, epoch.ErrNoRecord) {
-			return Map{}, fmt.Errorf("shardmap: add: source shard %s has no epoch record (rebuilt empty?): "+
-				"advance it first (lockctl epoch advance --cluster %s --expected 0): %w", s, s, err)
+			return Map{}, fmt.Errorf("shardmap: add: source shard %s has no epoch record (rebuilt empty?): advance it "+
+				"(lockctl epoch advance --cluster %s --expected 0 --reason ...), then run the add again (map version %d keeps its moving ranges refused until then): %w",
+				s, s, adding.Version, err)
 		}
 		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: stamp %s: %w", s, err)
@@ -122,7 +147,7 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	}
 	report(progress, "fenced", fmt.Sprintf("sources stamped with map version %d; grants routed under older maps cannot commit", adding.Version))
 	for _, s := range adding.Shards {
-		if err := drain(ctx, c.Shards[s], s, adding, progress); err != nil {
+		if err := drain(ctx, c, s, adding, progress); err != nil {
 			return Map{}, err
 		}
 	}
@@ -132,22 +157,22 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	// earlier ones, and a destination that served before (restored, or
 	// rebuilt empty) cannot repeat one of its own. A destination with no
 	// record is bootstrapped here: adding it is the explicit step.
-	dst, found, err := epoch.Read(ctx, dest)
+	octx, cancel = c.op(ctx)
+	dst, found, err := epoch.Read(octx, dest)
+	cancel()
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %s: %w", name, err)
 	}
-	high, err := epoch.Highest(ctx, c.Coord, name)
-	if err != nil {
-		return Map{}, fmt.Errorf("shardmap: add: %w", err)
-	}
-	floor = max(floor, high)
 	if !found || dst.Epoch <= floor {
 		ch := epoch.Change{Cluster: name, Floor: floor, MapVersion: adding.Version,
 			Reason: fmt.Sprintf("receives ranges under map version %d", adding.Version+1)}
 		if found {
 			ch.Expected = dst.Epoch
 		}
-		adv, err := epoch.Advance(ctx, c.Coord, dest, ch)
+		// The advance's reads, allocation and Txn: one bound for all.
+		octx, cancel := opCtx(ctx, 5*c.timeout())
+		adv, err := epoch.Advance(octx, c.Coord, dest, ch)
+		cancel()
 		if err != nil {
 			return Map{}, fmt.Errorf("shardmap: add: advance %s: %w", name, err)
 		}
@@ -155,7 +180,10 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	}
 	report(progress, "advanced", fmt.Sprintf("%s is at epoch %d, above every source (highest %d)", name, dst.Epoch, floor))
 	next := adding.Next()
-	if err := Store(ctx, c.Coord, adding.Version, next); err != nil {
+	octx, cancel = c.op(ctx)
+	err = Store(octx, c.Coord, adding.Version, next)
+	cancel()
+	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %w", err)
 	}
 	report(progress, "stored", fmt.Sprintf("map version %d over %s", next.Version, strings.Join(next.Shards, ", ")))
@@ -166,10 +194,13 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 // under m, then deletes the durable waiters of those ranges (their sessions
 // are leases on s, which will no longer serve them). It re-reads after
 // every deletion a watch reports; the watch is only a hint.
-func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) error {
+func drain(ctx context.Context, c Clusters, s string, m Map, progress func(Step)) error {
+	cl := c.Shards[s]
 	reported := -1
 	for {
-		resp, err := cl.Get(ctx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		octx, cancel := c.op(ctx)
+		resp, err := cl.Get(octx, lockkey.HoldPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
 		if err != nil {
 			return fmt.Errorf("shardmap: add: list holds on %s: %w", s, err)
 		}
@@ -198,14 +229,19 @@ func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) e
 			return fmt.Errorf("shardmap: add: %d holds on moving ranges of %s remain: %w", held, s, ctx.Err())
 		}
 	}
-	resp, err := cl.Get(ctx, lockkey.WaitPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	octx, cancel := c.op(ctx)
+	resp, err := cl.Get(octx, lockkey.WaitPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
 	if err != nil {
 		return fmt.Errorf("shardmap: add: list waiters on %s: %w", s, err)
 	}
 	for _, kv := range resp.Kvs {
 		key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), lockkey.WaitPrefix), "#")
 		if m.Moving(key) {
-			if _, err := cl.Delete(ctx, string(kv.Key)); err != nil {
+			octx, cancel := c.op(ctx)
+			_, err := cl.Delete(octx, string(kv.Key))
+			cancel()
+			if err != nil {
 				return fmt.Errorf("shardmap: add: delete a waiter on %s: %w", s, err)
 			}
 		}
@@ -216,15 +252,20 @@ func drain(ctx context.Context, cl Etcd, s string, m Map, progress func(Step)) e
 
 func stampAll(ctx context.Context, c Clusters, m Map, progress func(Step)) error {
 	for _, s := range m.Shards {
-		st, err := epoch.Stamp(ctx, c.Shards[s], m.Version)
+		octx, cancel := c.op(ctx)
+		st, err := epoch.Stamp(octx, c.Shards[s], m.Version)
+		cancel()
 		if errors.Is(err, epoch.ErrNoRecord) {
 			return fmt.Errorf("shardmap: shard %s has no epoch record: bootstrap it first (lockplane up does; "+
-				"or lockctl epoch advance --cluster %s --expected 0): %w", s, s, err)
+				"or lockctl epoch advance --cluster %s --expected 0 --reason ...): %w", s, s, err)
 		}
 		if err != nil {
 			return fmt.Errorf("shardmap: stamp %s with version %d: %w", s, m.Version, err)
 		}
-		if err := epoch.NoteHighest(ctx, c.Coord, s, st.Epoch); err != nil {
+		octx, cancel = c.op(ctx)
+		err = epoch.NoteHighest(octx, c.Coord, s, st.Epoch)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("shardmap: record %s's epoch: %w", s, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -108,9 +109,35 @@ func score(shard, r string) uint64 {
 	return x
 }
 
+// DefaultOpTimeout bounds each etcd request of a map read or change whose
+// caller gave no deadline (Clusters.OpTimeout when zero), so that none
+// hangs through a quorum loss.
+const DefaultOpTimeout = 2 * time.Second
+
+// opCtx bounds one etcd request by timeout (DefaultOpTimeout when zero);
+// a caller's earlier deadline still wins. WithRequireLeader makes a member
+// without a leader refuse at once.
+func opCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		timeout = DefaultOpTimeout
+	}
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), timeout)
+}
+
+// bounded gives ctx DefaultOpTimeout when it has no deadline of its own:
+// Load and Store keep a caller's own bound, longer or not.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return opCtx(ctx, DefaultOpTimeout)
+}
+
 // Load reads the map from the coord cluster; found is false when none was
 // ever stored. rev is the revision to watch for changes after.
 func Load(ctx context.Context, kv clientv3.KV) (m Map, rev int64, found bool, err error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	resp, err := kv.Get(ctx, Key)
 	if err != nil {
 		return Map{}, 0, false, err
@@ -140,6 +167,8 @@ func Store(ctx context.Context, kv clientv3.KV, prev int64, next Map) error {
 	if err := next.Validate(); err != nil {
 		return err
 	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	raw, _ := json.Marshal(next)
 	cmp := clientv3.Compare(clientv3.CreateRevision(Key), "=", 0)
 	if prev > 0 {

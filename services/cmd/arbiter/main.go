@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&f.domain, "trust-domain", "", "trust domain of the SVID files")
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
-	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on each etcd call before answering NO_QUORUM")
+	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
 	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class; without it every workload of the trust domain may lock any key)")
 	flag.DurationVar(&f.policyReload, "policy-reload", 30*time.Second, "how often --policies is read again (and on SIGHUP); an invalid set keeps the last good one")
 	flag.Func("class", "a lock class NAME=TTL[:TIER] (e.g. fast=3s, orders=10s:entity), besides the default; repeatable; for tests and trials, where no --policies set is given", func(v string) error {
@@ -180,6 +180,7 @@ func run(f flags, log *slog.Logger) error {
 		Run(context.Context)
 		Ready(context.Context) error
 		Register(*grpc.Server)
+		UnaryInterceptor() grpc.UnaryServerInterceptor
 		Drain()
 	}
 	if len(shards) > 0 || f.region != "" {
@@ -202,7 +203,8 @@ func run(f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.Creds(creds))
+	// One deadline per call for all its etcd requests: the bound the README states.
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(a.UnaryInterceptor()))
 	a.Register(srv)
 	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
