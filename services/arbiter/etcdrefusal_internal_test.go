@@ -17,22 +17,6 @@ import (
 	"go.uber.org/zap"
 )
 
-func startOne(t *testing.T, ctx context.Context, cfg etcdembed.Config) (*etcdembed.Cluster, *clientv3.Client) {
-	t.Helper()
-	cfg.Dir, cfg.Members = t.TempDir(), 1
-	cluster, err := etcdembed.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cluster, cli
-}
-
 // A real etcd with auth on, whose user for the arbiter has no role: every
 // call is refused, and the arbiter says so rather than claim quorum loss.
 func TestAnArbiterEtcdRefusesIsStoreAuthNotNoQuorum(t *testing.T) {
