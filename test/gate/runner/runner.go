@@ -61,11 +61,16 @@ const (
 	// must not go back to a lower epoch; the heal is the operator's
 	// advance.
 	EpochDelete Fault = "epoch-delete"
+	// ShardWipe rebuilds an entity shard empty behind the arbiters' backs
+	// (members stopped, data removed, a new cluster with a new cluster ID
+	// on the same endpoints) under traffic on the entity tier. The heal
+	// is the operator's advance of that shard.
+	ShardWipe Fault = "shard-wipe"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete}
+	EpochDelete, ShardWipe}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -144,6 +149,8 @@ type history struct {
 	// moves), for the token floor.
 	clusterOf map[string]string
 	faultAt   int64
+	// healedAt is when shard-wipe's operator advance returned.
+	healedAt int64
 }
 
 // Run runs and checks one history.
@@ -272,6 +279,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			return nil, fmt.Errorf("%s: no grant on the added shard (epoch %d): the history proves nothing about the move", cfg.Fault, h.sh.addedEpoch)
 		}
 	}
+	if cfg.Fault == ShardWipe && !h.grantedAfter(ops, h.healedAt) {
+		return nil, fmt.Errorf("%s: no grant on the wiped shard %s after the heal: the history proves nothing about its tokens", cfg.Fault, shardFrom)
+	}
 	report := checker.Check(ops, final, h.epochs, time.Minute)
 	report.Add(checker.TokenFloor(ops, func(k string) string { return h.clusterOf[k] }, h.faultAt)...)
 	report.Add(checker.Stranded(ops, atExit, lapsed)...)
@@ -281,7 +291,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 
 // entity reports whether the fault runs the gate class on the entity tier
 // over etcd process shards.
-func (f Fault) entity() bool { return f == ShardAdd }
+func (f Fault) entity() bool { return f == ShardAdd || f == ShardWipe }
 
 // duration is the traffic time of a history of f.
 func (f Fault) duration(d time.Duration) time.Duration { return d }
@@ -332,6 +342,17 @@ func bootstrapEpochs(ctx context.Context, coord *clientv3.Client, shards map[str
 		out[name] = st.Epoch
 	}
 	return out, nil
+}
+
+// grantedAfter reports whether a key that stays on the first shard was
+// granted after t.
+func (h *history) grantedAfter(ops []ghistory.Op, t int64) bool {
+	for _, op := range ops {
+		if op.Kind == ghistory.Acquire && op.Result == ghistory.OK && op.Call > t && h.clusterOf[op.Key] == shardFrom {
+			return true
+		}
+	}
+	return false
 }
 
 // grantedIn reports whether some grant of ops carries epoch e.
@@ -408,6 +429,8 @@ func (h *history) inject(ctx context.Context) func() error {
 		return func() error { wait(); return nil }
 	case EpochDelete:
 		return h.deleteEpoch(ctx)
+	case ShardWipe:
+		return h.wipeShard(ctx)
 	}
 	return none
 }
@@ -423,6 +446,33 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 			return fmt.Errorf("delete %s: %w", lockkey.EpochKey, err)
 		}
 		return h.operatorAdvance(ctx, "")
+	}
+}
+
+// wipeShard rebuilds the shard every key starts on empty, under traffic.
+// The heal is what an operator does: the advance of that shard, the
+// region's next map change (adding the second shard), which stamps every
+// shard's epoch record with the new map version, and a second look at the
+// wiped shard (Status, advancing if it needs it still). A grant routed by
+// the map compares the stamp, so a record recreated without one refuses
+// until a change stamps it; after that, whatever epoch it holds is served.
+func (h *history) wipeShard(ctx context.Context) func() error {
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := h.sh.clusters[shardFrom].Wipe(wctx)
+	return func() error {
+		if err != nil {
+			return fmt.Errorf("wipe shard %s: %w", shardFrom, err)
+		}
+		if err := h.operatorAdvance(ctx, shardFrom); err != nil {
+			return err
+		}
+		h.healedAt = ghistory.Now()
+		h.sh.add(ctx, h.profiles[0])()
+		if err := h.sh.err(); err != nil {
+			return err
+		}
+		return h.operatorAdvance(ctx, shardFrom)
 	}
 }
 
