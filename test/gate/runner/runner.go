@@ -66,11 +66,15 @@ const (
 	// on the same endpoints) under traffic on the entity tier. The heal
 	// is the operator's advance of that shard.
 	ShardWipe Fault = "shard-wipe"
+	// ShardRoll restarts an arbiter without the shard being added while
+	// holders are on it (then with it): a keepalive it answers OK must
+	// not outlive a shard lease it does not renew.
+	ShardRoll Fault = "shard-roll"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete, ShardWipe}
+	EpochDelete, ShardWipe, ShardRoll}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -234,6 +238,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		tc := traffic.Config{Client: i, Profile: h.profiles[i%2], Identity: fmt.Sprintf("c%d", i), Class: "gate",
 			Keys: h.keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
 			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL}
+		switch cfg.Fault {
+		case ShardRoll:
+			// Grants on the added shard (above the source's epoch) are
+			// held past a lease's lapse.
+			tc.LongHold, tc.LongHoldAbove = RollHold, startEpochs[shardFrom]
+		}
 		paths = append(paths, tc.History)
 		env, _ := json.Marshal(tc)
 		c, err := start(cfg.Client, []string{ClientEnv + "=" + string(env)}, filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.log", i)))
@@ -289,12 +299,22 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		Holds: atExit}, nil
 }
 
+// RollHold is the shard-roll workload's hold on the added shard: past a
+// restart, a lease's lapse and the next waiter's grant.
+const RollHold = 6 * time.Second
+
 // entity reports whether the fault runs the gate class on the entity tier
 // over etcd process shards.
-func (f Fault) entity() bool { return f == ShardAdd || f == ShardWipe }
+func (f Fault) entity() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
 
-// duration is the traffic time of a history of f.
-func (f Fault) duration(d time.Duration) time.Duration { return d }
+// duration is the traffic time of a history of f: shard-roll's restart
+// must be followed by a lease's lapse and a grant before its heal.
+func (f Fault) duration(d time.Duration) time.Duration {
+	if f == ShardRoll {
+		return max(d, 8*time.Second) + 4*time.Second
+	}
+	return d
+}
 
 func (h *history) addEpoch(e uint32) {
 	if e != 0 && !slices.Contains(h.epochs, e) {
@@ -431,6 +451,8 @@ func (h *history) inject(ctx context.Context) func() error {
 		return h.deleteEpoch(ctx)
 	case ShardWipe:
 		return h.wipeShard(ctx)
+	case ShardRoll:
+		return h.roll(ctx)
 	}
 	return none
 }
@@ -474,6 +496,67 @@ func (h *history) wipeShard(ctx context.Context) func() error {
 		}
 		return h.operatorAdvance(ctx, shardFrom)
 	}
+}
+
+// roll adds the second shard and, once it holds keys, restarts the
+// arbiter of a client holding one there without that shard (a rolling
+// restart with the old shard list), then with it again.
+func (h *history) roll(ctx context.Context) func() error {
+	added := h.sh.add(ctx, h.profiles[0])
+	rolled := make(chan struct{})
+	var (
+		victim   int
+		rolledAt time.Time
+		rollErr  error
+	)
+	var moving []string
+	for _, k := range h.keys {
+		if h.clusterOf[k] == "" {
+			moving = append(moving, k)
+		}
+	}
+	go func() {
+		defer close(rolled)
+		added()
+		if h.sh.err() != nil {
+			return
+		}
+		// A holder on the added shard, through the arbiter to restart.
+		victim = h.rng.IntN(len(h.arbiters))
+		for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+			if i := holderOf(ctx, h.profiles[0], moving)(); i >= 0 {
+				victim = i % 2
+				break
+			}
+		}
+		rollErr = h.restartArbiter(victim, shardFrom)
+		rolledAt = time.Now()
+	}()
+	return func() error {
+		<-rolled
+		if rollErr != nil {
+			return rollErr
+		}
+		if h.sh.err() != nil {
+			return nil // Run reports the add's failure
+		}
+		// Long enough for the holder's shard lease to lapse and the key
+		// to be granted again.
+		sleep(ctx, time.Until(rolledAt.Add(TTL+3*time.Second)))
+		return h.restartArbiter(victim, h.sh.names()...)
+	}
+}
+
+// restartArbiter kills arbiter i and starts it again with the given
+// shards, on the same address.
+func (h *history) restartArbiter(i int, shards ...string) error {
+	h.arbiters[i].kill()
+	a, err := startArbiter(h.cfg, h.profiles[i], h.cl.Endpoints(), h.sh.flags(shards...), i)
+	if err != nil {
+		return err
+	}
+	h.arbiters[i] = a
+	return nil
 }
 
 // operatorAdvance is what an operator does about a cluster whose epoch
@@ -601,7 +684,7 @@ func holderOf(ctx context.Context, profilePath string, keys []string) func() int
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		for _, k := range keys {
-			r, err := c.Inspect(ictx, k)
+			r, err := c.Inspect(ictx, k, "gate") // the class picks the key's cluster
 			if err != nil || !r.GetHeld() {
 				continue
 			}
