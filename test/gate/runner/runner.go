@@ -70,11 +70,15 @@ const (
 	// holders are on it (then with it): a keepalive it answers OK must
 	// not outlive a shard lease it does not renew.
 	ShardRoll Fault = "shard-roll"
+	// HandoffDeadline runs every client on one hot key with short waits
+	// whose deadlines end as a release hands the key over: no grant may
+	// be made to a waiter whose caller was told it got none.
+	HandoffDeadline Fault = "handoff-deadline"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete, ShardWipe, ShardRoll}
+	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -239,6 +243,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			Keys: h.keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
 			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL}
 		switch cfg.Fault {
+		case HandoffDeadline:
+			tc.Handoff = HandoffPeriod
 		case ShardRoll:
 			// Grants on the added shard (above the source's epoch) are
 			// held past a lease's lapse.
@@ -299,9 +305,13 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		Holds: atExit}, nil
 }
 
-// RollHold is the shard-roll workload's hold on the added shard: past a
-// restart, a lease's lapse and the next waiter's grant.
-const RollHold = 6 * time.Second
+// The handoff-deadline workload's grid period and the shard-roll
+// workload's hold on the added shard: past a restart, a lease's lapse and
+// the next waiter's grant.
+const (
+	HandoffPeriod = 200 * time.Millisecond
+	RollHold      = 6 * time.Second
+)
 
 // entity reports whether the fault runs the gate class on the entity tier
 // over etcd process shards.
@@ -453,6 +463,10 @@ func (h *history) inject(ctx context.Context) func() error {
 		return h.wipeShard(ctx)
 	case ShardRoll:
 		return h.roll(ctx)
+	case HandoffDeadline:
+		// The fault is the workload's timing: waits that end as releases
+		// hand the key over, all history long.
+		return none
 	}
 	return none
 }
