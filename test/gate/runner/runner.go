@@ -575,8 +575,9 @@ func (h *history) restartArbiter(i int, shards ...string) error {
 
 // operatorAdvance is what an operator does about a cluster whose epoch
 // record is missing or sealed: Status, then AdvanceEpoch from no record
-// (expected 0) or from the sealed epoch; nothing when neither. The new
-// epoch is in force from then on.
+// (expected 0) or from the sealed epoch; nothing when neither. On a coord
+// cluster with no allocation record it names the highest epoch served
+// (above). The new epoch is in force from then on.
 func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
 	p, err := profile.Load(h.profiles[0])
 	if err != nil {
@@ -609,8 +610,14 @@ func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
 			cancel()
 			return nil
 		}
-		adv, err := admin.AdvanceEpoch(actx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Cluster: cluster,
-			Reason: fmt.Sprintf("gate: %s heal", h.cfg.Fault)})
+		req := &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Cluster: cluster, Reason: fmt.Sprintf("gate: %s heal", h.cfg.Fault)}
+		if cluster == "" && st.GetHighestAllocated() == 0 {
+			// A coord cluster with no allocation record: the operator
+			// names the highest epoch the region has served.
+			above := slices.Max(h.epochs)
+			req.Above = &above
+		}
+		adv, err := admin.AdvanceEpoch(actx, req)
 		cancel()
 		if err != nil {
 			last = err
