@@ -327,8 +327,9 @@ func NothingLost(ops []history.Op, final map[string][]string) []Violation {
 // after are not the keys granted before. clusterOf names a key's cluster;
 // keys it maps to "" (keys that move between clusters) are skipped. A
 // grant may repeat an older token when its session asked for the key
-// before and was not told the outcome (the retried Acquire returns the
-// hold it made): such grants are skipped too.
+// before without learning the outcome (the retried Acquire returns the
+// hold it made): such grants are skipped too. A refusal with a reason
+// other than NO_QUORUM is an outcome learnt.
 func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) []Violation {
 	type floor struct {
 		token uint64
@@ -350,7 +351,7 @@ func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) [
 	}
 	unsure := map[sk]int64{} // earliest such call
 	for _, op := range ops {
-		if op.Kind == history.Acquire && op.Result != history.OK && op.Session != 0 {
+		if op.Kind == history.Acquire && op.Session != 0 && unknownOutcome(op) {
 			k := sk{op.Session, op.Key}
 			if t, ok := unsure[k]; !ok || op.Call < t {
 				unsure[k] = op.Call
@@ -384,6 +385,18 @@ func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) [
 			len(below[c]), c, token.Token(f.token), f.op.Client, f.op.Key, b.Client, token.Token(b.Token))})
 	}
 	return vs
+}
+
+// unknownOutcome reports whether an Acquire's caller did not learn whether
+// it was granted.
+func unknownOutcome(op history.Op) bool {
+	switch op.Result {
+	case history.OK:
+		return false
+	case history.Refused:
+		return op.Reason == "" || op.Reason == "NO_QUORUM"
+	}
+	return true
 }
 
 // Orphaned checks the probes of refused Acquires: a probe that still saw

@@ -177,6 +177,15 @@ func TestTokenFloorCatchesARegressionAcrossKeys(t *testing.T) {
 	if vs := checker.TokenFloor(retried, clusterOf, 10); len(vs) > 0 {
 		t.Fatalf("token-floor rejected a retried Acquire's own grant: %v", vs)
 	}
+	// But a refusal with a reason is an outcome learnt: no excuse.
+	retried[0].Result, retried[0].Reason = history.Refused, "CONTENDED"
+	if !hasCheck(checker.TokenFloor(retried, clusterOf, 10), "token-floor") {
+		t.Fatal("token-floor excused a grant after a CONTENDED refusal")
+	}
+	retried[0].Reason = "NO_QUORUM"
+	if vs := checker.TokenFloor(retried, clusterOf, 10); len(vs) > 0 {
+		t.Fatalf("token-floor rejected a grant after NO_QUORUM: %v", vs)
+	}
 }
 
 // A refused Acquire whose session holds the key a second later.

@@ -72,7 +72,11 @@ type Op struct {
 	Value   []string `json:"value,omitempty"`
 	Mark    uint64   `json:"mark,omitempty"`
 	Holder  int64    `json:"holder,omitempty"`
-	Detail  string   `json:"detail,omitempty"`
+	// Reason is a refusal's lockplane.lock.v1 reason (NO_QUORUM, ...);
+	// empty when the service gave none (a transport error, the caller's
+	// own deadline).
+	Reason string `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Now reads CLOCK_MONOTONIC in nanoseconds. Go's own monotonic readings

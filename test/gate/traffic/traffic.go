@@ -220,7 +220,8 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	}
 	if err != nil {
 		sid := sessionOf(err)
-		w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused, Detail: err.Error()})
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused,
+			Reason: reasonOf(err), Detail: err.Error()})
 		if w.cfg.Handoff > 0 && waitEnded(err) {
 			w.probe(ctx, key, sid)
 		}
@@ -296,6 +297,14 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		r = history.Unknown
 	}
 	w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
+}
+
+// reasonOf names err's lockplane.lock.v1 reason; "" if it carries none.
+func reasonOf(err error) string {
+	if r := reason.Of(err); r != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return r.String()
+	}
+	return ""
 }
 
 // waitEnded reports a refusal that ends a wait: CONTENDED when the wait
