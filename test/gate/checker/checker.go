@@ -10,6 +10,14 @@
 //     increasing tokens, of an epoch in force.
 //   - NoOverlap: no two sessions' CanStart windows on one key overlap.
 //   - NothingLost: every acknowledged write is in the final record.
+//   - Orphaned: no session holds a key a second after its Acquire of it
+//     was refused (the probe of the handoff-deadline workload).
+//
+// The runner adds two checks that need more than the history:
+//
+//   - TokenFloor: no grant of a cluster after the fault carries a token
+//     below one the cluster granted, on any key, before the fault.
+//   - Stranded: no hold remains in etcd once the clients are done.
 package checker
 
 import (
@@ -60,8 +68,12 @@ func Check(ops []history.Op, final map[string][]string, epochs []uint32, timeout
 	r.Violations = append(r.Violations, TokenOrder(ops, epochs)...)
 	r.Violations = append(r.Violations, NoOverlap(ops)...)
 	r.Violations = append(r.Violations, NothingLost(ops, final)...)
+	r.Violations = append(r.Violations, Orphaned(ops)...)
 	return r
 }
+
+// Add appends violations found by checks the runner makes.
+func (r *Report) Add(vs ...Violation) { r.Violations = append(r.Violations, vs...) }
 
 // Visualize writes Porcupine's HTML view of the history.
 func (r *Report) Visualize(path string) error {
@@ -302,6 +314,201 @@ func NothingLost(ops []history.Op, final map[string][]string) []Violation {
 		if !found {
 			vs = append(vs, Violation{Check: "nothing-lost", Key: op.Key, Detail: fmt.Sprintf("client %d's acknowledged write %q is not in the final record", op.Client, mine)})
 		}
+	}
+	return vs
+}
+
+// TokenFloor checks that every grant asked for after at (the fault's
+// injection) carries a token above every token its cluster granted, on any
+// key, before at. Tokens are the epoch over the cluster's revision, which
+// only grows, so a grant below the floor means the token space went back:
+// an epoch record recreated at a lower epoch, or a log rebuilt empty under
+// an unchanged epoch. The per-key order misses it when the keys granted
+// after are not the keys granted before. clusterOf names a key's cluster;
+// keys it maps to "" (keys that move between clusters) are skipped. A
+// grant may repeat an older token when its session asked for the key
+// before without learning the outcome (the retried Acquire returns the
+// hold it made): such grants are skipped too. A refusal with a reason
+// other than NO_QUORUM is an outcome learnt.
+func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) []Violation {
+	type floor struct {
+		token uint64
+		op    history.Op
+	}
+	floors := map[string]floor{}
+	for _, op := range ops {
+		if op.Kind != history.Acquire || op.Result != history.OK || op.Return >= at {
+			continue
+		}
+		if c := clusterOf(op.Key); c != "" && op.Token > floors[c].token {
+			floors[c] = floor{op.Token, op}
+		}
+	}
+	// Sessions that asked for a key without learning the outcome.
+	type sk struct {
+		session int64
+		key     string
+	}
+	unsure := map[sk]int64{} // earliest such call
+	for _, op := range ops {
+		if op.Kind == history.Acquire && op.Session != 0 && unknownOutcome(op) {
+			k := sk{op.Session, op.Key}
+			if t, ok := unsure[k]; !ok || op.Call < t {
+				unsure[k] = op.Call
+			}
+		}
+	}
+	below := map[string][]history.Op{}
+	var order []string
+	for _, op := range ops {
+		if op.Kind != history.Acquire || op.Result != history.OK || op.Call <= at {
+			continue
+		}
+		c := clusterOf(op.Key)
+		f, ok := floors[c]
+		if c == "" || !ok || op.Token > f.token || (op.Token == f.token && op.Session == f.op.Session) {
+			continue
+		}
+		if t, ok := unsure[sk{op.Session, op.Key}]; ok && t < op.Call {
+			continue
+		}
+		if below[c] == nil {
+			order = append(order, c)
+		}
+		below[c] = append(below[c], op)
+	}
+	var vs []Violation
+	for _, c := range order {
+		f, b := floors[c], below[c][0]
+		vs = append(vs, Violation{Check: "token-floor", Key: b.Key, Detail: fmt.Sprintf(
+			"%d grant(s) on cluster %s after the fault carry tokens not above %v, which client %d was granted on %s before it; first: client %d's %v",
+			len(below[c]), c, token.Token(f.token), f.op.Client, f.op.Key, b.Client, token.Token(b.Token))})
+	}
+	return vs
+}
+
+// unknownOutcome reports whether an Acquire's caller did not learn whether
+// it was granted.
+func unknownOutcome(op history.Op) bool {
+	switch op.Result {
+	case history.OK:
+		return false
+	case history.Refused:
+		return op.Reason == "" || op.Reason == "NO_QUORUM"
+	}
+	return true
+}
+
+// Orphaned checks the probes of refused Acquires: a probe that still saw
+// the refused session holding the key, a second after the refusal, found a
+// grant whose caller was told it had none. Nobody will release or renew
+// work under it; the key is blocked while the session lives. A probe is
+// not counted when an earlier grant of the key on that session has no
+// confirmed release (that hold may be the one seen).
+func Orphaned(ops []history.Op) []Violation {
+	type sk struct {
+		session int64
+		key     string
+	}
+	granted := map[sk][]uint64{}
+	released := map[sk]map[uint64]bool{}
+	for _, op := range ops {
+		k := sk{op.Session, op.Key}
+		switch {
+		case op.Kind == history.Acquire && op.Result == history.OK:
+			granted[k] = append(granted[k], op.Token)
+		case op.Kind == history.Release && op.Result == history.OK:
+			if released[k] == nil {
+				released[k] = map[uint64]bool{}
+			}
+			released[k][op.Token] = true
+		}
+	}
+	var vs []Violation
+	for _, op := range ops {
+		if op.Kind != history.Inspect || op.Result != history.OK || op.Session == 0 || op.Holder != op.Session {
+			continue
+		}
+		k := sk{op.Session, op.Key}
+		open := false
+		for _, t := range granted[k] {
+			open = open || !released[k][t]
+		}
+		if open {
+			continue
+		}
+		vs = append(vs, Violation{Check: "orphaned-grant", Key: op.Key, Detail: fmt.Sprintf(
+			"client %d's Acquire on session %d was refused, yet %s later that session held the key: a grant its caller does not know of",
+			op.Client, op.Session, time.Duration(op.Return-op.Call).Round(time.Millisecond))})
+	}
+	return vs
+}
+
+// Hold is a hold found in etcd once every client had exited.
+type Hold struct {
+	Cluster string `json:"cluster"`
+	Key     string `json:"key"`
+	Lease   int64  `json:"lease"`
+	// Client is the holder's client, from its identity; -1 if unknown.
+	Client int `json:"client"`
+	// Since is when the hold was granted (CLOCK_MONOTONIC ns, from the
+	// hold record's wall-clock time); 0 if unknown.
+	Since int64 `json:"since,omitempty"`
+}
+
+// Stranded checks that nothing is stranded: atExit are the holds found
+// when every client had exited, lapsed those still found once every lease
+// could have lapsed (nothing renews them after the clients exit). A hold
+// in lapsed outlived every lease; a hold in atExit of a session whose
+// client recorded a confirmed close (the hold's lease is that session's
+// on coord, or on a shard the hold was granted after the session opened)
+// survived a close the service said it made.
+func Stranded(ops []history.Op, atExit, lapsed []Hold) []Violation {
+	type closed struct {
+		session int64
+		from    int64
+	}
+	last := map[int]history.Op{}
+	closes := map[int]history.Op{}
+	for _, op := range ops {
+		switch op.Kind {
+		case history.Session:
+			if l, ok := last[op.Client]; !ok || op.Call > l.Call {
+				last[op.Client] = op
+			}
+		case history.Close:
+			closes[op.Client] = op
+		}
+	}
+	done := map[int]closed{}
+	for c, cl := range closes {
+		if l, ok := last[c]; ok && cl.Result == history.OK && cl.Session == l.Session {
+			done[c] = closed{l.Session, l.Call}
+		}
+	}
+	type hk struct {
+		cluster, key string
+		lease        int64
+	}
+	seen := map[hk]bool{}
+	var vs []Violation
+	for _, h := range atExit {
+		d, ok := done[h.Client]
+		if !ok || !(h.Cluster == "coord" && h.Lease == d.session || h.Cluster != "coord" && h.Since > d.from) {
+			continue
+		}
+		seen[hk{h.Cluster, h.Key, h.Lease}] = true
+		vs = append(vs, Violation{Check: "stranded", Key: h.Key, Detail: fmt.Sprintf(
+			"held on cluster %s (lease %x) after client %d closed its session %d and the service confirmed it",
+			h.Cluster, h.Lease, h.Client, d.session)})
+	}
+	for _, h := range lapsed {
+		if seen[hk{h.Cluster, h.Key, h.Lease}] {
+			continue
+		}
+		vs = append(vs, Violation{Check: "stranded", Key: h.Key, Detail: fmt.Sprintf(
+			"held on cluster %s (lease %x, client %d) after every client had exited and every lease could have lapsed",
+			h.Cluster, h.Lease, h.Client)})
 	}
 	return vs
 }

@@ -131,3 +131,120 @@ func TestEachCheckFailsAlone(t *testing.T) {
 		t.Error("nothing-lost accepted a missing acknowledged write")
 	}
 }
+
+func acquire(client int, session int64, key string, tok uint64, call, ret int64, r history.Result) history.Op {
+	return history.Op{Client: client, Session: session, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: r, Token: tok}
+}
+
+// Tokens of a cluster going back after a fault, on a key not granted
+// before it: the per-key order cannot see it, the floor does.
+func TestTokenFloorCatchesARegressionAcrossKeys(t *testing.T) {
+	e1, _ := token.Mint(1, 5)
+	ops := []history.Op{
+		acquire(0, 100, "team-a/x", tk(50), 0, 1, history.OK),
+		// The fault at 10; afterwards the epoch record was recreated at 1.
+		acquire(1, 200, "team-a/y", uint64(e1), 20, 21, history.OK),
+	}
+	clusterOf := func(string) string { return "coord" }
+	if vs := checker.TokenOrder(ops, []uint32{1}); len(vs) > 0 {
+		t.Fatalf("the per-key order saw it after all: %v", vs)
+	}
+	if !hasCheck(checker.TokenFloor(ops, clusterOf, 10), "token-floor") {
+		t.Fatal("token-floor accepted a token below one granted before the fault")
+	}
+	// Higher tokens after the fault, on any key, pass.
+	ok := append(ops[:1:1], acquire(1, 200, "team-a/y", tk(60), 20, 21, history.OK))
+	if vs := checker.TokenFloor(ok, clusterOf, 10); len(vs) > 0 {
+		t.Fatalf("token-floor rejected rising tokens: %v", vs)
+	}
+	// Another cluster's tokens are not compared, nor keys that move.
+	other := func(k string) string {
+		if k == "team-a/y" {
+			return "s1"
+		}
+		return "coord"
+	}
+	if vs := checker.TokenFloor(ops, other, 10); len(vs) > 0 {
+		t.Fatalf("token-floor compared two clusters: %v", vs)
+	}
+	// A session that asked for the key before without learning the
+	// outcome may be given the hold it made then, with its older token.
+	retried := []history.Op{
+		acquire(1, 200, "team-a/y", 0, 2, 4, history.Unknown),
+		acquire(0, 100, "team-a/x", tk(50), 5, 6, history.OK),
+		acquire(1, 200, "team-a/y", tk(40), 20, 21, history.OK),
+	}
+	if vs := checker.TokenFloor(retried, clusterOf, 10); len(vs) > 0 {
+		t.Fatalf("token-floor rejected a retried Acquire's own grant: %v", vs)
+	}
+	// But a refusal with a reason is an outcome learnt: no excuse.
+	retried[0].Result, retried[0].Reason = history.Refused, "CONTENDED"
+	if !hasCheck(checker.TokenFloor(retried, clusterOf, 10), "token-floor") {
+		t.Fatal("token-floor excused a grant after a CONTENDED refusal")
+	}
+	retried[0].Reason = "NO_QUORUM"
+	if vs := checker.TokenFloor(retried, clusterOf, 10); len(vs) > 0 {
+		t.Fatalf("token-floor rejected a grant after NO_QUORUM: %v", vs)
+	}
+}
+
+// A refused Acquire whose session holds the key a second later.
+func TestOrphanedCatchesAGrantTheCallerWasNotTold(t *testing.T) {
+	k := "team-a/gate/1"
+	refused := history.Op{Client: 1, Session: 200, Key: k, Kind: history.Acquire, Call: 10, Return: 20, Result: history.Refused, Detail: "CONTENDED"}
+	probe := history.Op{Client: 1, Session: 200, Key: k, Kind: history.Inspect, Call: 21, Return: 21 + int64(time.Second), Result: history.OK, Holder: 200}
+	if !hasCheck(checker.Orphaned(append(good(), refused, probe)), "orphaned-grant") {
+		t.Fatal("orphaned-grant accepted a refused session holding the key")
+	}
+	// Held by another session, or free: fine.
+	for _, holder := range []int64{100, 0} {
+		p := probe
+		p.Holder = holder
+		if vs := checker.Orphaned(append(good(), refused, p)); len(vs) > 0 {
+			t.Fatalf("holder %d: %v", holder, vs)
+		}
+	}
+	// A hold of that session whose release was not confirmed may be the
+	// one seen: not counted.
+	open := append(good(), acquire(1, 200, k, tk(50), 40, 41, history.OK),
+		history.Op{Client: 1, Session: 200, Key: k, Kind: history.Release, Call: 42, Return: 43, Result: history.Unknown, Token: tk(50)},
+		refused, probe)
+	if vs := checker.Orphaned(open); len(vs) > 0 {
+		t.Fatalf("a hold with an unconfirmed release was counted: %v", vs)
+	}
+	// The whole Check runs it.
+	if r := checker.Check(append(good(), refused, probe), final, []uint32{1}, 10*time.Second); !hasCheck(r.Violations, "orphaned-grant") {
+		t.Fatalf("Check does not run orphaned-grant: %+v", r.Violations)
+	}
+}
+
+// Holds left once the clients exited.
+func TestStrandedCatchesHoldsLeftAfterAClose(t *testing.T) {
+	ops := []history.Op{
+		{Client: 0, Session: 100, Kind: history.Session, Call: 0, Return: 1, Result: history.OK},
+		{Client: 0, Session: 150, Kind: history.Session, Call: 50, Return: 51, Result: history.OK}, // replaced a fenced one
+		{Client: 0, Session: 150, Kind: history.Close, Call: 90, Return: 91, Result: history.OK},
+		{Client: 1, Session: 200, Kind: history.Session, Call: 0, Return: 1, Result: history.OK},
+		{Client: 1, Session: 200, Kind: history.Close, Call: 90, Return: 91, Result: history.Unknown},
+	}
+	cases := []struct {
+		name   string
+		atExit []checker.Hold
+		lapsed []checker.Hold
+		want   bool
+	}{
+		{"nothing left", nil, nil, false},
+		{"on coord, on the closed session", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 150, Client: 0}}, nil, true},
+		{"on coord, on a fenced session's lease not yet lapsed", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 100, Client: 0, Since: 20}}, nil, false},
+		{"on a shard, granted after the closed session opened", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Client: 0, Since: 60}}, nil, true},
+		{"on a shard, granted to the fenced session", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Client: 0, Since: 20}}, nil, false},
+		{"an unconfirmed close", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Client: 1}}, nil, false},
+		{"outlived every lease", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Client: 1}}, []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Client: 1}}, true},
+	}
+	for _, c := range cases {
+		vs := checker.Stranded(ops, c.atExit, c.lapsed)
+		if got := hasCheck(vs, "stranded"); got != c.want {
+			t.Errorf("%s: stranded = %v, want %v (%v)", c.name, got, c.want, vs)
+		}
+	}
+}

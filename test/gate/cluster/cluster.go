@@ -41,6 +41,7 @@ type Member struct {
 	Client string
 
 	args        []string
+	ports       [2]int // client, peer: where etcd itself listens
 	cmd         *exec.Cmd
 	exited      chan struct{}
 	clientProxy *faultproxy.Proxy
@@ -52,6 +53,7 @@ type Cluster struct {
 	cfg     Config
 	mu      sync.Mutex
 	Members []*Member
+	initial []string // --initial-cluster entries
 }
 
 // Start creates the proxies, starts every member and waits until the
@@ -89,33 +91,46 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		initial = append(initial, fmt.Sprintf("%s=http://%s", m.Name, m.peerProxy.Addr()))
 		c.Members = append(c.Members, m)
 	}
-	token := fmt.Sprintf("gate-%d", time.Now().UnixNano())
 	for i, m := range c.Members {
+		m.ports = ports[i]
+		c.initial = append(c.initial, initial[i])
+	}
+	if err := c.form(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// form starts every member as a new cluster (a new token, so a new cluster
+// ID), waits for a leader and learns the members' IDs.
+func (c *Cluster) form(ctx context.Context) error {
+	token := fmt.Sprintf("gate-%d", time.Now().UnixNano())
+	for _, m := range c.Members {
 		m.args = []string{
-			"--name", m.Name, "--data-dir", filepath.Join(cfg.Dir, m.Name),
-			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[i][0]), "--advertise-client-urls", m.Client,
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[i][1]), "--initial-advertise-peer-urls", "http://" + m.peerProxy.Addr(),
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", token, "--initial-cluster-state", "new",
+			"--name", m.Name, "--data-dir", filepath.Join(c.cfg.Dir, m.Name),
+			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[0]), "--advertise-client-urls", m.Client,
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), "--initial-advertise-peer-urls", "http://" + m.peerProxy.Addr(),
+			"--initial-cluster", strings.Join(c.initial, ","), "--initial-cluster-token", token, "--initial-cluster-state", "new",
 			"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
-			"--log-level", "warn", "--log-outputs", filepath.Join(cfg.Dir, m.Name+".log"),
+			"--log-level", "warn", "--log-outputs", filepath.Join(c.cfg.Dir, m.Name+".log"),
 		}
 		if err := c.startProcess(m); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
-		return nil, err
+		return err
 	}
 	cli, err := c.Client()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cli.Close()
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ml, err := cli.MemberList(mctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, mm := range ml.Members {
 		for _, m := range c.Members {
@@ -124,7 +139,22 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			}
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// Wipe stops every member, removes their data and starts them again as a
+// new, empty cluster with a new cluster ID on the same endpoints: a cluster
+// rebuilt behind its clients' backs. Network faults are lifted (they name
+// the old member IDs).
+func (c *Cluster) Wipe(ctx context.Context) error {
+	for i, m := range c.Members {
+		c.Kill(i)
+		if err := os.RemoveAll(filepath.Join(c.cfg.Dir, m.Name)); err != nil {
+			return err
+		}
+	}
+	c.Heal()
+	return c.form(ctx)
 }
 
 func (c *Cluster) startProcess(m *Member) error {

@@ -35,6 +35,17 @@ const (
 	// Start of a unit of work while CanStart was true (an instant: Call ==
 	// Return), under the hold named by Token.
 	Start Kind = "start"
+	// Session: the client's locker opened session Session during a call
+	// that began at Call (a new session replaces a fenced one).
+	Session Kind = "session"
+	// Close of session Session when the client finished: OK only if the
+	// session was live and the service confirmed the close, so none of
+	// its holds may remain.
+	Close Kind = "close"
+	// Inspect of Key after a refused Acquire on Session: Holder is the
+	// session the service reported holding the key (0: free) at Return,
+	// having polled since Call.
+	Inspect Kind = "inspect"
 )
 
 // Result is an operation's outcome.
@@ -60,7 +71,12 @@ type Op struct {
 	Token   uint64   `json:"token,omitempty"`
 	Value   []string `json:"value,omitempty"`
 	Mark    uint64   `json:"mark,omitempty"`
-	Detail  string   `json:"detail,omitempty"`
+	Holder  int64    `json:"holder,omitempty"`
+	// Reason is a refusal's lockplane.lock.v1 reason (NO_QUORUM, ...);
+	// empty when the service gave none (a transport error, the caller's
+	// own deadline).
+	Reason string `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Now reads CLOCK_MONOTONIC in nanoseconds. Go's own monotonic readings

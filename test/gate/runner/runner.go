@@ -9,7 +9,9 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -21,15 +23,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/devca"
+	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/profile"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/services/token"
 	"github.com/lockplane/lockplane/test/gate/checker"
 	"github.com/lockplane/lockplane/test/gate/cluster"
-	"github.com/lockplane/lockplane/test/gate/history"
+	ghistory "github.com/lockplane/lockplane/test/gate/history"
 	"github.com/lockplane/lockplane/test/gate/traffic"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Fault is one kind of fault; every profile injects each of them.
@@ -50,10 +56,29 @@ const (
 	// (etcd processes of their own) and adds a shard mid-run: half the
 	// keys' ranges move, fenced by the destination's epoch advance.
 	ShardAdd Fault = "shard-add"
+	// EpochDelete deletes the coord cluster's epoch record with a direct
+	// etcd client, as an operator's mistake or a rogue tool would. Tokens
+	// must not go back to a lower epoch; the heal is the operator's
+	// advance.
+	EpochDelete Fault = "epoch-delete"
+	// ShardWipe rebuilds an entity shard empty behind the arbiters' backs
+	// (members stopped, data removed, a new cluster with a new cluster ID
+	// on the same endpoints) under traffic on the entity tier. The heal
+	// is the operator's advance of that shard.
+	ShardWipe Fault = "shard-wipe"
+	// ShardRoll restarts an arbiter without the shard being added while
+	// holders are on it (then with it): a keepalive it answers OK must
+	// not outlive a shard lease it does not renew.
+	ShardRoll Fault = "shard-roll"
+	// HandoffDeadline runs every client on one hot key with short waits
+	// whose deadlines end as a release hands the key over: no grant may
+	// be made to a waiter whose caller was told it got none.
+	HandoffDeadline Fault = "handoff-deadline"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
-var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd}
+var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
+	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -107,14 +132,38 @@ type Outcome struct {
 	Fault   Fault
 	Seed    uint64
 	Report  *checker.Report
-	Ops     []history.Op
+	Ops     []ghistory.Op
 	Final   map[string][]string
 	Started time.Time
+	// Holds are the holds found in etcd once every client had exited.
+	Holds []checker.Hold
+}
+
+// history is one history's running state.
+type history struct {
+	cfg      Config
+	rng      *rand.Rand
+	cl       *cluster.Cluster
+	coord    *clientv3.Client
+	sh       *shards
+	profiles []string
+	keys     []string
+	arbiters []*proc
+	clients  []*proc
+	// epochs are the epochs in force: those the runner bootstrapped and
+	// those its operator advances and shard adds made.
+	epochs []uint32
+	// clusterOf names the cluster each key stays on ("" for a key that
+	// moves), for the token floor.
+	clusterOf map[string]string
+	faultAt   int64
+	// healedAt is when shard-wipe's operator advance returned.
+	healedAt int64
 }
 
 // Run runs and checks one history.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
-	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
+	h := &history{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), clusterOf: map[string]string{}}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -123,32 +172,57 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, fmt.Errorf("etcd cluster: %w", err)
 	}
 	defer cl.Close()
-
-	profiles, err := writeTrust(cfg.Dir, cfg.Clients)
-	if err != nil {
+	h.cl = cl
+	if h.coord, err = cl.Client(); err != nil {
 		return nil, err
 	}
-	keys := gateKeys(cfg.Keys)
-	var sh *shards
-	if cfg.Fault == ShardAdd {
-		if sh, err = startShards(ctx, cfg, cl); err != nil {
+	defer h.coord.Close()
+
+	if h.profiles, err = writeTrust(cfg.Dir, cfg.Clients); err != nil {
+		return nil, err
+	}
+	h.keys = gateKeys(cfg.Keys)
+	if cfg.Fault.entity() {
+		if h.sh, err = startShards(ctx, cfg); err != nil {
 			return nil, err
 		}
-		defer sh.close()
-		keys = sh.keys(cfg.Keys)
+		defer h.sh.close()
 	}
-	var arbiters []*proc
+	var shardClients map[string]*clientv3.Client
+	if h.sh != nil {
+		shardClients = h.sh.etcd
+	}
+	startEpochs, err := bootstrapEpochs(ctx, h.coord, shardClients)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap epochs: %w", err)
+	}
+	for _, e := range startEpochs {
+		h.addEpoch(e)
+	}
+	if h.sh != nil {
+		if err := h.sh.init(ctx, h.coord, []string{shardFrom}); err != nil {
+			return nil, err
+		}
+		h.keys = h.sh.keys(cfg.Keys)
+		for _, k := range h.keys {
+			h.clusterOf[k] = h.sh.stays(k)
+		}
+	} else {
+		for _, k := range h.keys {
+			h.clusterOf[k] = "coord"
+		}
+	}
 	defer func() {
-		for _, a := range arbiters {
+		for _, a := range h.arbiters {
 			a.kill()
 		}
 	}()
 	for i := range 2 {
-		a, err := startArbiter(cfg, profiles[i], cl.Endpoints(), sh, i)
+		a, err := startArbiter(cfg, h.profiles[i], cl.Endpoints(), h.sh.flags(h.sh.names()...), i)
 		if err != nil {
 			return nil, err
 		}
-		arbiters = append(arbiters, a)
+		h.arbiters = append(h.arbiters, a)
 	}
 
 	db := fmt.Sprintf("gate_%d_%d", time.Now().UnixNano(), cfg.Seed)
@@ -156,67 +230,165 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
 	defer dropDB(cfg.Postgres, db)
-	if err := traffic.Prepare(ctx, cfg.Postgres.URL(db), keys); err != nil {
+	if err := traffic.Prepare(ctx, cfg.Postgres.URL(db), h.keys); err != nil {
 		return nil, fmt.Errorf("prepare records: %w", err)
 	}
 
 	started := time.Now()
-	until := history.Now() + int64(cfg.Duration)
-	var clients []*proc
+	duration := cfg.Fault.duration(cfg.Duration)
+	until := ghistory.Now() + int64(duration)
 	var paths []string
 	for i := range cfg.Clients {
-		tc := traffic.Config{Client: i, Profile: profiles[i%2], Identity: fmt.Sprintf("c%d", i), Class: "gate",
-			Keys: keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
+		tc := traffic.Config{Client: i, Profile: h.profiles[i%2], Identity: fmt.Sprintf("c%d", i), Class: "gate",
+			Keys: h.keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
 			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL}
+		switch cfg.Fault {
+		case HandoffDeadline:
+			tc.Handoff = HandoffPeriod
+		case ShardRoll:
+			// Grants on the added shard (above the source's epoch) are
+			// held past a lease's lapse.
+			tc.LongHold, tc.LongHoldAbove = RollHold, startEpochs[shardFrom]
+		}
 		paths = append(paths, tc.History)
 		env, _ := json.Marshal(tc)
 		c, err := start(cfg.Client, []string{ClientEnv + "=" + string(env)}, filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.log", i)))
 		if err != nil {
 			return nil, err
 		}
-		clients = append(clients, c)
+		h.clients = append(h.clients, c)
 	}
 
 	// Inject at a quarter of the run, heal at two thirds.
-	sleep(ctx, cfg.Duration/4)
-	heal := inject(ctx, cfg.Fault, cl, arbiters, clients, rng, holderOf(ctx, profiles[0], keys))
-	if cfg.Fault == ShardAdd {
-		heal = sh.add(ctx, profiles[0])
-	}
-	sleep(ctx, cfg.Duration*2/3-cfg.Duration/4)
-	heal()
+	sleep(ctx, duration/4)
+	h.faultAt = ghistory.Now()
+	heal := h.inject(ctx)
+	sleep(ctx, duration*2/3-duration/4)
+	healErr := heal()
 	cl.Heal()
 
-	for _, c := range clients {
-		c.wait(cfg.Duration + 30*time.Second)
+	for _, c := range h.clients {
+		c.wait(duration + 30*time.Second)
+	}
+	atExit, lapsed, err := h.stranded(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the holds left: %w", err)
 	}
 	final, err := traffic.Final(ctx, cfg.Postgres.URL(db))
 	if err != nil {
 		return nil, fmt.Errorf("read final records: %w", err)
 	}
-	ops, err := history.Load(paths...)
+	ops, err := ghistory.Load(paths...)
 	if err != nil {
 		return nil, err
 	}
-	epochs := []uint32{1}
-	if sh != nil {
-		if err := sh.err(); err != nil {
+	if healErr != nil {
+		return nil, fmt.Errorf("%s: heal: %w", cfg.Fault, healErr)
+	}
+	if h.sh != nil {
+		if err := h.sh.err(); err != nil {
 			return nil, err
 		}
-		// The new shard's epoch is advanced above the source's.
-		epochs = append(epochs, 2)
-		if !grantedIn(ops, 2) {
-			return nil, fmt.Errorf("shard-add: no grant on the added shard (epoch 2): the history proves nothing about the move")
+		h.addEpoch(h.sh.addedEpoch)
+		// The added shard's epoch is advanced above the source's.
+		if !grantedIn(ops, h.sh.addedEpoch) {
+			return nil, fmt.Errorf("%s: no grant on the added shard (epoch %d): the history proves nothing about the move", cfg.Fault, h.sh.addedEpoch)
 		}
 	}
-	return &Outcome{Fault: cfg.Fault, Seed: cfg.Seed, Ops: ops, Final: final, Started: started,
-		Report: checker.Check(ops, final, epochs, time.Minute)}, nil
+	if cfg.Fault == ShardWipe && !h.grantedAfter(ops, h.healedAt) {
+		return nil, fmt.Errorf("%s: no grant on the wiped shard %s after the heal: the history proves nothing about its tokens", cfg.Fault, shardFrom)
+	}
+	report := checker.Check(ops, final, h.epochs, time.Minute)
+	report.Add(checker.TokenFloor(ops, func(k string) string { return h.clusterOf[k] }, h.faultAt)...)
+	report.Add(checker.Stranded(ops, atExit, lapsed)...)
+	return &Outcome{Fault: cfg.Fault, Seed: cfg.Seed, Ops: ops, Final: final, Started: started, Report: report,
+		Holds: atExit}, nil
+}
+
+// The handoff-deadline workload's grid period and the shard-roll
+// workload's hold on the added shard: past a restart, a lease's lapse and
+// the next waiter's grant.
+const (
+	HandoffPeriod = 200 * time.Millisecond
+	RollHold      = 6 * time.Second
+)
+
+// entity reports whether the fault runs the gate class on the entity tier
+// over etcd process shards.
+func (f Fault) entity() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
+
+// duration is the traffic time of a history of f: shard-roll's restart
+// must be followed by a lease's lapse and a grant before its heal.
+func (f Fault) duration(d time.Duration) time.Duration {
+	if f == ShardRoll {
+		return max(d, 8*time.Second) + 4*time.Second
+	}
+	return d
+}
+
+func (h *history) addEpoch(e uint32) {
+	if e != 0 && !slices.Contains(h.epochs, e) {
+		h.epochs = append(h.epochs, e)
+	}
+}
+
+// StartEpoch is the epoch every cluster of a history starts at: above 1,
+// so an epoch record recreated from nothing (at 1) shows as tokens going
+// back.
+const StartEpoch = 3
+
+// bootstrapEpochs gives the coord cluster and every shard an epoch record
+// at StartEpoch before any arbiter starts, and returns each cluster's
+// epoch ("coord" and the shards' names).
+//
+// BOOTSTRAP: this is the one place the runner sets epochs up. Today it
+// creates the record as an arbiter would (epoch.Ensure, at 1) and advances
+// it to StartEpoch, noting each shard's epoch on the coord cluster as an
+// advance through the admin API does; once arbiters no longer create the
+// record, it is to call the bootstrap API instead.
+func bootstrapEpochs(ctx context.Context, coord *clientv3.Client, shards map[string]*clientv3.Client) (map[string]uint32, error) {
+	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	clusters := map[string]*clientv3.Client{"coord": coord}
+	maps.Copy(clusters, shards)
+	out := map[string]uint32{}
+	for name, kv := range clusters {
+		st, err := epoch.Ensure(bctx, kv)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for st.Epoch < StartEpoch {
+			adv, err := epoch.Advance(bctx, kv, st.Epoch, "gate: start above epoch 1")
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			st = adv.State
+		}
+		if name != "coord" {
+			if err := epoch.NoteHighest(bctx, coord, name, st.Epoch); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		out[name] = st.Epoch
+	}
+	return out, nil
+}
+
+// grantedAfter reports whether a key that stays on the first shard was
+// granted after t.
+func (h *history) grantedAfter(ops []ghistory.Op, t int64) bool {
+	for _, op := range ops {
+		if op.Kind == ghistory.Acquire && op.Result == ghistory.OK && op.Call > t && h.clusterOf[op.Key] == shardFrom {
+			return true
+		}
+	}
+	return false
 }
 
 // grantedIn reports whether some grant of ops carries epoch e.
-func grantedIn(ops []history.Op, e uint32) bool {
+func grantedIn(ops []ghistory.Op, e uint32) bool {
 	for _, op := range ops {
-		if op.Kind == history.Acquire && op.Result == history.OK && token.Token(op.Token).Epoch() == e {
+		if op.Kind == ghistory.Acquire && op.Result == ghistory.OK && token.Token(op.Token).Epoch() == e {
 			return true
 		}
 	}
@@ -224,7 +396,8 @@ func grantedIn(ops []history.Op, e uint32) bool {
 }
 
 // inject applies the fault and returns what undoes it.
-func inject(ctx context.Context, f Fault, cl *cluster.Cluster, arbiters, clients []*proc, rng *rand.Rand, holder func() int) func() {
+func (h *history) inject(ctx context.Context) func() error {
+	cl, arbiters, clients, rng := h.cl, h.arbiters, h.clients, h.rng
 	leader := func() int {
 		l, err := cl.Leader(ctx)
 		if err != nil {
@@ -232,18 +405,19 @@ func inject(ctx context.Context, f Fault, cl *cluster.Cluster, arbiters, clients
 		}
 		return l
 	}
-	switch f {
+	none := func() error { return nil }
+	switch h.cfg.Fault {
 	case MemberKill:
 		i := rng.IntN(len(cl.Members))
 		cl.Kill(i)
-		return func() { cl.Restart(i) }
+		return func() error { cl.Restart(i); return nil }
 	case LeaderKill:
 		i := leader()
 		cl.Kill(i)
-		return func() { cl.Restart(i) }
+		return func() error { cl.Restart(i); return nil }
 	case LeaderIsolate:
 		cl.Isolate(leader())
-		return func() {}
+		return none
 	case MinorityPartition:
 		l := leader()
 		others := []int{}
@@ -254,34 +428,265 @@ func inject(ctx context.Context, f Fault, cl *cluster.Cluster, arbiters, clients
 		}
 		// The leader keeps a majority; one follower is cut off.
 		cl.Partition([]int{others[0]}, []int{l, others[1]})
-		return func() {}
+		return none
 	case MajorityPartition:
 		// No side has a majority: nothing may be granted or renewed.
 		cl.Partition([]int{0}, []int{1}, []int{2})
-		return func() {}
+		return none
 	case PeerDelay:
 		cl.DelayPeers(time.Duration(20+rng.IntN(60)) * time.Millisecond)
-		return func() {}
+		return none
 	case ArbiterKill:
 		a := arbiters[rng.IntN(len(arbiters))]
 		a.kill()
-		return func() { a.restart() }
+		return func() error { a.restart(); return nil }
 	case ArbiterStop:
 		a := arbiters[rng.IntN(len(arbiters))]
 		a.signal(syscall.SIGSTOP)
-		return func() { a.signal(syscall.SIGCONT) }
+		return func() error { a.signal(syscall.SIGCONT); return nil }
 	case HolderStop:
 		// A client that holds a key now, most likely mid-work, frozen past
 		// the TTL so its lease expires while it is stopped.
-		i := holder()
+		i := holderOf(ctx, h.profiles[0], h.keys)()
 		if i < 0 {
 			i = rng.IntN(len(clients))
 		}
 		c := clients[i]
 		c.signal(syscall.SIGSTOP)
-		return func() { c.signal(syscall.SIGCONT) }
+		return func() error { c.signal(syscall.SIGCONT); return nil }
+	case ShardAdd:
+		wait := h.sh.add(ctx, h.profiles[0])
+		return func() error { wait(); return nil }
+	case EpochDelete:
+		return h.deleteEpoch(ctx)
+	case ShardWipe:
+		return h.wipeShard(ctx)
+	case ShardRoll:
+		return h.roll(ctx)
+	case HandoffDeadline:
+		// The fault is the workload's timing: waits that end as releases
+		// hand the key over, all history long.
+		return none
 	}
-	return func() {}
+	return none
+}
+
+// deleteEpoch deletes the coord cluster's epoch record straight in etcd.
+// The heal is the operator's advance.
+func (h *history) deleteEpoch(ctx context.Context) func() error {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := h.coord.Delete(dctx, lockkey.EpochKey)
+	return func() error {
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", lockkey.EpochKey, err)
+		}
+		return h.operatorAdvance(ctx, "")
+	}
+}
+
+// wipeShard rebuilds the shard every key starts on empty, under traffic.
+// The heal is what an operator does: the advance of that shard, the
+// region's next map change (adding the second shard), which stamps every
+// shard's epoch record with the new map version, and a second look at the
+// wiped shard (Status, advancing if it needs it still). A grant routed by
+// the map compares the stamp, so a record recreated without one refuses
+// until a change stamps it; after that, whatever epoch it holds is served.
+func (h *history) wipeShard(ctx context.Context) func() error {
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := h.sh.clusters[shardFrom].Wipe(wctx)
+	return func() error {
+		if err != nil {
+			return fmt.Errorf("wipe shard %s: %w", shardFrom, err)
+		}
+		if err := h.operatorAdvance(ctx, shardFrom); err != nil {
+			return err
+		}
+		h.healedAt = ghistory.Now()
+		h.sh.add(ctx, h.profiles[0])()
+		if err := h.sh.err(); err != nil {
+			return err
+		}
+		return h.operatorAdvance(ctx, shardFrom)
+	}
+}
+
+// roll adds the second shard and, once it holds keys, restarts the
+// arbiter of a client holding one there without that shard (a rolling
+// restart with the old shard list), then with it again.
+func (h *history) roll(ctx context.Context) func() error {
+	added := h.sh.add(ctx, h.profiles[0])
+	rolled := make(chan struct{})
+	var (
+		victim   int
+		rolledAt time.Time
+		rollErr  error
+	)
+	var moving []string
+	for _, k := range h.keys {
+		if h.clusterOf[k] == "" {
+			moving = append(moving, k)
+		}
+	}
+	go func() {
+		defer close(rolled)
+		added()
+		if h.sh.err() != nil {
+			return
+		}
+		// A holder on the added shard, through the arbiter to restart.
+		victim = h.rng.IntN(len(h.arbiters))
+		for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+			if i := holderOf(ctx, h.profiles[0], moving)(); i >= 0 {
+				victim = i % 2
+				break
+			}
+		}
+		rollErr = h.restartArbiter(victim, shardFrom)
+		rolledAt = time.Now()
+	}()
+	return func() error {
+		<-rolled
+		if rollErr != nil {
+			return rollErr
+		}
+		if h.sh.err() != nil {
+			return nil // Run reports the add's failure
+		}
+		// Long enough for the holder's shard lease to lapse and the key
+		// to be granted again.
+		sleep(ctx, time.Until(rolledAt.Add(TTL+3*time.Second)))
+		return h.restartArbiter(victim, h.sh.names()...)
+	}
+}
+
+// restartArbiter kills arbiter i and starts it again with the given
+// shards, on the same address.
+func (h *history) restartArbiter(i int, shards ...string) error {
+	h.arbiters[i].kill()
+	a, err := startArbiter(h.cfg, h.profiles[i], h.cl.Endpoints(), h.sh.flags(shards...), i)
+	if err != nil {
+		return err
+	}
+	h.arbiters[i] = a
+	return nil
+}
+
+// operatorAdvance is what an operator does about a cluster whose epoch
+// record is missing or sealed: Status, then AdvanceEpoch from no record
+// (expected 0) or from the sealed epoch; nothing when neither. On a coord
+// cluster with no allocation record it names the highest epoch served
+// (above). The new epoch is in force from then on.
+func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
+	p, err := profile.Load(h.profiles[0])
+	if err != nil {
+		return err
+	}
+	c, err := lockclient.DialProfile(p, "operator")
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	admin := adminv1.NewAdminServiceClient(c.Conn())
+	var last error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(500 * time.Millisecond) {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := admin.Status(actx, &adminv1.StatusRequest{Cluster: cluster})
+		if err == nil && !st.GetQuorum() {
+			err = errors.New("status: no quorum")
+		}
+		if err != nil {
+			cancel()
+			last = err
+			continue
+		}
+		var expected uint32
+		switch {
+		case st.GetEpochMissing():
+		case st.GetSealed():
+			expected = st.GetEpoch()
+		default:
+			cancel()
+			return nil
+		}
+		req := &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Cluster: cluster, Reason: fmt.Sprintf("gate: %s heal", h.cfg.Fault)}
+		if cluster == "" && st.GetHighestAllocated() == 0 {
+			// A coord cluster with no allocation record: the operator
+			// names the highest epoch the region has served.
+			above := slices.Max(h.epochs)
+			req.Above = &above
+		}
+		adv, err := admin.AdvanceEpoch(actx, req)
+		cancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		h.addEpoch(adv.GetEpoch())
+		return nil
+	}
+	return fmt.Errorf("operator advance of cluster %q: %w", cluster, last)
+}
+
+// stranded reads the holds left in etcd once every client exited, and
+// those still there once every lease could have lapsed: nothing renews a
+// lease after its client exits.
+func (h *history) stranded(ctx context.Context) (atExit, lapsed []checker.Hold, err error) {
+	if atExit, err = h.holds(ctx); err != nil || len(atExit) == 0 {
+		return atExit, nil, err
+	}
+	lapsed = atExit
+	for deadline := time.Now().Add(2*TTL + 2*time.Second); len(lapsed) > 0 && time.Now().Before(deadline); {
+		sleep(ctx, 500*time.Millisecond)
+		if lapsed, err = h.holds(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return atExit, lapsed, nil
+}
+
+// holds lists the holds on the coord cluster and every shard.
+func (h *history) holds(ctx context.Context) ([]checker.Hold, error) {
+	clusters := map[string]*clientv3.Client{"coord": h.coord}
+	if h.sh != nil {
+		maps.Copy(clusters, h.sh.etcd)
+	}
+	// The hold record's time is the arbiter's wall clock.
+	offset := time.Now().UnixNano() - ghistory.Now()
+	var out []checker.Hold
+	for name, kv := range clusters {
+		var resp *clientv3.GetResponse
+		var err error
+		for try := 0; try < 10; try++ {
+			gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			resp, err = kv.Get(gctx, lockkey.HoldPrefix, clientv3.WithPrefix())
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			sleep(ctx, time.Second)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for _, e := range resp.Kvs {
+			var rec struct {
+				Identity string    `json:"identity"`
+				Since    time.Time `json:"since"`
+			}
+			json.Unmarshal(e.Value, &rec)
+			hold := checker.Hold{Cluster: name, Key: strings.TrimPrefix(string(e.Key), lockkey.HoldPrefix), Lease: e.Lease, Client: -1}
+			if _, err := fmt.Sscanf(rec.Identity, "spiffe://gate.lockplane.test/ns/gate/sa/client-%d", &hold.Client); err != nil {
+				hold.Client = -1
+			}
+			if !rec.Since.IsZero() {
+				hold.Since = rec.Since.UnixNano() - offset
+			}
+			out = append(out, hold)
+		}
+	}
+	return out, nil
 }
 
 // holderOf returns a function naming a client that holds one of keys, from
@@ -300,7 +705,7 @@ func holderOf(ctx context.Context, profilePath string, keys []string) func() int
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		for _, k := range keys {
-			r, err := c.Inspect(ictx, k)
+			r, err := c.Inspect(ictx, k, "gate") // the class picks the key's cluster
 			if err != nil || !r.GetHeld() {
 				continue
 			}
@@ -352,7 +757,7 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	return paths, nil
 }
 
-func startArbiter(cfg Config, profilePath string, endpoints []string, sh *shards, i int) (*proc, error) {
+func startArbiter(cfg Config, profilePath string, endpoints []string, shardFlags []string, i int) (*proc, error) {
 	p, err := profile.Load(profilePath)
 	if err != nil {
 		return nil, err
@@ -363,15 +768,13 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, sh *shards
 	}
 	id := p.Identities["arbiter"]
 	gate := fmt.Sprintf("gate=%s", TTL)
-	if sh != nil {
+	if cfg.Fault.entity() {
 		gate += ":entity"
 	}
 	args := []string{cfg.Arbiter, "--listen", p.Endpoint, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", id.Cert, "--svid-key", id.Key,
 		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--class", gate, "--op-timeout", "1s"}
-	if sh != nil {
-		args = append(args, sh.flags()...)
-	}
+	args = append(args, shardFlags...)
 	a, err := start(args, nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
 	if err != nil {
 		return nil, err
@@ -465,11 +868,14 @@ func (p *proc) kill() {
 
 func (p *proc) restart() { p.run() }
 
-// wait waits for the process to exit by itself, killing it after d.
-func (p *proc) wait(d time.Duration) {
+// wait waits for the process to exit by itself, killing it after d; false
+// if it had to be killed.
+func (p *proc) wait(d time.Duration) bool {
 	select {
 	case <-p.done:
+		return true
 	case <-time.After(d):
 		p.kill()
+		return false
 	}
 }

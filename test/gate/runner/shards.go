@@ -11,16 +11,17 @@ import (
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
+	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/lockplane/lockplane/test/gate/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
-// The shard-add history's shards: the map starts over the first and the
-// second is added mid-run.
+// The shard histories' shards: the map starts over the first and the
+// second is added mid-run (by shard-add and shard-roll's faults, and by
+// shard-wipe's heal).
 const (
 	shardFrom  = "s0"
 	shardAdded = "s1"
@@ -30,11 +31,16 @@ const (
 // beside the coord cluster, which holds the map.
 type shards struct {
 	clusters map[string]*cluster.Cluster
-	clients  []*clientv3.Client
+	etcd     map[string]*clientv3.Client
 	cs       shardmap.Clusters
-	done     chan struct{}
-	mu       sync.Mutex
-	addErr   error
+	// m is the map the history starts with.
+	m    shardmap.Map
+	done chan struct{}
+	mu   sync.Mutex
+	// addErr is the add's outcome; addedEpoch the added shard's epoch
+	// once it is in the map.
+	addErr     error
+	addedEpoch uint32
 }
 
 // gateKeys are the keys of a history without shards.
@@ -46,14 +52,10 @@ func gateKeys(n int) []string {
 	return keys
 }
 
-// startShards starts the shards and stores map version 1 over the first.
-func startShards(ctx context.Context, cfg Config, coord *cluster.Cluster) (*shards, error) {
-	sh := &shards{clusters: map[string]*cluster.Cluster{}, done: make(chan struct{})}
-	coordCli, err := sh.client(coord)
-	if err != nil {
-		return nil, err
-	}
-	sh.cs = shardmap.Clusters{Coord: coordCli, Shards: map[string]shardmap.Etcd{}}
+// startShards starts the shards, with no map yet (see init).
+func startShards(ctx context.Context, cfg Config) (*shards, error) {
+	sh := &shards{clusters: map[string]*cluster.Cluster{}, etcd: map[string]*clientv3.Client{}, done: make(chan struct{})}
+	sh.cs = shardmap.Clusters{Shards: map[string]shardmap.Etcd{}}
 	for _, name := range []string{shardFrom, shardAdded} {
 		c, err := cluster.Start(ctx, cluster.Config{Bin: cfg.Etcd, Dir: filepath.Join(cfg.Dir, "shard-"+name), Members: 1})
 		if err != nil {
@@ -66,51 +68,69 @@ func startShards(ctx context.Context, cfg Config, coord *cluster.Cluster) (*shar
 			return nil, fmt.Errorf("shard %s: %w", name, err)
 		}
 		sh.clusters[name] = c
-		cli, err := sh.client(c)
+		cli, err := c.Client()
 		if err != nil {
 			sh.close()
 			return nil, err
 		}
+		sh.etcd[name] = cli
 		sh.cs.Shards[name] = cli
-	}
-	ictx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if _, err := shardmap.Init(ictx, sh.cs, []string{shardFrom}, nil); err != nil {
-		sh.close()
-		return nil, err
 	}
 	return sh, nil
 }
 
-func (sh *shards) client(c *cluster.Cluster) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err == nil {
-		sh.clients = append(sh.clients, cli)
-	}
-	return cli, err
+// init stores map version 1 over the shards inMap on the coord cluster.
+func (sh *shards) init(ctx context.Context, coord *clientv3.Client, inMap []string) error {
+	sh.cs.Coord = coord
+	ictx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	m, err := shardmap.Init(ictx, sh.cs, inMap, nil)
+	sh.m = m
+	return err
 }
 
 // keys are n keys of ranges of their own, half of which move to the added
 // shard: the history covers keys that move and keys that stay.
 func (sh *shards) keys(n int) []string {
-	adding := shardmap.Map{Version: 2, Shards: []string{shardFrom}, Adding: shardAdded}
 	var moving, staying []string
 	for i := 0; len(moving)+len(staying) < n; i++ {
 		key := fmt.Sprintf("gate/r%d/record", i)
 		switch {
-		case adding.Moving(key) && len(moving) < (n+1)/2:
+		case sh.adding().Moving(key) && len(moving) < (n+1)/2:
 			moving = append(moving, key)
-		case !adding.Moving(key) && len(staying) < n/2:
+		case !sh.adding().Moving(key) && len(staying) < n/2:
 			staying = append(staying, key)
 		}
 	}
 	return append(moving, staying...)
 }
 
-// flags route the arbiters' entity tier to both shards.
-func (sh *shards) flags() []string {
+// adding is the map while the second shard is being added.
+func (sh *shards) adding() shardmap.Map {
+	return shardmap.Map{Version: sh.m.Version + 1, Shards: sh.m.Shards, Adding: shardAdded}
+}
+
+// stays names the shard key stays on for the whole history; "" if the add
+// moves it.
+func (sh *shards) stays(key string) string {
+	if sh.adding().Moving(key) {
+		return ""
+	}
+	return sh.m.Home(key)
+}
+
+// names are every shard's name, in the map or to be added.
+func (sh *shards) names() []string {
+	if sh == nil {
+		return nil
+	}
+	return []string{shardFrom, shardAdded}
+}
+
+// flags route an arbiter's entity tier to the named shards.
+func (sh *shards) flags(names ...string) []string {
 	var out []string
-	for _, name := range []string{shardFrom, shardAdded} {
+	for _, name := range names {
 		out = append(out, "--shard", name+"="+strings.Join(sh.clusters[name].Endpoints(), ","))
 	}
 	return out
@@ -145,8 +165,18 @@ func (sh *shards) add(ctx context.Context, profilePath string) func() {
 				}
 			}
 		}()
+		var added uint32
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, found, rerr := epoch.Read(rctx, sh.etcd[shardAdded])
+			cancel()
+			if rerr != nil || !found {
+				err = fmt.Errorf("read its epoch record: %v (found %t)", rerr, found)
+			}
+			added = st.Epoch
+		}
 		sh.mu.Lock()
-		sh.addErr = err
+		sh.addErr, sh.addedEpoch = err, added
 		sh.mu.Unlock()
 	}()
 	return func() {
@@ -174,7 +204,7 @@ func (sh *shards) err() error {
 }
 
 func (sh *shards) close() {
-	for _, c := range sh.clients {
+	for _, c := range sh.etcd {
 		c.Close()
 	}
 	for _, c := range sh.clusters {

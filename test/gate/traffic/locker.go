@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
@@ -17,7 +18,14 @@ type Locker interface {
 	// Lock waits for key until ctx ends. A nil Grant with ErrNoSession
 	// means no session could be opened: the service is down.
 	Lock(ctx context.Context, key string) (Grant, error)
-	Close(ctx context.Context) error
+	// Current is the session the last Lock used (0 before any).
+	Current() int64
+	// Holder is the session holding key now (0: free), as the service
+	// reports it.
+	Holder(ctx context.Context, key string) (int64, error)
+	// Close ends the locker; true when the current session was live and
+	// the service confirmed its close, so no hold of it may remain.
+	Close(ctx context.Context) bool
 }
 
 // Grant is one held key.
@@ -65,6 +73,7 @@ func newLocker(cfg Config) (Locker, error) {
 type lockplane struct {
 	c     *lockclient.Client
 	class string
+	cur   *lockclient.Session
 }
 
 func (l *lockplane) Lock(ctx context.Context, key string) (Grant, error) {
@@ -72,6 +81,7 @@ func (l *lockplane) Lock(ctx context.Context, key string) (Grant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoSession, err)
 	}
+	l.cur = s
 	h, err := s.Lock(ctx, key, func(*lockclient.Hold) {})
 	if err != nil {
 		return nil, &sessionError{session: s.ID(), err: err}
@@ -79,7 +89,34 @@ func (l *lockplane) Lock(ctx context.Context, key string) (Grant, error) {
 	return &hold{h: h, session: s.ID()}, nil
 }
 
-func (l *lockplane) Close(ctx context.Context) error { return l.c.Close(ctx) }
+func (l *lockplane) Current() int64 {
+	if l.cur == nil {
+		return 0
+	}
+	return l.cur.ID()
+}
+
+func (l *lockplane) Holder(ctx context.Context, key string) (int64, error) {
+	r, err := l.c.Inspect(ctx, key, l.class)
+	if err != nil || !r.GetHeld() {
+		return 0, err
+	}
+	return r.GetHolder().GetSessionId(), nil
+}
+
+// Close closes the current session first, on its own: a session more
+// than half a second from its deadline cannot be fenced during the call,
+// so a nil answer means the service closed it (a fenced session's Close
+// returns nil without asking the service).
+func (l *lockplane) Close(ctx context.Context) bool {
+	ok := false
+	if l.cur != nil {
+		live := l.cur.RemainingTTL() > 500*time.Millisecond
+		ok = l.cur.Close(ctx) == nil && live
+	}
+	l.c.Close(ctx)
+	return ok
+}
 
 type hold struct {
 	h       *lockclient.Hold
@@ -110,8 +147,20 @@ func sessionOf(err error) int64 {
 	return 0
 }
 
-// watchGrant adapts the unsafe negative control to Locker.
+// watchGrant adapts the unsafe negative control to Locker. Its keys are
+// not the service's holds: it has no sessions to report or close.
 type watchGrant struct{ *unsafelocker.WatchGrant }
+
+func (w watchGrant) Current() int64 { return 0 }
+
+func (w watchGrant) Holder(context.Context, string) (int64, error) {
+	return 0, errors.New("traffic: the watch-grant locker has no Inspect")
+}
+
+func (w watchGrant) Close(ctx context.Context) bool {
+	w.WatchGrant.Close(ctx)
+	return false
+}
 
 func (w watchGrant) Lock(ctx context.Context, key string) (Grant, error) {
 	g, err := w.WatchGrant.Lock(ctx, key)

@@ -22,6 +22,8 @@ import (
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/token"
 	"github.com/lockplane/lockplane/test/gate/history"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Table holds the fenced records: one row per key.
@@ -46,6 +48,20 @@ type Config struct {
 	Locker string        `json:"locker,omitempty"`
 	Etcd   []string      `json:"etcd,omitempty"`
 	TTL    time.Duration `json:"ttl,omitempty"`
+	// Handoff, when set, runs the handoff-deadline workload: each pair of
+	// clients on one hot key, each wait ending on a tick of a grid of this
+	// period (CLOCK_MONOTONIC, shared by every client process) and each
+	// release timed to land just before a tick, inside the last ~200 ms
+	// of the waits ending there. A refused Acquire is followed by an
+	// Inspect: a key still held by the refused session is a grant nobody
+	// knows of.
+	Handoff time.Duration `json:"handoff,omitempty"`
+	// LongHold, when set, keeps every grant whose token's epoch is above
+	// LongHoldAbove held that long, sampling CanStart (a Start each time
+	// it is true) every 100 ms: holders long enough that a lease lapsing
+	// under a holder who still may start shows as overlapping windows.
+	LongHold      time.Duration `json:"long_hold,omitempty"`
+	LongHoldAbove uint32        `json:"long_hold_above,omitempty"`
 }
 
 // Prepare creates the records table and one empty record per key.
@@ -110,11 +126,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer l.Close(context.Background())
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Client)))
-	w := &worker{cfg: cfg, rec: rec, l: l}
+	w := &worker{cfg: cfg, rec: rec, l: l, rng: rng, early: 30 * time.Millisecond}
+	defer w.close()
 	for seq := 0; history.Now() < cfg.Until && ctx.Err() == nil; seq++ {
 		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
+		if cfg.Handoff > 0 {
+			// Clients 2k and 2k+1 share a hot key, one through each
+			// arbiter: a release on one is taken by the other's waiter
+			// through its watch and grant attempt, not handed over in the
+			// release's own Txn to a waiter of the same arbiter.
+			key = cfg.Keys[cfg.Client/2%len(cfg.Keys)]
+		}
 		w.cycle(ctx, key, fmt.Sprintf("c%d.%d", cfg.Client, seq))
 	}
 	return nil
@@ -124,7 +147,38 @@ type worker struct {
 	cfg  Config
 	rec  *history.Recorder
 	l    Locker
+	rng  *rand.Rand
 	conn *pgx.Conn
+	// session is the last session recorded as opened.
+	session int64
+	// early is how long before their deadlines this client's waits were
+	// refused, on average: where the handoff workload aims releases.
+	early time.Duration
+}
+
+// close closes the locker and records whether the service confirmed the
+// close of the live session: the stranded check holds the service to it.
+func (w *worker) close() {
+	sid := w.l.Current()
+	call := history.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r := history.Unknown
+	if w.l.Close(ctx) {
+		r = history.OK
+	}
+	if sid != 0 {
+		w.op(history.Op{Session: sid, Kind: history.Close, Call: call, Return: history.Now(), Result: r})
+	}
+}
+
+// noteSession records a session the locker opened during a call that
+// began at call.
+func (w *worker) noteSession(call int64) {
+	if sid := w.l.Current(); sid != 0 && sid != w.session {
+		w.session = sid
+		w.op(history.Op{Session: sid, Kind: history.Session, Call: call, Return: history.Now(), Result: history.OK})
+	}
 }
 
 func (w *worker) op(op history.Op) {
@@ -145,17 +199,33 @@ func (w *worker) db(ctx context.Context) (*pgx.Conn, error) {
 
 func (w *worker) cycle(ctx context.Context, key, me string) {
 	call := history.Now()
-	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	lockFor := 2 * time.Second
+	if w.cfg.Handoff > 0 {
+		// A short wait ending on the next tick at least half a period
+		// away: the tick a holder's release is timed against.
+		lockFor = time.Duration(w.nextTick(call+int64(w.cfg.Handoff/2)) - call)
+	}
+	actx, cancel := context.WithTimeout(ctx, lockFor)
 	h, err := w.l.Lock(actx, key)
 	cancel()
 	ret := history.Now()
+	if w.cfg.Handoff > 0 && reason.Of(err) == lockv1.ErrorReason_CONTENDED {
+		// How early before its caller's deadline the service ends a wait.
+		w.early = (3*w.early + time.Duration(call+int64(lockFor)-ret)) / 4
+	}
+	w.noteSession(call)
 	if errors.Is(err, ErrNoSession) {
 		time.Sleep(100 * time.Millisecond) // the service is down; do not spin
 		return
 	}
 	if err != nil {
-		w.op(history.Op{Session: sessionOf(err), Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused, Detail: err.Error()})
-		if reason.Of(err) != lockv1.ErrorReason_CONTENDED {
+		sid := sessionOf(err)
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused,
+			Reason: reasonOf(err), Detail: err.Error()})
+		if w.cfg.Handoff > 0 && waitEnded(err) {
+			w.probe(ctx, key, sid)
+		}
+		if reason.Of(err) != lockv1.ErrorReason_CONTENDED && !(w.cfg.Handoff > 0 && waitEnded(err)) {
 			time.Sleep(50 * time.Millisecond) // the service is failing fast; do not spin
 		}
 		return
@@ -163,6 +233,9 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	tok, sid := h.Token(), h.Session()
 	w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.OK, Token: uint64(tok)})
 	defer func() {
+		if w.cfg.Handoff > 0 {
+			w.sleepUntil(ctx, w.releaseAt())
+		}
 		call := history.Now()
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := h.Release(rctx)
@@ -178,6 +251,18 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	}
 	now := history.Now()
 	w.op(history.Op{Session: sid, Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
+	if w.cfg.LongHold > 0 && tok.Epoch() > w.cfg.LongHoldAbove {
+		// Not stopping at the first false: a renewal missed across an
+		// arbiter restart makes CanStart false until the next one lands,
+		// and what the record must show is whether it came back true.
+		for until := min(now+int64(w.cfg.LongHold), w.cfg.Until); history.Now() < until && ctx.Err() == nil; {
+			time.Sleep(100 * time.Millisecond)
+			if h.CanStart() {
+				now := history.Now()
+				w.op(history.Op{Session: sid, Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
+			}
+		}
+	}
 
 	conn, err := w.db(ctx)
 	if err != nil {
@@ -212,6 +297,79 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		r = history.Unknown
 	}
 	w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
+}
+
+// reasonOf names err's lockplane.lock.v1 reason; "" if it carries none.
+func reasonOf(err error) string {
+	if r := reason.Of(err); r != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return r.String()
+	}
+	return ""
+}
+
+// waitEnded reports a refusal that ends a wait: CONTENDED when the wait
+// ran out, or the caller's own deadline. The key may have been handed to
+// the session as the wait ended.
+func waitEnded(err error) bool {
+	if reason.Of(err) == lockv1.ErrorReason_CONTENDED || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	c := status.Code(err)
+	return c == codes.DeadlineExceeded || c == codes.Canceled
+}
+
+// probe asks who holds key after session's Acquire of it was refused. The
+// refused session may not hold it; a client library may end such a hold
+// itself, so the probe polls for up to a second while the session still
+// holds it, and records what it last saw.
+func (w *worker) probe(ctx context.Context, key string, session int64) {
+	if session == 0 {
+		return
+	}
+	call := history.Now()
+	r, holder := history.Unknown, int64(0)
+	for until := call + int64(time.Second); ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := w.l.Holder(ictx, key)
+		cancel()
+		if err == nil {
+			r, holder = history.OK, h
+		}
+		if (err == nil && h != session) || history.Now() >= until {
+			break
+		}
+	}
+	w.op(history.Op{Session: session, Key: key, Kind: history.Inspect, Call: call, Return: history.Now(), Result: r, Holder: holder})
+}
+
+// nextTick is the first tick of the handoff grid at or after t.
+func (w *worker) nextTick(t int64) int64 {
+	p := int64(w.cfg.Handoff)
+	return (t + p - 1) / p * p
+}
+
+// releaseAt times a release just before a tick, where waits end: three in
+// four in the 20 ms before the moment the service was seen to end waits (a
+// little before their callers' deadlines), so that the waiter woken by the
+// release is still deciding as its wait ends; the rest anywhere in the
+// last 200 ms.
+func (w *worker) releaseAt() int64 {
+	var d time.Duration
+	switch w.rng.IntN(4) {
+	case 0, 1, 2:
+		d = w.early + time.Duration(w.rng.Int64N(int64(20*time.Millisecond)))
+	default:
+		d = time.Duration(w.rng.Int64N(int64(200 * time.Millisecond)))
+	}
+	d = min(d, 200*time.Millisecond)
+	return w.nextTick(history.Now()+int64(d)+int64(10*time.Millisecond)) - int64(d)
+}
+
+func (w *worker) sleepUntil(ctx context.Context, t int64) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(t - history.Now())):
+	}
 }
 
 func (w *worker) write(ctx context.Context, conn *pgx.Conn, tok token.Token, key, value string) error {

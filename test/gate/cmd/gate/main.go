@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -38,6 +39,7 @@ func main() {
 	locker := flag.String("locker", traffic.LockerLockplane, "what clients lock with: lockplane, or watch-grant (an unsafe etcd recipe: a negative control, which must fail)")
 	faultList := flag.String("faults", "all", "comma-separated fault kinds to cycle through (default every kind): "+kinds())
 	asJSON := flag.Bool("json", false, "print the summary as JSON")
+	keep := flag.Bool("keep", false, "keep each history's working directory (process logs, etcd data) and say where: for debugging a fault")
 	flag.Parse()
 	faults, err := runner.ParseFaults(*faultList)
 	if err != nil {
@@ -49,7 +51,7 @@ func main() {
 		os.Exit(2)
 	}
 	os.Exit(run(options{count: *count, seed: *seed, duration: *duration, clients: *clients, keys: *keys, etcd: *etcd, arbiter: *arbiter,
-		artifacts: *artifacts, unsafe: *unsafe, locker: *locker, faults: faults, asJSON: *asJSON}))
+		artifacts: *artifacts, unsafe: *unsafe, locker: *locker, faults: faults, asJSON: *asJSON, keep: *keep}))
 }
 
 func kinds() string {
@@ -66,7 +68,7 @@ type options struct {
 	duration              time.Duration
 	etcd, arbiter, locker string
 	artifacts             string
-	unsafe, asJSON        bool
+	unsafe, asJSON, keep  bool
 	faults                []runner.Fault
 }
 
@@ -91,6 +93,22 @@ type row struct {
 	Ops        int          `json:"ops"`
 	Grants     int          `json:"grants"`
 	Violations int          `json:"violations"`
+	// Checks counts the violations by the check that found them.
+	Checks map[string]int `json:"checks,omitempty"`
+}
+
+// checks names the checks violated, with counts: "token-floor 1, token-order 3".
+func checks(counts map[string]int) string {
+	var names []string
+	for c := range counts {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	var out []string
+	for _, c := range names {
+		out = append(out, fmt.Sprintf("%s %d", c, counts[c]))
+	}
+	return strings.Join(out, ", ")
 }
 
 func run(o options) int {
@@ -116,7 +134,11 @@ func run(o options) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	defer os.RemoveAll(work)
+	if o.keep {
+		fmt.Fprintf(os.Stderr, "gate: keeping every history's directory under %s\n", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -146,15 +168,25 @@ func run(o options) int {
 		r.Ops += out.Report.Ops
 		r.Grants += out.Report.Grants
 		r.Violations += len(out.Report.Violations)
+		mine := map[string]int{}
+		for _, v := range out.Report.Violations {
+			mine[v.Check]++
+			if r.Checks == nil {
+				r.Checks = map[string]int{}
+			}
+			r.Checks[v.Check]++
+		}
 		verdict := "ok"
 		if !out.Report.OK() {
 			failed++
 			dir, err := save(o.artifacts, i, out, hdir)
-			verdict = fmt.Sprintf("%d VIOLATIONS, saved to %s %v", len(out.Report.Violations), dir, errOrNil(err))
+			verdict = fmt.Sprintf("%d VIOLATIONS (%s), saved to %s %v", len(out.Report.Violations), checks(mine), dir, errOrNil(err))
 		}
 		// A history's etcd data is hundreds of MB: a 200-history gate must
 		// not keep them all (what a violation needs is saved above).
-		os.RemoveAll(hdir)
+		if !o.keep {
+			os.RemoveAll(hdir)
+		}
 		fmt.Fprintf(os.Stderr, "[%d/%d] %-19s seed %-5d %5d ops %4d grants  %s  (%s)\n", i+1, o.count, f, s, out.Report.Ops, out.Report.Grants, verdict, time.Since(t0).Round(100*time.Millisecond))
 	}
 	var table []row
@@ -166,11 +198,19 @@ func run(o options) int {
 	} else {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "fault\thistories\toperations\tgrants\tviolations\t")
+		all := map[string]int{}
 		for _, r := range table {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", r.Fault, r.Histories, r.Ops, r.Grants, r.Violations)
+			for c, n := range r.Checks {
+				all[c] += n
+			}
 		}
 		tw.Flush()
-		fmt.Printf("%d of %d histories violated a property (%s)\n", failed, ran, time.Since(begin).Round(time.Second))
+		fmt.Printf("%d of %d histories violated a property (%s)", failed, ran, time.Since(begin).Round(time.Second))
+		if len(all) > 0 {
+			fmt.Printf(": %s", checks(all))
+		}
+		fmt.Println()
 	}
 	if failed > 0 {
 		return 1
@@ -196,7 +236,8 @@ func save(root string, i int, out *runner.Outcome, hdir string) (string, error) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return dir, err
 	}
-	b, _ := json.MarshalIndent(map[string]any{"fault": out.Fault, "seed": out.Seed, "violations": out.Report.Violations, "final": out.Final, "ops": out.Ops}, "", " ")
+	b, _ := json.MarshalIndent(map[string]any{"fault": out.Fault, "seed": out.Seed, "violations": out.Report.Violations, "final": out.Final,
+		"holds_at_exit": out.Holds, "ops": out.Ops}, "", " ")
 	if err := os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644); err != nil {
 		return dir, err
 	}
@@ -205,6 +246,12 @@ func save(root string, i int, out *runner.Outcome, hdir string) (string, error) 
 	for _, l := range append(logs, etcdLogs...) {
 		if b, err := os.ReadFile(l); err == nil {
 			os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
+		}
+	}
+	shardLogs, _ := filepath.Glob(filepath.Join(hdir, "shard-*", "*.log"))
+	for _, l := range shardLogs {
+		if b, err := os.ReadFile(l); err == nil {
+			os.WriteFile(filepath.Join(dir, filepath.Base(filepath.Dir(l))+"-"+filepath.Base(l)), b, 0o644)
 		}
 	}
 	return dir, out.Report.Visualize(filepath.Join(dir, "porcupine.html"))
