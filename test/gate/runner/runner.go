@@ -332,44 +332,33 @@ func (h *history) addEpoch(e uint32) {
 	}
 }
 
-// StartEpoch is the epoch every cluster of a history starts at: above 1,
+// StartEpoch is the lowest epoch a history's clusters start at: above 1,
 // so an epoch record recreated from nothing (at 1) shows as tokens going
 // back.
 const StartEpoch = 3
 
-// bootstrapEpochs gives the coord cluster and every shard an epoch record
-// at StartEpoch before any arbiter starts, and returns each cluster's
-// epoch ("coord" and the shards' names).
-//
-// BOOTSTRAP: this is the one place the runner sets epochs up. Today it
-// creates the record as an arbiter would (epoch.Ensure, at 1) and advances
-// it to StartEpoch, noting each shard's epoch on the coord cluster as an
-// advance through the admin API does; once arbiters no longer create the
-// record, it is to call the bootstrap API instead.
+// bootstrapEpochs takes the step lockplane up takes before any arbiter
+// starts: it anchors the coord cluster's epoch allocation below StartEpoch
+// and gives the coord cluster and every shard an epoch allocated from it.
+// It returns each cluster's epoch ("coord" and the shards' names).
 func bootstrapEpochs(ctx context.Context, coord *clientv3.Client, shards map[string]*clientv3.Client) (map[string]uint32, error) {
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	clusters := map[string]*clientv3.Client{"coord": coord}
-	maps.Copy(clusters, shards)
+	if _, err := epoch.Anchor(bctx, coord, StartEpoch-1); err != nil {
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+	names := append([]string{"coord"}, slices.Sorted(maps.Keys(shards))...)
 	out := map[string]uint32{}
-	for name, kv := range clusters {
-		st, err := epoch.Ensure(bctx, kv)
+	for _, name := range names {
+		kv := coord
+		if name != "coord" {
+			kv = shards[name]
+		}
+		adv, err := epoch.Bootstrap(bctx, coord, kv, name, 0)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		for st.Epoch < StartEpoch {
-			adv, err := epoch.Advance(bctx, kv, st.Epoch, "gate: start above epoch 1")
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			st = adv.State
-		}
-		if name != "coord" {
-			if err := epoch.NoteHighest(bctx, coord, name, st.Epoch); err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-		}
-		out[name] = st.Epoch
+		out[name] = adv.Epoch
 	}
 	return out, nil
 }
