@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
@@ -42,12 +43,22 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
 	defer cancel()
 
-	// Members and the leader, from each endpoint's own status.
+	// Members and the leader, from each endpoint's own status, asked at
+	// once and within half the bound: a member that is down must not use
+	// up the time the reads below need.
 	var leader uint64
 	healthy := map[uint64]bool{}
-	for _, ep := range a.etcd.Endpoints() {
-		st, err := a.etcd.Status(sctx, ep)
-		if err != nil {
+	eps := a.etcd.Endpoints()
+	statuses := make([]*clientv3.StatusResponse, len(eps))
+	ectx, ecancel := context.WithTimeout(sctx, a.cfg.OpTimeout/2)
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() { statuses[i], _ = a.etcd.Status(ectx, ep) })
+	}
+	wg.Wait()
+	ecancel()
+	for _, st := range statuses {
+		if st == nil {
 			continue
 		}
 		healthy[st.Header.MemberId] = true
