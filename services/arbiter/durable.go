@@ -70,6 +70,9 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 			if mine, err = a.enqueue(wctx, r, session); err != nil {
 				break
 			}
+			if mine > 0 {
+				a.queuedHook(r.key, session)
+			}
 			continue // first in the queue and the key free: take it now
 		}
 		if p.stale {

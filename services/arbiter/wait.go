@@ -18,6 +18,7 @@ func (a *Arbiter) wait(ctx context.Context, r request, session int64, rev int64)
 	w := &waiter{session: session, want: sessionFor(r.caller, r.class.TTL).encode(), req: r}
 	a.waiters.join(r.key, w, rev)
 	a.metrics.waited(r.labels)
+	a.queuedHook(r.key, session)
 	g, err := a.takeTurns(ctx, r, w)
 	for err != nil && !a.waiters.leave(r.key, w, 0) {
 		// A releaser claimed w as the wait ended: its answer decides,
@@ -64,6 +65,7 @@ func (a *Arbiter) takeTurns(ctx context.Context, r request, w *waiter) (grant, e
 		a.metrics.waited(r.labels)
 		from = c.rev
 		a.waiters.watch(w)
+		a.watchingHook(r.key, w.session, from)
 	}
 }
 
