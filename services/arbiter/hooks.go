@@ -12,6 +12,15 @@ type testHooks struct {
 	// Watching runs when the head of key's queue starts watching for the
 	// release from rev, after a refused attempt of its own.
 	Watching func(key string, session int64, rev int64)
+	// Claimed runs when a release has claimed key's head waiter for a
+	// handoff, before its Txn.
+	Claimed func(key string, session int64)
+	// WaitEnded runs when a memory waiter's wait has ended without a
+	// grant (deadline, cancel, drain), before it withdraws from the queue.
+	WaitEnded func(key string, session int64)
+	// Answered runs when Acquire has decided its answer, after any
+	// release of a grant its caller could no longer hear of.
+	Answered func(key string, session int64, err error)
 }
 
 func (a *Arbiter) queuedHook(key string, session int64) {
@@ -23,5 +32,23 @@ func (a *Arbiter) queuedHook(key string, session int64) {
 func (a *Arbiter) watchingHook(key string, session, rev int64) {
 	if h := a.hooks.Load(); h != nil && h.Watching != nil {
 		h.Watching(key, session, rev)
+	}
+}
+
+func (a *Arbiter) waitEndedHook(key string, session int64) {
+	if h := a.hooks.Load(); h != nil && h.WaitEnded != nil {
+		h.WaitEnded(key, session)
+	}
+}
+
+func (a *Arbiter) answeredHook(key string, session int64, err error) {
+	if h := a.hooks.Load(); h != nil && h.Answered != nil {
+		h.Answered(key, session, err)
+	}
+}
+
+func (a *Arbiter) claimedHook(key string, session int64) {
+	if h := a.hooks.Load(); h != nil && h.Claimed != nil {
+		h.Claimed(key, session)
 	}
 }
