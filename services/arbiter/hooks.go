@@ -18,6 +18,9 @@ type testHooks struct {
 	// WaitEnded runs when a memory waiter's wait has ended without a
 	// grant (deadline, cancel, drain), before it withdraws from the queue.
 	WaitEnded func(key string, session int64)
+	// AnyTokenRead runs when a release by any_token has read the
+	// session record, before its Txn.
+	AnyTokenRead func(key string, session int64)
 	// Answered runs when Acquire has decided its answer, after any
 	// release of a grant its caller could no longer hear of.
 	Answered func(key string, session int64, err error)
@@ -50,5 +53,11 @@ func (a *Arbiter) answeredHook(key string, session int64, err error) {
 func (a *Arbiter) claimedHook(key string, session int64) {
 	if h := a.hooks.Load(); h != nil && h.Claimed != nil {
 		h.Claimed(key, session)
+	}
+}
+
+func (a *Arbiter) anyTokenReadHook(key string, session int64) {
+	if h := a.hooks.Load(); h != nil && h.AnyTokenRead != nil {
+		h.AnyTokenRead(key, session)
 	}
 }
