@@ -14,11 +14,13 @@ import (
 // A session serialises Lock and Release per key. From a key's first Lock
 // until the service has answered for the grant's end, the key has one
 // holdState in s.holds: through the outermost Acquire, the nested Locks
-// sharing its grant (ADR-13) and the outermost Release. A Lock that finds
-// the key's grant failed or ending waits for its state to go, then
-// acquires afresh: so a Lock can never be answered with a grant whose
-// release is in flight, and the service never sees two requests of one
-// session for one key at a time.
+// sharing its grant (ADR-13), the outermost Release, and, after an Acquire
+// or Release whose outcome is unknown, the cleanup that ends whatever hold
+// the session may have on the key (cleanup.go). A Lock that finds the
+// key's grant failed or ending waits for its state to go, then acquires
+// afresh: so a Lock can never be answered with a grant whose release is
+// in flight, and the service never sees two requests of one session for
+// one key at a time.
 
 // Lock acquires key on the session, waiting until ctx's deadline.
 // onFence is required: it runs once if the session reaches its deadline
@@ -70,10 +72,17 @@ func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wai
 	}
 }
 
-// grant makes hs the key's grant, by the outermost Lock's Acquire. The
-// outermost Hold is counted before ready closes, so a nested Lock never
-// finds the grant without holders.
+// grant makes hs the key's grant, by the outermost Lock's Acquire, first
+// finishing a cleanup an earlier Acquire or Release of the key left
+// undone. The outermost Hold is counted before ready closes, so a nested
+// Lock never finds the grant without holders.
 func (s *Session) grant(ctx context.Context, hs *holdState, wait bool, onFence func(*Hold)) (*Hold, error) {
+	if err := s.cleanUpLeftover(ctx, hs.key); err != nil {
+		hs.failed = true
+		close(hs.ready)
+		s.forget(hs)
+		return nil, err
+	}
 	resp, err := s.acquire(ctx, hs.key, wait)
 	if err != nil {
 		hs.failed = true
@@ -81,7 +90,7 @@ func (s *Session) grant(ctx context.Context, hs *holdState, wait bool, onFence f
 		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
 			s.fenceNow()
 		}
-		s.forget(hs)
+		s.settle(hs, err)
 		return nil, err
 	}
 	hs.token = token.Token(resp.GetToken().GetValue())
@@ -120,7 +129,7 @@ func (s *Session) release(ctx context.Context, hs *holdState) error {
 		return ErrFenced
 	}
 	resp, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: s.id, Token: uint64(hs.token), Class: s.class})
-	s.forget(hs)
+	s.settle(hs, err)
 	if err != nil {
 		return err
 	}
@@ -128,6 +137,16 @@ func (s *Session) release(ctx context.Context, hs *holdState) error {
 		return ErrGrantEnded
 	}
 	return nil
+}
+
+// settle ends hs after its Acquire or Release answered err: at once,
+// unless the outcome is unknown and the key must be cleaned up first.
+func (s *Session) settle(hs *holdState, err error) {
+	if err != nil && outcomeUnknown(err) {
+		go s.cleanUp(hs)
+		return
+	}
+	s.forget(hs)
 }
 
 // forget removes hs from the session: the key is free for a new grant.

@@ -22,6 +22,9 @@ type Session struct {
 	ttl   time.Duration
 	stop  context.CancelFunc
 	done  chan struct{}
+	// life ends when the session does (closed or fenced): background
+	// cleanups stop with it, its lease ending every hold.
+	life context.Context
 
 	mu       sync.Mutex
 	deadline time.Time // monotonic: last confirmed send + ttl - margin
@@ -31,6 +34,8 @@ type Session struct {
 	// holds has each key's state from its first Lock until the service
 	// has answered for its end (lock.go).
 	holds map[string]*holdState
+	// unclean marks keys whose cleanup could not complete (cleanup.go).
+	unclean map[string]bool
 }
 
 func openSession(ctx context.Context, api lockv1.LockServiceClient, class string) (*Session, error) {
@@ -42,7 +47,8 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class string
 	kctx, stop := context.WithCancel(context.Background())
 	s := &Session{
 		api: api, id: resp.GetSessionId(), class: resp.GetClass(), ttl: resp.GetTtl().AsDuration(),
-		stop: stop, done: make(chan struct{}), canStart: true, holds: map[string]*holdState{},
+		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
+		holds: map[string]*holdState{}, unclean: map[string]bool{},
 	}
 	// The lease was granted after sent, so it cannot expire before
 	// sent + ttl.
