@@ -54,6 +54,11 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 		g, aerr := a.attemptIn(wctx, r, session, queuedTerms(r.key, session, mine))
 		c, isContended := aerr.(*contended)
 		if !isContended {
+			if aerr != nil && wctx.Err() != nil && outcomeUnknown(aerr) {
+				// The wait ended with its grant Txn in flight: look it up
+				// rather than answer CONTENDED over a grant.
+				g, aerr = a.lookUpUnknown(ctx, r, session, aerr)
+			}
 			if aerr != nil && mine > 0 {
 				a.dequeue(context.WithoutCancel(ctx), r.key, session, mine)
 			}
@@ -70,6 +75,9 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 			if mine, err = a.enqueue(wctx, r, session); err != nil {
 				break
 			}
+			if mine > 0 {
+				a.queuedHook(r.key, session)
+			}
 			continue // first in the queue and the key free: take it now
 		}
 		if p.stale {
@@ -77,7 +85,7 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 			continue
 		}
 		a.metrics.waited(r.labels)
-		if _, _, err = a.awaitRelease(wctx, p.ahead, c.rev, nil); err != nil {
+		if err = a.awaitRelease(wctx, p.ahead, c.rev, nil); err != nil {
 			break
 		}
 	}

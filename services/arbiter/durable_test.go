@@ -85,14 +85,17 @@ func grantOrderAcrossRestart(t *testing.T, fairness class.Fairness, n int) []int
 		resp *lockv1.AcquireResponse
 		err  error
 	}
+	// queue starts the waiters in order, each once the one before it has
+	// its queue key (or, for memory, its place in the arbiter's queue).
 	queue := func(order []int) chan result {
+		queued := queuedOn(t, env) // the arbiter running now
 		out := make(chan result, n)
-		for k, i := range order {
+		for _, i := range order {
 			go func() {
 				resp, err := waiters[i].Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: sessions[i], Class: cls.Name, Wait: true})
 				out <- result{i, resp, err}
 			}()
-			waitForWaits(t, env, k+1)
+			awaitQueued(t, ctx, queued, key)
 		}
 		return out
 	}

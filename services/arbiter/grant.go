@@ -49,6 +49,14 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 		return nil, err
 	}
 	g, err := a.acquire(ctx, r, req.GetSessionId(), req.GetWait())
+	if err == nil && ctx.Err() != nil {
+		// Granted as the caller went away, e.g. handed the key as its wait
+		// ended: no answer can reach it, so end the grant here rather than
+		// leave it held until the session ends.
+		a.releaseUnheard(ctx, r, req.GetSessionId(), g)
+		err = status.FromContextError(ctx.Err()).Err()
+	}
+	a.answeredHook(r.key, req.GetSessionId(), err)
 	if err != nil {
 		a.metrics.refused(r.labels, reason.Of(err))
 		return nil, err
@@ -60,6 +68,33 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 		SessionId: req.GetSessionId(),
 		Class:     r.class.Name,
 	}, nil
+}
+
+// releaseUnheard ends a grant whose caller has gone, with the arbiter's
+// own etcd deadlines (the caller's context has ended). If it fails, the
+// hold ends with the session, or with the client's cleanup of an Acquire
+// it never heard back from (ReleaseRequest.any_token).
+func (a *Arbiter) releaseUnheard(ctx context.Context, r request, session int64, g grant) {
+	if _, err := a.releaseHold(context.WithoutCancel(ctx), r, session, g.token); err != nil {
+		a.log.Warn("could not release a grant whose caller had gone; it ends with the session",
+			"namespace", r.labels.namespace, "class", r.class.Name, "err", err)
+	}
+}
+
+// outcomeUnknown reports whether a failed grant Txn may still commit:
+// etcd did not confirm it in time, or the wait's context ended while it
+// was in flight.
+func outcomeUnknown(err error) bool {
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_NO_QUORUM, lockv1.ErrorReason_STORE_ERROR:
+		return true
+	case lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+		switch status.Code(err) {
+		case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
+			return true
+		}
+	}
+	return false
 }
 
 // acquire attempts until granted, refused for a reason other than
@@ -115,6 +150,10 @@ func (a *Arbiter) waitContext(ctx context.Context) (context.Context, context.Can
 // waitEnded is the answer to a wait that ended in err without a grant.
 func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) error {
 	switch {
+	case wctx.Err() != nil && outcomeUnknown(err) && reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+		// A grant that may have committed could not be looked up: say
+		// so, never CONTENDED, so that the caller cleans up.
+		return err
 	case a.drained.Err() != nil && ctx.Err() == nil:
 		return refusal(codes.Unavailable, lockv1.ErrorReason_DRAINING,
 			"this arbiter is shutting down; retry the Acquire on another")

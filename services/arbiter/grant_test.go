@@ -192,6 +192,7 @@ func TestWaitingAcquireIsGrantedAfterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	queued := queuedOn(t, env)
 	got := make(chan *lockclient.Hold, 1)
 	errs := make(chan error, 1)
 	go func() {
@@ -202,13 +203,15 @@ func TestWaitingAcquireIsGrantedAfterRelease(t *testing.T) {
 		}
 		got <- hb
 	}()
-	// b must be waiting, not granted, while a holds.
+	// b must be waiting, not granted, while a holds: it has queued after
+	// its refused attempt, and nothing may grant it before the release.
+	awaitQueued(t, ctx, queued, "team-a/wait/1")
 	select {
 	case <-got:
 		t.Fatal("waiter granted while the key was held")
 	case err := <-errs:
 		t.Fatal(err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -16,8 +16,9 @@ import (
 // waiter's, on the waiter's lease. The next holder then knows it holds after
 // one consensus write, where etcd's Mutex needs a release, a watch event
 // and a read. If the waiter's session is gone, the Else branch is the plain
-// release. The waiter is claimed before the Txn, so one that gave up is
-// never handed a key.
+// release. The waiter is claimed under the queue's lock before the Txn: one
+// that withdrew is never handed a key, and one whose wait ends while
+// claimed awaits this answer and acts on it (wait.go).
 func (a *Arbiter) release(ctx context.Context, r request, session int64, t token.Token, st epoch.State) (bool, error) {
 	holdKey := lockkey.HoldKey(r.key)
 	owned := []clientv3.Cmp{
@@ -25,9 +26,12 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 		clientv3.Compare(clientv3.LeaseValue(holdKey), "=", clientv3.LeaseID(session)),
 		epochIs(st),
 	}
+	w := a.waiters.claim(r.key)
+	if w != nil {
+		a.claimedHook(r.key, w.session)
+	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	w := a.waiters.claim(r.key)
 	if w != nil && w.req.mapVersion != 0 && w.req.mapVersion != st.MapVersion {
 		// The key's range is moving: no grant, not even a handoff.
 		a.waiters.settle(w, handoffOutcome{})
@@ -52,7 +56,9 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 		clientv3.OpTxn(owned, []clientv3.Op{clientv3.OpDelete(holdKey)}, nil),
 	).Commit()
 	if err != nil {
-		// Outcome unknown: the waiter's own attempt finds out.
+		// Outcome unknown: the waiter's own attempt finds out, or, if its
+		// wait is over, it looks its hold up.
+		out.unknown = true
 		return false, a.etcdFailure(ctx, err)
 	}
 	// A grant committed on a cluster that is not the epoch's is never

@@ -25,11 +25,15 @@ const (
 	queued waiterState = iota
 	// watching: the head, between attempts; a releaser may claim it.
 	watching
-	// attempting: the head, with its own grant Txn in flight.
+	// attempting: the head, with its own grant Txn in flight or acting on
+	// a releaser's answer.
 	attempting
-	// claimed: a releaser is handing it the key; only the releaser's
-	// outcome may end its wait.
+	// claimed: a releaser is handing it the key; it may neither attempt
+	// nor withdraw until the releaser answers.
 	claimed
+	// answered: the releaser's answer is in out, not yet taken: the
+	// waiter must act on it before it attempts or withdraws.
+	answered
 )
 
 // waiter is one waiting Acquire, with what a releaser needs to grant it.
@@ -45,16 +49,21 @@ type waiter struct {
 	// attempt at once, the key's state being unknown.
 	from  int64
 	state waiterState
-	// outcome receives the one answer of the releaser that claimed it.
-	outcome chan handoffOutcome
+	// out is the answer of the releaser that claimed it, until taken.
+	out handoffOutcome
+	// answer is signalled when a releaser's answer is put in out; a
+	// signal only says to look at the state.
+	answer chan struct{}
 }
 
 // handoffOutcome is a releaser's answer to the waiter it claimed: granted,
-// or not (the waiter then attempts at once; a handoff whose Txn outcome is
-// unknown is found by that attempt, which sees its own hold).
+// refused (the waiter then attempts at once), or unknown: no quorum
+// confirmed the handoff Txn, which may yet have committed (an attempt
+// sees its own hold; a wait that is over looks the hold up).
 type handoffOutcome struct {
 	granted bool
 	grant   grant
+	unknown bool
 }
 
 // join queues w for key; w's refused attempt was at revision rev.
@@ -64,7 +73,7 @@ func (q *queues) join(key string, w *waiter, rev int64) {
 	if q.keys == nil {
 		q.keys = map[string][]*waiter{}
 	}
-	w.turn, w.from, w.outcome = make(chan struct{}), rev, make(chan handoffOutcome, 1)
+	w.turn, w.from, w.answer = make(chan struct{}), rev, make(chan struct{}, 1)
 	q.keys[key] = append(q.keys[key], w)
 	if len(q.keys[key]) == 1 {
 		w.state = watching
@@ -72,17 +81,37 @@ func (q *queues) join(key string, w *waiter, rev int64) {
 	}
 }
 
-// leave removes w. If w was the head, the next waiter becomes head and
-// watches from handoff: the revision of w's grant (the key is held from
-// there on), or 0 when w gave up without a grant (attempt at once). A
-// claimed waiter cannot leave: it returns false and must await its
-// outcome.
-func (q *queues) leave(key string, w *waiter, handoff int64) bool {
+// leave removes a waiter that was granted the key at revision handoff
+// (its own attempt, or a releaser's answer it took): the next waiter
+// becomes head and watches from there, the key being held.
+func (q *queues) leave(key string, w *waiter, handoff int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if w.state == claimed {
-		return false
+	q.remove(key, w, handoff)
+}
+
+// withdraw takes w out of key's queue as its wait ends without a grant of
+// its own: from then on no releaser can claim it. A waiter a releaser has
+// claimed cannot withdraw (ok false): it must await the answer (w.answer)
+// and call again. A waiter with an answer not yet taken gets it (taken
+// true) instead, stays queued, and leaves once it has acted on it.
+func (q *queues) withdraw(key string, w *waiter) (o handoffOutcome, taken, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch w.state {
+	case claimed:
+		return o, false, false
+	case answered:
+		o, w.out, w.state = w.out, handoffOutcome{}, attempting
+		return o, true, true
 	}
+	q.remove(key, w, 0)
+	return o, false, true
+}
+
+// remove takes w out of key's queue. If w was the head, the next waiter
+// becomes head and watches from handoff (0: attempt at once).
+func (q *queues) remove(key string, w *waiter, handoff int64) {
 	ws := q.keys[key]
 	for i, o := range ws {
 		if o != w {
@@ -100,7 +129,6 @@ func (q *queues) leave(key string, w *waiter, handoff int64) bool {
 	} else {
 		q.keys[key] = ws
 	}
-	return true
 }
 
 // await blocks until w is the head, returning the revision to watch from.
@@ -116,15 +144,28 @@ func (q *queues) await(ctx context.Context, w *waiter) (int64, error) {
 }
 
 // begin moves the head from watching to attempting. It returns false when
-// a releaser claimed it first: its outcome is coming.
+// a releaser claimed it first: its answer comes, or is there to take.
 func (q *queues) begin(w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if w.state == claimed {
+	if w.state == claimed || w.state == answered {
 		return false
 	}
 	w.state = attempting
 	return true
+}
+
+// take returns a releaser's answer to w, if there is one, and makes w
+// the head acting on its own again.
+func (q *queues) take(w *waiter) (handoffOutcome, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.state != answered {
+		return handoffOutcome{}, false
+	}
+	o := w.out
+	w.out, w.state = handoffOutcome{}, attempting
+	return o, true
 }
 
 // watch moves the head back to watching after a refused attempt.
@@ -135,7 +176,7 @@ func (q *queues) watch(w *waiter) {
 }
 
 // claim returns key's head if it is watching, claimed for a handoff: from
-// here until settle it neither attempts nor gives up.
+// here until settle it neither attempts nor withdraws.
 func (q *queues) claim(key string) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -147,13 +188,17 @@ func (q *queues) claim(key string) *waiter {
 	return ws[0]
 }
 
-// settle gives a claimed waiter its outcome and makes it the head again,
-// attempting on its own.
+// settle gives a claimed waiter the releaser's answer. The waiter stays
+// answered until it takes it, so an answer is never lost to a wait that
+// ends meanwhile.
 func (q *queues) settle(w *waiter, o handoffOutcome) {
 	q.mu.Lock()
-	w.state = attempting
+	w.out, w.state = o, answered
 	q.mu.Unlock()
-	w.outcome <- o
+	select {
+	case w.answer <- struct{}{}:
+	default: // a signal is pending already
+	}
 }
 
 // depth is the number of waiters queued for key.

@@ -11,7 +11,9 @@ import (
 // is still the grant the token names (last written at the token's
 // revision, on this session, in this epoch), so a retried or late release
 // can never end a newer holder's hold. When a waiter of this arbiter is at
-// the head of the key's queue, the same Txn grants it the key.
+// the head of the key's queue, the same Txn grants it the key. With
+// any_token it ends whatever hold the caller's session has on the key
+// (releaseAny).
 func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
 	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
@@ -20,10 +22,15 @@ func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	if err := requireSession(req.GetSessionId()); err != nil {
 		return nil, err
 	}
-	if req.GetToken() == 0 {
-		return nil, invalidArgument("token", "is required: the token of the grant to release")
+	if err := releaseArgs(req); err != nil {
+		return nil, err
 	}
-	released, err := a.releaseHold(ctx, r, req.GetSessionId(), token.Token(req.GetToken()))
+	var released bool
+	if req.GetAnyToken() {
+		released, err = a.releaseAny(ctx, r, req.GetSessionId())
+	} else {
+		released, err = a.releaseHold(ctx, r, req.GetSessionId(), token.Token(req.GetToken()))
+	}
 	if err != nil {
 		return nil, err
 	}

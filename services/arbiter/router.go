@@ -287,7 +287,9 @@ func (ro *Router) acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	return resp, nil
 }
 
-// Release implements lockv1.LockServiceServer.
+// Release implements lockv1.LockServiceServer. On a shard it releases
+// with the session's lease there, any_token included: the hold it ends
+// must be on that lease; a session with no lease there holds nothing.
 func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
 	a, shard, ctx, err := ro.route(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
@@ -298,6 +300,11 @@ func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	}
 	if shard == "" {
 		return a.Release(ctx, req)
+	}
+	// Before the lease lookup, which answers "nothing held" without the
+	// shard's own checks.
+	if err := releaseArgs(req); err != nil {
+		return nil, err
 	}
 	lease, err := ro.shardLease(ctx, req.GetSessionId(), shard, false)
 	if err != nil || lease == 0 {

@@ -109,6 +109,8 @@ type Arbiter struct {
 	// whose session records are shard leases of coord sessions.
 	usage   *usage
 	shardOf bool
+	// hooks are the tests' synchronisation points; nil in production.
+	hooks atomic.Pointer[testHooks]
 }
 
 // New checks cfg and returns an Arbiter. Call Run to keep its epoch current.

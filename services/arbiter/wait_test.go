@@ -36,6 +36,7 @@ func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
 	a := devenvtest.Session(t, other.client(t, "demo"), "")
 	bc := devenvtest.Client(t, env, "other")
 	b := devenvtest.Session(t, bc, "")
+	queued := queuedOn(t, env)
 	for i := 0; i < 5; i++ {
 		key := fmt.Sprintf("team-a/watch/%d", i)
 		h, err := a.TryLock(ctx, key, noFence)
@@ -59,7 +60,7 @@ func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
 		}()
 		// Release only once b's refused Txn has happened, or the watch
 		// would start after the delete and the test would prove nothing.
-		waitForWaits(t, env, i+1)
+		awaitQueued(t, ctx, queued, key)
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -158,18 +159,31 @@ func (p *peer) client(t *testing.T, name string) *lockclient.Client {
 	return c
 }
 
-// waitForWaits blocks until waiters have begun waiting n times since the
-// environment started: the arbiter's waits counter is the event.
-func waitForWaits(t *testing.T, env *devenv.Env, n int) {
+// queuedOn returns a channel that receives the key of each waiter that
+// joins a queue on env's arbiter from now on: the arbiter's Queued hook,
+// which fires once per waiting Acquire, after its refused attempt.
+func queuedOn(t *testing.T, env *devenv.Env) <-chan string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if counter(t, env, "lockplane_waits_total") >= float64(n) {
-			return
+	ch := make(chan string, 64)
+	a := env.Arbiter
+	a.SetTestHooks(&arbiter.TestHooks{Queued: func(key string, _ int64) { ch <- key }})
+	t.Cleanup(func() { a.SetTestHooks(nil) })
+	return ch
+}
+
+// awaitQueued blocks until the next waiter for key has joined its queue.
+func awaitQueued(t *testing.T, ctx context.Context, queued <-chan string, key string) {
+	t.Helper()
+	for {
+		select {
+		case k := <-queued:
+			if k == key {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no waiter for %s joined its queue: %v", key, ctx.Err())
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
-	t.Fatalf("no %d-th wait", n)
 }
 
 // A notification is a hint (ADR-15): a delete whose key is taken again
@@ -180,6 +194,7 @@ func TestDeleteNotificationNeverGrantsByItself(t *testing.T) {
 	a := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
 	b := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
 	thief := devenvtest.Session(t, devenvtest.Client(t, env, "alice"), "")
+	queued := queuedOn(t, env)
 	wins := map[string]int{}
 	defer func() { t.Logf("race outcomes over 10 rounds: %v", wins) }()
 	for i := 0; i < 10; i++ {
@@ -194,7 +209,7 @@ func TestDeleteNotificationNeverGrantsByItself(t *testing.T) {
 				granted <- h
 			}
 		}()
-		waitForWaits(t, env, i+1)
+		awaitQueued(t, ctx, queued, key)
 		// Delete a's hold behind the arbiter's back and let the thief
 		// race the woken waiter for it.
 		if _, err := env.Etcd.Delete(ctx, lockkey.HoldKey(key)); err != nil {
@@ -266,6 +281,7 @@ func TestWaitersAreGrantedInArrivalOrderOneAttemptPerRelease(t *testing.T) {
 		hold *lockclient.Hold
 	}
 	grants := make(chan granted, n)
+	queued := queuedOn(t, env)
 	for i := 0; i < n; i++ {
 		s := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
 		go func() {
@@ -276,7 +292,7 @@ func TestWaitersAreGrantedInArrivalOrderOneAttemptPerRelease(t *testing.T) {
 			}
 			grants <- granted{i, hold}
 		}()
-		waitForWaits(t, env, i+1) // arrival order is the order they queued
+		awaitQueued(t, ctx, queued, key) // arrival order is the order they queued
 	}
 	before := counter(t, env, "lockplane_grant_attempts_total")
 	if err := h.Release(ctx); err != nil {
@@ -322,12 +338,13 @@ func TestAWaiterThatGaveUpIsNeverHandedTheKey(t *testing.T) {
 	defer cancel()
 	_, qerr := quitter.Lock(short, key, noFence)
 	wantReason(t, qerr, lockv1.ErrorReason_CONTENDED)
+	queued := queuedOn(t, env)
 	got := make(chan error, 1)
 	go func() {
 		_, err := patient.Lock(ctx, key, noFence)
 		got <- err
 	}()
-	waitForWaits(t, env, 2)
+	awaitQueued(t, ctx, queued, key)
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -354,12 +371,13 @@ func TestHandoffToAnExpiredSessionFallsBackToRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiter := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
+	queued := queuedOn(t, env)
 	got := make(chan error, 1)
 	go func() {
 		_, err := waiter.Lock(ctx, key, noFence)
 		got <- err
 	}()
-	waitForWaits(t, env, 1)
+	awaitQueued(t, ctx, queued, key)
 	// The waiter's lease ends behind the arbiter's back.
 	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(waiter.ID())); err != nil {
 		t.Fatal(err)
@@ -391,12 +409,13 @@ func TestDrainEndsWaitsWithDraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	queued := queuedOn(t, env)
 	got := make(chan error, 1)
 	go func() {
 		_, err := w.Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.SessionId, Wait: true})
 		got <- err
 	}()
-	waitForWaits(t, env, 1)
+	awaitQueued(t, ctx, queued, key)
 	env.Arbiter.Drain()
 	wantReason(t, <-got, lockv1.ErrorReason_DRAINING)
 }

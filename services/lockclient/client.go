@@ -18,6 +18,13 @@
 // Re-entrancy is counted here (ADR-13): a nested Lock of a key the session
 // already holds returns the same token without calling the service, and only
 // the outermost Release does.
+//
+// Lock and Release are serialised per key per session: a Lock of a key
+// whose Release is in flight waits for its answer, then acquires afresh.
+// After an Acquire or Release whose outcome is unknown (NO_QUORUM, a
+// deadline, a lost connection), the session ends whatever hold it may have
+// on the key before the key can be locked on it again, so a grant whose
+// answer was lost does not stay held until the session ends.
 package lockclient
 
 import (

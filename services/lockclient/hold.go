@@ -15,6 +15,9 @@ type holdState struct {
 	token   token.Token
 	ready   chan struct{} // closed when the outermost Acquire returned
 	failed  bool          // set before ready closes
+	// gone is closed when hs leaves its session's holds: the service has
+	// answered for the grant's end (lock.go).
+	gone chan struct{}
 
 	mu        sync.Mutex
 	count     int

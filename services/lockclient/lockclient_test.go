@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockclient"
@@ -62,24 +63,40 @@ func TestOnFenceFiresBeforeEtcdRevokesLease(t *testing.T) {
 		expireAt.Sub(cut).Round(time.Millisecond), expireAt.Sub(fenceAt).Round(time.Millisecond), s.TTL())
 }
 
+// slowFence is a class whose local deadline (last confirmed keepalive
+// send + TTL - 1 s) comes at least 2 s after the next keepalive (every
+// TTL/3): long enough apart that the two fences cannot be mistaken.
+var slowFence = class.Class{Name: "slow-fence", TTL: 9 * time.Second, Tier: class.TierCoord}
+
 // A session ended behind the holder's back (revoked at etcd) fences at the
-// next keepalive, not at the deadline.
+// next keepalive, whose answer is SESSION_EXPIRED, not at the deadline.
 func TestRevokedSessionFencesAtNextKeepalive(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{})
+	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence)})
 	ctx := ctxT(t, 30*time.Second)
-	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
-	fenced := make(chan struct{})
-	if _, err := s.TryLock(ctx, "team-a/fence/2", func(*lockclient.Hold) { close(fenced) }); err != nil {
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), slowFence.Name)
+	fenced := make(chan time.Time, 1)
+	h, err := s.TryLock(ctx, "team-a/fence/2", func(*lockclient.Hold) { fenced <- time.Now() })
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
 		t.Fatal(err)
 	}
+	// No keepalive sent from here on succeeds, so the hold's deadline can
+	// only have moved later than this reading (a renewal sent before the
+	// revoke and answered after it); the deadline fence fires at it.
+	deadline := time.Now().Add(h.RemainingTTL())
+	var at time.Time
 	select {
-	case <-fenced:
-	case <-time.After(s.TTL() - lockclient.FenceMargin):
-		t.Fatal("not fenced before the local deadline")
+	case at = <-fenced:
+	case <-ctx.Done():
+		t.Fatal("never fenced")
 	}
+	if !at.Before(deadline) {
+		t.Fatalf("fenced %s after the hold's deadline: by the deadline timer, not by the keepalive that found the session expired",
+			at.Sub(deadline))
+	}
+	t.Logf("fenced %s before the deadline fence would have fired", deadline.Sub(at).Round(time.Millisecond))
 	if _, err := s.TryLock(ctx, "team-a/fence/3", func(*lockclient.Hold) {}); err != lockclient.ErrFenced {
 		t.Fatalf("lock on a fenced session: %v, want ErrFenced", err)
 	}

@@ -3,13 +3,10 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/reason"
-	"github.com/lockplane/lockplane/services/token"
 )
 
 // FenceMargin is subtracted from the TTL to get the local deadline: it
@@ -25,13 +22,20 @@ type Session struct {
 	ttl   time.Duration
 	stop  context.CancelFunc
 	done  chan struct{}
+	// life ends when the session does (closed or fenced): background
+	// cleanups stop with it, its lease ending every hold.
+	life context.Context
 
 	mu       sync.Mutex
 	deadline time.Time // monotonic: last confirmed send + ttl - margin
 	canStart bool
 	fenced   bool
 	fence    *time.Timer
-	holds    map[string]*holdState
+	// holds has each key's state from its first Lock until the service
+	// has answered for its end (lock.go).
+	holds map[string]*holdState
+	// unclean marks keys whose cleanup could not complete (cleanup.go).
+	unclean map[string]bool
 }
 
 func openSession(ctx context.Context, api lockv1.LockServiceClient, class string) (*Session, error) {
@@ -43,7 +47,8 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class string
 	kctx, stop := context.WithCancel(context.Background())
 	s := &Session{
 		api: api, id: resp.GetSessionId(), class: resp.GetClass(), ttl: resp.GetTtl().AsDuration(),
-		stop: stop, done: make(chan struct{}), canStart: true, holds: map[string]*holdState{},
+		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
+		holds: map[string]*holdState{}, unclean: map[string]bool{},
 	}
 	// The lease was granted after sent, so it cannot expire before
 	// sent + ttl.
@@ -248,111 +253,3 @@ var ErrFenced = errors.New("lockclient: the session is fenced; open a new one")
 // ErrGrantEnded is returned by Release when the grant had already ended
 // (expired or ended by an operator) before the release arrived.
 var ErrGrantEnded = errors.New("lockclient: the grant had already ended")
-
-// Lock acquires key on the session, waiting until ctx's deadline.
-// onFence is required: it runs once if the session reaches its deadline
-// while the key is held.
-func (s *Session) Lock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
-	return s.lock(ctx, key, onFence, true)
-}
-
-// TryLock acquires key once, failing with CONTENDED if it is held.
-func (s *Session) TryLock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
-	return s.lock(ctx, key, onFence, false)
-}
-
-func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wait bool) (*Hold, error) {
-	if onFence == nil {
-		return nil, errors.New("lockclient: onFence is required: it is how a holder learns it must stop")
-	}
-	for {
-		s.mu.Lock()
-		if s.fenced {
-			s.mu.Unlock()
-			return nil, ErrFenced
-		}
-		hs, ok := s.holds[key]
-		if !ok {
-			hs = &holdState{session: s, key: key, ready: make(chan struct{}), fenced: make(chan struct{})}
-			s.holds[key] = hs
-			s.mu.Unlock()
-			err := s.grant(ctx, hs, wait)
-			if err != nil {
-				return nil, err
-			}
-			return hs.newHold(onFence), nil
-		}
-		s.mu.Unlock()
-		// Re-entrant: wait for an outermost Lock in flight, then share it.
-		select {
-		case <-hs.ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if h := hs.nest(onFence); h != nil {
-			return h, nil
-		}
-		// The outermost Lock failed or its hold was released: try again.
-	}
-}
-
-func (s *Session) grant(ctx context.Context, hs *holdState, wait bool) error {
-	resp, err := s.api.Acquire(ctx, &lockv1.AcquireRequest{Key: hs.key, SessionId: s.id, Wait: wait, Class: s.class})
-	// A waiting Lock outlasts what passes: a range moving between shards,
-	// an arbiter draining, a region's shard map being written.
-	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		resp, err = s.api.Acquire(ctx, &lockv1.AcquireRequest{Key: hs.key, SessionId: s.id, Wait: wait, Class: s.class})
-	}
-	if err == nil {
-		hs.token = token.Token(resp.GetToken().GetValue())
-	}
-	if r := reason.Of(err); r == lockv1.ErrorReason_SESSION_EXPIRED {
-		defer s.fenceNow()
-	}
-	s.mu.Lock()
-	if err != nil {
-		delete(s.holds, hs.key)
-		hs.failed = true
-	}
-	s.mu.Unlock()
-	close(hs.ready)
-	return err
-}
-
-func (s *Session) release(ctx context.Context, hs *holdState) error {
-	s.mu.Lock()
-	if s.holds[hs.key] == hs {
-		delete(s.holds, hs.key)
-	}
-	fenced := s.fenced
-	s.mu.Unlock()
-	if fenced {
-		return ErrFenced
-	}
-	resp, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: s.id, Token: uint64(hs.token), Class: s.class})
-	if err != nil {
-		return err
-	}
-	if !resp.GetReleased() {
-		return ErrGrantEnded
-	}
-	return nil
-}
-
-// transient reports refusals a waiting Lock retries.
-func transient(err error) bool {
-	switch reason.Of(err) {
-	case lockv1.ErrorReason_MOVING, lockv1.ErrorReason_DRAINING, lockv1.ErrorReason_SHARD_MAP_MISSING:
-		return true
-	}
-	return false
-}

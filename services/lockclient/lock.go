@@ -1,0 +1,169 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/reason"
+	"github.com/lockplane/lockplane/services/token"
+)
+
+// A session serialises Lock and Release per key. From a key's first Lock
+// until the service has answered for the grant's end, the key has one
+// holdState in s.holds: through the outermost Acquire, the nested Locks
+// sharing its grant (ADR-13), the outermost Release, and, after an Acquire
+// or Release whose outcome is unknown, the cleanup that ends whatever hold
+// the session may have on the key (cleanup.go). A Lock that finds the
+// key's grant failed or ending waits for its state to go, then acquires
+// afresh: so a Lock can never be answered with a grant whose release is
+// in flight, and the service never sees two requests of one session for
+// one key at a time.
+
+// Lock acquires key on the session, waiting until ctx's deadline.
+// onFence is required: it runs once if the session reaches its deadline
+// while the key is held.
+func (s *Session) Lock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
+	return s.lock(ctx, key, onFence, true)
+}
+
+// TryLock acquires key once, failing with CONTENDED if it is held.
+func (s *Session) TryLock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
+	return s.lock(ctx, key, onFence, false)
+}
+
+func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wait bool) (*Hold, error) {
+	if onFence == nil {
+		return nil, errors.New("lockclient: onFence is required: it is how a holder learns it must stop")
+	}
+	for {
+		s.mu.Lock()
+		if s.fenced {
+			s.mu.Unlock()
+			return nil, ErrFenced
+		}
+		hs, ok := s.holds[key]
+		if !ok {
+			hs = &holdState{session: s, key: key, ready: make(chan struct{}), gone: make(chan struct{}), fenced: make(chan struct{})}
+			s.holds[key] = hs
+			s.mu.Unlock()
+			return s.grant(ctx, hs, wait, onFence)
+		}
+		s.mu.Unlock()
+		// Re-entrant: wait for an outermost Lock in flight, then share it.
+		select {
+		case <-hs.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if h := hs.nest(onFence); h != nil {
+			return h, nil
+		}
+		// The grant failed or is ending: wait until the service has
+		// answered for it, then acquire afresh.
+		awaitingKeyHook(key)
+		select {
+		case <-hs.gone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// grant makes hs the key's grant, by the outermost Lock's Acquire, first
+// finishing a cleanup an earlier Acquire or Release of the key left
+// undone. The outermost Hold is counted before ready closes, so a nested
+// Lock never finds the grant without holders.
+func (s *Session) grant(ctx context.Context, hs *holdState, wait bool, onFence func(*Hold)) (*Hold, error) {
+	if err := s.cleanUpLeftover(ctx, hs.key); err != nil {
+		hs.failed = true
+		close(hs.ready)
+		s.forget(hs)
+		return nil, err
+	}
+	resp, err := s.acquire(ctx, hs.key, wait)
+	if err != nil {
+		hs.failed = true
+		close(hs.ready)
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			s.fenceNow()
+		}
+		s.settle(hs, err)
+		return nil, err
+	}
+	hs.token = token.Token(resp.GetToken().GetValue())
+	h := hs.newHold(onFence)
+	close(hs.ready)
+	return h, nil
+}
+
+// acquire calls Acquire. A waiting Lock outlasts what passes: a range
+// moving between shards, an arbiter draining, a region's shard map being
+// written.
+func (s *Session) acquire(ctx context.Context, key string, wait bool) (*lockv1.AcquireResponse, error) {
+	req := &lockv1.AcquireRequest{Key: key, SessionId: s.id, Wait: wait, Class: s.class}
+	resp, err := s.api.Acquire(ctx, req)
+	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		resp, err = s.api.Acquire(ctx, req)
+	}
+	return resp, err
+}
+
+// release ends hs's grant: the outermost Hold's Release. The key's state
+// stays in s.holds until the answer, so a Lock of the key meanwhile waits
+// for it rather than being answered with this grant.
+func (s *Session) release(ctx context.Context, hs *holdState) error {
+	if s.isFenced() {
+		s.forget(hs)
+		return ErrFenced
+	}
+	resp, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: s.id, Token: uint64(hs.token), Class: s.class})
+	s.settle(hs, err)
+	if err != nil {
+		return err
+	}
+	if !resp.GetReleased() {
+		return ErrGrantEnded
+	}
+	return nil
+}
+
+// settle ends hs after its Acquire or Release answered err: at once,
+// unless the outcome is unknown and the key must be cleaned up first.
+func (s *Session) settle(hs *holdState, err error) {
+	if err != nil && outcomeUnknown(err) {
+		go s.cleanUp(hs)
+		return
+	}
+	s.forget(hs)
+}
+
+// forget removes hs from the session: the key is free for a new grant.
+func (s *Session) forget(hs *holdState) {
+	s.mu.Lock()
+	if s.holds[hs.key] == hs {
+		delete(s.holds, hs.key)
+	}
+	s.mu.Unlock()
+	close(hs.gone)
+}
+
+// transient reports refusals a waiting Lock retries.
+func transient(err error) bool {
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_MOVING, lockv1.ErrorReason_DRAINING, lockv1.ErrorReason_SHARD_MAP_MISSING:
+		return true
+	}
+	return false
+}
