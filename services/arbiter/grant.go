@@ -251,7 +251,10 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 		holdKey, sessKey := lockkey.HoldKey(r.key), lockkey.SessionKey(session)
 		want := sessionFor(r.caller, r.class.TTL).encode()
 		hold := holdFor(r, session).encode()
-		octx, cancel := a.opCtx(ctx)
+		// Bounded by the op deadline but not ended by the caller's: a wait
+		// that ends with the Txn in flight learns whether it committed
+		// rather than answer CONTENDED over a grant etcd applies later.
+		octx, cancel := a.opCtx(context.WithoutCancel(ctx))
 		a.metrics.attempted(r.labels)
 		resp, err := a.etcd.Txn(octx).If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),

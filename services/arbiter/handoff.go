@@ -30,7 +30,9 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 	if w != nil {
 		a.claimedHook(r.key, w.session)
 	}
-	octx, cancel := a.opCtx(ctx)
+	// The Txn runs to its answer even if the releasing caller goes: a
+	// claimed waiter is owed a known outcome, not a cancelled one.
+	octx, cancel := a.opCtx(context.WithoutCancel(ctx))
 	defer cancel()
 	if w != nil && w.req.mapVersion != 0 && w.req.mapVersion != st.MapVersion {
 		// The key's range is moving: no grant, not even a handoff.

@@ -23,7 +23,9 @@ import (
 // uses the raw API, so no client-side cleanup can hide what the arbiter
 // did.
 func TestAWaiterWhoseWaitEndsAsTheKeyIsHandedOverIsNeverLeftHolding(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour})
+	// A release blocked in the Claimed hook until the wait ends spends
+	// ~1.8 s of its call's etcd budget there: give it room to finish.
+	env := devenvtest.Start(t, devenv.Options{PollInterval: time.Hour, OpTimeout: 5 * time.Second})
 	for _, tc := range []struct {
 		name string
 		// gone: the caller goes away once queued; otherwise its deadline

@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 	"time"
 
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 )
 
 // wait queues session for r's key behind this arbiter's earlier waiters and
@@ -53,7 +55,12 @@ func (a *Arbiter) withdraw(ctx context.Context, r request, w *waiter, unsure boo
 			return o.grant, nil
 		}
 		a.waiters.leave(r.key, w, 0)
-		unsure = unsure || o.unknown
+		if o.unknown {
+			// A handoff whose Txn's outcome is unknown: unless the read
+			// below finds it, the caller must hear "unknown", not CONTENDED.
+			unsure, err = true, refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
+				"the wait ended while a handoff to this session had an unknown outcome; end any hold it may have (Release with any_token)")
+		}
 		break
 	}
 	if !unsure || ctx.Err() == nil {
