@@ -41,3 +41,17 @@ func startOne(t testing.TB, ctx context.Context, cfg etcdembed.Config) (*etcdemb
 	}
 	return cluster, cli
 }
+
+// readyArbiter is an Arbiter of cli, its epoch loaded but not Run: no watch
+// refreshes its cache, so tests can hold it stale.
+func readyArbiter(t testing.TB, ctx context.Context, cli *clientv3.Client) *Arbiter {
+	t.Helper()
+	a, err := New(Config{Etcd: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

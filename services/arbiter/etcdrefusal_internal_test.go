@@ -59,13 +59,7 @@ func TestARequestEtcdFindsTooLargeIsRequestTooLarge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, cli := startOne(t, ctx, etcdembed.Config{MaxRequestBytes: 1500})
-	a, err := New(Config{Etcd: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := readyArbiter(t, ctx, cli)
 	id := spiffeid.RequireFromString("spiffe://t/holder")
 	cls := class.Default
 	lease, err := cli.Grant(ctx, 60)

@@ -22,13 +22,7 @@ func TestAKeepAliveStreamRemembersBoundedSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cli := oneMember(t, ctx)
-	a, err := New(Config{Etcd: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := readyArbiter(t, ctx, cli)
 	caller := spiffeid.RequireFromString("spiffe://t/many")
 	rec := sessionFor(caller, class.Default.TTL).encode()
 	ids := make([]int64, sessions)

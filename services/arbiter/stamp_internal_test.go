@@ -20,13 +20,7 @@ func TestAHoldGrantedBeforeAMapStampIsReleasedWithAStaleCache(t *testing.T) {
 	defer cancel()
 	cli := oneMember(t, ctx)
 	// Not Run: no watch refreshes the cache, so it stays stale.
-	a, err := New(Config{Etcd: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := readyArbiter(t, ctx, cli)
 	id := spiffeid.RequireFromString("spiffe://t/holder")
 	cls := class.Default
 	lease, _ := cli.Grant(ctx, 60)

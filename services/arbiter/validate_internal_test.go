@@ -22,13 +22,7 @@ func TestValidateTokenComparesTheEpochReadWithTheHold(t *testing.T) {
 	defer cancel()
 	cli := oneMember(t, ctx)
 	// Not Run: no watch updates the cache, so it keeps epoch E.
-	a, err := New(Config{Etcd: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := readyArbiter(t, ctx, cli)
 	cached, _ := a.epochs.get()
 	adv, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "default", Expected: cached.Epoch, Reason: "test"})
 	if err != nil {

@@ -568,11 +568,7 @@ func (h *history) restartArbiter(i int, shards ...string) error {
 // cluster with no allocation record it names the highest epoch served
 // (above). The new epoch is in force from then on.
 func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
-	p, err := profile.Load(h.profiles[0])
-	if err != nil {
-		return err
-	}
-	c, err := lockclient.DialProfile(p, "operator")
+	c, err := operatorClient(h.profiles[0])
 	if err != nil {
 		return err
 	}
@@ -867,4 +863,13 @@ func (p *proc) wait(d time.Duration) bool {
 		p.kill()
 		return false
 	}
+}
+
+// operatorClient dials the arbiter of a history's profile as its operator.
+func operatorClient(profilePath string) (*lockclient.Client, error) {
+	p, err := profile.Load(profilePath)
+	if err != nil {
+		return nil, err
+	}
+	return lockclient.DialProfile(p, "operator")
 }

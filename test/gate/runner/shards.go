@@ -12,8 +12,6 @@ import (
 
 	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/profile"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/lockplane/lockplane/test/gate/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -142,11 +140,7 @@ func (sh *shards) add(ctx context.Context, profilePath string) func() {
 	go func() {
 		defer close(sh.done)
 		err := func() error {
-			p, err := profile.Load(profilePath)
-			if err != nil {
-				return err
-			}
-			c, err := lockclient.DialProfile(p, "operator")
+			c, err := operatorClient(profilePath)
 			if err != nil {
 				return err
 			}
