@@ -71,14 +71,35 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 }
 
 // releaseUnheard ends a grant whose caller has gone, with the arbiter's
-// own etcd deadlines (the caller's context has ended). If it fails, the
-// hold ends with the session, or with the client's cleanup of an Acquire
-// it never heard back from (ReleaseRequest.any_token).
+// own etcd deadlines (the caller's context has ended). The client's
+// cleanup may have run before this grant committed and found nothing, so
+// a failed release is tried again in the background, with backoff, until
+// it is answered or the session could no longer be alive (its class's
+// TTL past the last try); either way the hold does not outlive both.
 func (a *Arbiter) releaseUnheard(ctx context.Context, r request, session int64, g grant) {
-	if _, err := a.releaseHold(context.WithoutCancel(ctx), r, session, g.token); err != nil {
-		a.log.Warn("could not release a grant whose caller had gone; it ends with the session",
-			"namespace", r.labels.namespace, "class", r.class.Name, "err", err)
+	ctx = context.WithoutCancel(ctx)
+	if _, err := a.releaseHold(ctx, r, session, g.token); err == nil {
+		return
 	}
+	go func() {
+		deadline := time.Now().Add(2 * r.class.TTL)
+		for backoff := 200 * time.Millisecond; time.Now().Before(deadline); backoff = min(2*backoff, 5*time.Second) {
+			select {
+			case <-time.After(backoff):
+			case <-a.drained.Done():
+				return
+			}
+			_, err := a.releaseHold(ctx, r, session, g.token)
+			if err == nil {
+				return
+			}
+			if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+				return
+			}
+		}
+		a.log.Warn("could not release a grant whose caller had gone; it ends with the session",
+			"namespace", r.labels.namespace, "class", r.class.Name)
+	}()
 }
 
 // outcomeUnknown reports whether a failed grant Txn may still commit:

@@ -291,7 +291,11 @@ func (ro *Router) acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 // with the session's lease there, any_token included: the hold it ends
 // must be on that lease; a session with no lease there holds nothing.
 func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
-	a, shard, ctx, err := ro.route(ctx, req.GetKey(), req.GetClass())
+	a, shard, rctx, err := ro.route(ctx, req.GetKey(), req.GetClass())
+	if req.GetAnyToken() && ro.onEntityTier(req.GetClass()) && (err == nil || isMoving(err) || reason.Of(err) == lockv1.ErrorReason_SHARD_UNKNOWN) {
+		return ro.releaseAnyOnEveryShard(ctx, req)
+	}
+	ctx = rctx
 	if err != nil {
 		// A moving range still takes releases: they are what it waits for.
 		if shard, a = ro.homeOf(req.GetKey(), req.GetClass()); a == nil || !isMoving(err) {
@@ -361,6 +365,45 @@ func (ro *Router) homeOf(key, className string) (string, *Arbiter) {
 	}
 	name := m.Home(key)
 	return name, ro.shards[name]
+}
+
+// onEntityTier reports whether className's keys live on the entity shards.
+func (ro *Router) onEntityTier(className string) bool {
+	cls, err := ro.coord.cfg.Classes.Lookup(className)
+	return err == nil && cls.Tier == class.TierEntity && len(ro.shards) > 0
+}
+
+// releaseAnyOnEveryShard ends whatever hold the session has on the key on
+// every shard it has a lease on, not only the shard this arbiter's map
+// homes the key to: the grant whose answer was lost may have been routed
+// by a newer or older map than this arbiter's. Each shard's Txn compares
+// the session's lease there, so a shard that never held the key for this
+// session deletes nothing. A shard this arbiter has no client for is
+// SHARD_UNKNOWN: the client tries again, through another arbiter.
+func (ro *Router) releaseAnyOnEveryShard(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
+	if err := releaseArgs(req); err != nil {
+		return nil, err
+	}
+	leases, err := ro.shardLeases(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	out := &lockv1.ReleaseResponse{}
+	for _, name := range slices.Sorted(maps.Keys(leases)) {
+		a := ro.shards[name]
+		if a == nil {
+			return nil, refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+				fmt.Sprintf("the session has a lease on shard %s, which this arbiter has no client for", name), "shard", name)
+		}
+		sreq := proto.CloneOf(req)
+		sreq.SessionId = leases[name]
+		resp, err := a.Release(ctx, sreq)
+		if err != nil {
+			return nil, err
+		}
+		out.Released = out.Released || resp.GetReleased()
+	}
+	return out, nil
 }
 
 func isMoving(err error) bool {

@@ -25,12 +25,12 @@ import (
 // this key can exist, and the re-entrancy count is the client's (ADR-13).
 
 const (
-	// cleanupTimeout bounds one cleanup: the arbiter reads the session and
+	// cleanupTimeout bounds one try: the arbiter reads the session and
 	// runs one Txn, each within its own bound (2 s by default).
 	cleanupTimeout = 5 * time.Second
-	// cleanupTries and cleanupBackoff: a few tries, the backoff doubling.
-	cleanupTries   = 4
-	cleanupBackoff = 200 * time.Millisecond
+	// cleanupBackoff doubles between tries, up to cleanupMaxBackoff.
+	cleanupBackoff    = 200 * time.Millisecond
+	cleanupMaxBackoff = 5 * time.Second
 )
 
 // outcomeUnknown reports whether a failed Acquire or Release may still
@@ -46,71 +46,50 @@ func outcomeUnknown(err error) bool {
 	return false
 }
 
-// cleanUp ends hs after an unknown outcome, in the background: a few tries
-// with backoff while the session lives. If none completes, the key is
-// marked unclean, so that its next Lock on this session cleans up first.
-func (s *Session) cleanUp(hs *holdState) {
-	err := s.cleanUpRetrying(hs.key)
-	s.mu.Lock()
-	if err != nil && s.life.Err() == nil {
-		s.unclean[hs.key] = true
+// cleanupDone reports whether a cleanup's answer settles the key: it was
+// released, there was nothing of the session's to release, or the session
+// is over (its lease ends every hold on it), or the caller may no longer
+// touch the key at all. Anything else, an unknown outcome or a refusal
+// that passes (an arbiter without the key's shard, a moving range, a
+// drain, etcd refusing the arbiter's credentials or out of space), is
+// tried again.
+func cleanupDone(err error) bool {
+	if err == nil {
+		return true
 	}
-	s.mu.Unlock()
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_SESSION_EXPIRED, lockv1.ErrorReason_SESSION_NOT_OWNED, lockv1.ErrorReason_PERMISSION_DENIED,
+		lockv1.ErrorReason_INVALID_KEY, lockv1.ErrorReason_INVALID_ARGUMENT, lockv1.ErrorReason_UNKNOWN_CLASS,
+		lockv1.ErrorReason_WRONG_REGION:
+		return true
+	}
+	return false
+}
+
+// cleanUp ends hs after an unknown outcome, in the background, trying
+// until the answer settles the key or the session is over. Meanwhile the
+// key's state stays in s.holds, so a Lock of it waits (within its own
+// deadline) rather than being answered with a grant it might share.
+func (s *Session) cleanUp(hs *holdState) {
+	backoff := cleanupBackoff
+	for s.life.Err() == nil && !cleanupDone(s.cleanUpOnce(s.life, hs.key)) {
+		cleanupRetryHook(hs.key)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+		select {
+		case <-s.life.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, cleanupMaxBackoff)
+	}
 	s.forget(hs)
 }
 
-func (s *Session) cleanUpRetrying(key string) error {
-	backoff := cleanupBackoff
-	var err error
-	for try := 0; try < cleanupTries; try++ {
-		if try > 0 {
-			t := time.NewTimer(backoff/2 + rand.N(backoff/2))
-			select {
-			case <-s.life.Done():
-				t.Stop()
-			case <-t.C:
-			}
-			backoff *= 2
-		}
-		if s.life.Err() != nil {
-			return nil // the session is over: its lease ends every hold on it
-		}
-		if err = s.cleanUpOnce(s.life, key); err == nil {
-			return nil
-		}
-	}
-	return err
-}
-
-// cleanUpLeftover retries, before a new Acquire of key, a cleanup that
-// could not complete; the key stays marked if it fails again.
-func (s *Session) cleanUpLeftover(ctx context.Context, key string) error {
-	s.mu.Lock()
-	unclean := s.unclean[key]
-	s.mu.Unlock()
-	if !unclean {
-		return nil
-	}
-	if err := s.cleanUpOnce(ctx, key); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	delete(s.unclean, key)
-	s.mu.Unlock()
-	return nil
-}
-
 // cleanUpOnce asks the service, once and within cleanupTimeout, to end
-// whatever hold the session has on key. It fails only when the outcome is
-// unknown again: a definite refusal (say the caller may no longer lock the
-// key) cannot be helped by retrying, and the hold, if there is one, ends
-// with the session.
+// whatever hold the session has on key.
 func (s *Session) cleanUpOnce(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	_, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.id, AnyToken: true, Class: s.class})
-	if err != nil && outcomeUnknown(err) {
-		return err
-	}
-	return nil
+	return err
 }

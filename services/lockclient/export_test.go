@@ -6,6 +6,3 @@ type TestHooks = testHooks
 
 // SetTestHooks installs h; nil removes them.
 func SetTestHooks(h *TestHooks) { hooks.Store(h) }
-
-// CleanupTries is how many times a cleanup is tried in the background.
-const CleanupTries = cleanupTries

@@ -16,8 +16,9 @@ type holdState struct {
 	ready   chan struct{} // closed when the outermost Acquire returned
 	failed  bool          // set before ready closes
 	// gone is closed when hs leaves its session's holds: the service has
-	// answered for the grant's end (lock.go).
-	gone chan struct{}
+	// answered for the grant's end (lock.go). Closed once.
+	gone     chan struct{}
+	goneOnce sync.Once
 
 	mu        sync.Mutex
 	count     int
@@ -31,24 +32,29 @@ type holdState struct {
 func (hs *holdState) newHold(onFence func(*Hold)) *Hold {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	return hs.addLocked(onFence)
+}
+
+func (hs *holdState) addLocked(onFence func(*Hold)) *Hold {
 	hs.count++
 	h := &Hold{state: hs}
 	hs.onFence, hs.handles = append(hs.onFence, onFence), append(hs.handles, h)
 	return h
 }
 
-// nest adds a nested Hold, or returns nil if the grant is gone.
+// nest adds a nested Hold, or returns nil if the grant is gone. The check
+// and the count are one step: a last Release between them would end the
+// grant under the new Hold.
 func (hs *holdState) nest(onFence func(*Hold)) *Hold {
 	if hs.failed {
 		return nil
 	}
 	hs.mu.Lock()
-	gone := hs.released || hs.count == 0
-	hs.mu.Unlock()
-	if gone {
+	defer hs.mu.Unlock()
+	if hs.released || hs.count == 0 {
 		return nil
 	}
-	return hs.newHold(onFence)
+	return hs.addLocked(onFence)
 }
 
 func (hs *holdState) release() {

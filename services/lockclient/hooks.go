@@ -9,6 +9,9 @@ type testHooks struct {
 	// failed or ending (a Release or a cleanup in flight) and waits for
 	// it to go.
 	AwaitingKey func(key string)
+	// CleanupRetry runs when a cleanup's try did not settle the key and
+	// another will follow.
+	CleanupRetry func(key string)
 }
 
 var hooks atomic.Pointer[testHooks]
@@ -16,5 +19,11 @@ var hooks atomic.Pointer[testHooks]
 func awaitingKeyHook(key string) {
 	if h := hooks.Load(); h != nil && h.AwaitingKey != nil {
 		h.AwaitingKey(key)
+	}
+}
+
+func cleanupRetryHook(key string) {
+	if h := hooks.Load(); h != nil && h.CleanupRetry != nil {
+		h.CleanupRetry(key)
 	}
 }

@@ -72,17 +72,10 @@ func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wai
 	}
 }
 
-// grant makes hs the key's grant, by the outermost Lock's Acquire, first
-// finishing a cleanup an earlier Acquire or Release of the key left
-// undone. The outermost Hold is counted before ready closes, so a nested
+// grant makes hs the key's grant, by the outermost Lock's Acquire. The
+// outermost Hold is counted before ready closes, so a nested
 // Lock never finds the grant without holders.
 func (s *Session) grant(ctx context.Context, hs *holdState, wait bool, onFence func(*Hold)) (*Hold, error) {
-	if err := s.cleanUpLeftover(ctx, hs.key); err != nil {
-		hs.failed = true
-		close(hs.ready)
-		s.forget(hs)
-		return nil, err
-	}
 	resp, err := s.acquire(ctx, hs.key, wait)
 	if err != nil {
 		hs.failed = true
@@ -156,7 +149,7 @@ func (s *Session) forget(hs *holdState) {
 		delete(s.holds, hs.key)
 	}
 	s.mu.Unlock()
-	close(hs.gone)
+	hs.goneOnce.Do(func() { close(hs.gone) })
 }
 
 // transient reports refusals a waiting Lock retries.

@@ -34,8 +34,6 @@ type Session struct {
 	// holds has each key's state from its first Lock until the service
 	// has answered for its end (lock.go).
 	holds map[string]*holdState
-	// unclean marks keys whose cleanup could not complete (cleanup.go).
-	unclean map[string]bool
 }
 
 func openSession(ctx context.Context, api lockv1.LockServiceClient, class string) (*Session, error) {
@@ -48,7 +46,7 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class string
 	s := &Session{
 		api: api, id: resp.GetSessionId(), class: resp.GetClass(), ttl: resp.GetTtl().AsDuration(),
 		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
-		holds: map[string]*holdState{}, unclean: map[string]bool{},
+		holds: map[string]*holdState{},
 	}
 	// The lease was granted after sent, so it cannot expire before
 	// sent + ttl.

@@ -336,13 +336,25 @@ func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) [
 		op    history.Op
 	}
 	floors := map[string]floor{}
+	// The epochs each cluster granted in before the fault: only a grant
+	// of one of those can be re-returned to a caller that never learned of
+	// it; a token of any other epoch below the floor is a regression.
+	before := map[string]map[uint32]bool{}
 	for _, op := range ops {
 		if op.Kind != history.Acquire || op.Result != history.OK || op.Return >= at {
 			continue
 		}
-		if c := clusterOf(op.Key); c != "" && op.Token > floors[c].token {
+		c := clusterOf(op.Key)
+		if c == "" {
+			continue
+		}
+		if op.Token > floors[c].token {
 			floors[c] = floor{op.Token, op}
 		}
+		if before[c] == nil {
+			before[c] = map[uint32]bool{}
+		}
+		before[c][token.Token(op.Token).Epoch()] = true
 	}
 	// Sessions that asked for a key without learning the outcome.
 	type sk struct {
@@ -369,7 +381,7 @@ func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) [
 		if c == "" || !ok || op.Token > f.token || (op.Token == f.token && op.Session == f.op.Session) {
 			continue
 		}
-		if t, ok := unsure[sk{op.Session, op.Key}]; ok && t < op.Call {
+		if t, ok := unsure[sk{op.Session, op.Key}]; ok && t < op.Call && before[c][token.Token(op.Token).Epoch()] {
 			continue
 		}
 		if below[c] == nil {

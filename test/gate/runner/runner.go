@@ -157,7 +157,8 @@ type history struct {
 	// moves), for the token floor.
 	clusterOf map[string]string
 	faultAt   int64
-	// healedAt is when shard-wipe's operator advance returned.
+	// healedAt is when epoch-delete's or shard-wipe's operator advance
+	// returned.
 	healedAt int64
 }
 
@@ -295,7 +296,10 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			return nil, fmt.Errorf("%s: no grant on the added shard (epoch %d): the history proves nothing about the move", cfg.Fault, h.sh.addedEpoch)
 		}
 	}
-	if cfg.Fault == ShardWipe && !h.grantedAfter(ops, h.healedAt) {
+	if cfg.Fault == EpochDelete && !h.grantedAfter(ops, h.healedAt, "coord") {
+		return nil, fmt.Errorf("%s: no grant on the coord cluster after the operator's advance: the history proves nothing about its tokens", cfg.Fault)
+	}
+	if cfg.Fault == ShardWipe && !h.grantedAfter(ops, h.healedAt, shardFrom) {
 		return nil, fmt.Errorf("%s: no grant on the wiped shard %s after the heal: the history proves nothing about its tokens", cfg.Fault, shardFrom)
 	}
 	report := checker.Check(ops, final, h.epochs, time.Minute)
@@ -363,11 +367,10 @@ func bootstrapEpochs(ctx context.Context, coord *clientv3.Client, shards map[str
 	return out, nil
 }
 
-// grantedAfter reports whether a key that stays on the first shard was
-// granted after t.
-func (h *history) grantedAfter(ops []ghistory.Op, t int64) bool {
+// grantedAfter reports whether a key of cluster was granted after t.
+func (h *history) grantedAfter(ops []ghistory.Op, t int64, cluster string) bool {
 	for _, op := range ops {
-		if op.Kind == ghistory.Acquire && op.Result == ghistory.OK && op.Call > t && h.clusterOf[op.Key] == shardFrom {
+		if op.Kind == ghistory.Acquire && op.Result == ghistory.OK && op.Call > t && h.clusterOf[op.Key] == cluster {
 			return true
 		}
 	}
@@ -470,7 +473,11 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", lockkey.EpochKey, err)
 		}
-		return h.operatorAdvance(ctx, "")
+		if err := h.operatorAdvance(ctx, ""); err != nil {
+			return err
+		}
+		h.healedAt = ghistory.Now()
+		return nil
 	}
 }
 
