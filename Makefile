@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := images/tools
 
-.PHONY: all build dev test test-short vet proto proto-check tools minio infra-tools up down bench-core bench-fsync gate gate-short clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio infra-tools up down bench-core bench-fsync gate gate-short clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -95,6 +95,12 @@ gate-short: $(BIN)/gate
 
 gate: $(BIN)/gate
 	$(BIN)/gate -count $(COUNT) -seed $(SEED) -etcd $(BIN)/etcd -arbiter $(BIN)/arbiter -artifacts artifacts/gate
+
+# Fails on any tracked compiled executable (ELF): build outputs are never
+# committed; a fresh machine builds them.
+hygiene:
+	@bad=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] && [ "$$(head -c4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] && echo "$$f"; done' sh); \
+	if [ -n "$$bad" ]; then echo "tracked executables (remove them; build outputs are ignored):"; echo "$$bad"; exit 1; fi
 
 clean:
 	rm -rf $(BIN) .lockplane

@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/identity"
 	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/reason"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -56,42 +61,52 @@ func (g *globals) check() error {
 	return nil
 }
 
-// dial connects as the chosen identity, from flags or a profile.
-func (g *globals) dial(ctx context.Context) (*lockclient.Client, error) {
+// target is the arbiter address a command calls and where it came from.
+type target struct{ endpoint, from string }
+
+// dial connects as the chosen identity, from flags or a profile, and
+// says where the arbiter's address came from.
+func (g *globals) dial(ctx context.Context) (*lockclient.Client, target, error) {
 	if err := g.check(); err != nil {
-		return nil, err
+		return nil, target{}, err
 	}
 	if g.endpoint != "" {
-		if g.serverID == "" {
-			return nil, fmt.Errorf("--server-id: required with --endpoint (the arbiter's SPIFFE ID)")
-		}
-		var src identity.Source
-		var err error
-		switch {
-		case g.spiffeSock != "":
-			src, err = identity.FromWorkloadAPI(ctx, g.spiffeSock)
-		case g.tlsCert != "" && g.tlsKey != "" && g.tlsBundle != "" && g.trustDomain != "":
-			src, err = identity.FromFiles(identity.Files{Cert: g.tlsCert, Key: g.tlsKey, Bundle: g.tlsBundle, TrustDomain: g.trustDomain})
-		default:
-			return nil, fmt.Errorf("--endpoint needs an identity: --spiffe-socket, or all of --tls-cert, --tls-key, --tls-bundle and --trust-domain")
-		}
-		if err != nil {
-			return nil, err
-		}
-		return lockclient.Dial(lockclient.Config{Target: g.endpoint, Identity: src, ServerID: g.serverID})
+		c, err := g.dialEndpoint(ctx)
+		return c, target{g.endpoint, "--endpoint"}, err
 	}
 	path := g.profilePath
 	if path == "" {
 		var err error
 		if path, err = profile.Find(); err != nil {
-			return nil, err
+			return nil, target{}, err
 		}
 	}
 	p, err := profile.Load(path)
 	if err != nil {
+		return nil, target{}, err
+	}
+	c, err := lockclient.DialProfile(p, g.identity)
+	return c, target{p.Endpoint, "profile " + path}, err
+}
+
+func (g *globals) dialEndpoint(ctx context.Context) (*lockclient.Client, error) {
+	if g.serverID == "" {
+		return nil, fmt.Errorf("--server-id: required with --endpoint (the arbiter's SPIFFE ID)")
+	}
+	var src identity.Source
+	var err error
+	switch {
+	case g.spiffeSock != "":
+		src, err = identity.FromWorkloadAPI(ctx, g.spiffeSock)
+	case g.tlsCert != "" && g.tlsKey != "" && g.tlsBundle != "" && g.trustDomain != "":
+		src, err = identity.FromFiles(identity.Files{Cert: g.tlsCert, Key: g.tlsKey, Bundle: g.tlsBundle, TrustDomain: g.trustDomain})
+	default:
+		return nil, fmt.Errorf("--endpoint needs an identity: --spiffe-socket, or all of --tls-cert, --tls-key, --tls-bundle and --trust-domain")
+	}
+	if err != nil {
 		return nil, err
 	}
-	return lockclient.DialProfile(p, g.identity)
+	return lockclient.Dial(lockclient.Config{Target: g.endpoint, Identity: src, ServerID: g.serverID})
 }
 
 // call runs fn with a connected client, bounded by --timeout.
@@ -109,12 +124,26 @@ func (g *globals) until(fn func(ctx context.Context, c *lockclient.Client) error
 }
 
 func (g *globals) with(ctx context.Context, fn func(ctx context.Context, c *lockclient.Client) error) error {
-	c, err := g.dial(ctx)
+	c, t, err := g.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.Background())
-	return fn(ctx, c)
+	return notListening(fn(ctx, c), t)
+}
+
+// notListening turns a refused connection into what to do about it: which
+// address, from where, and what starts an arbiter there.
+func notListening(err error, t target) error {
+	if status.Code(err) != codes.Unavailable || reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED ||
+		!strings.Contains(err.Error(), "connection refused") {
+		return err
+	}
+	hint := "start the embedded default with `make dev` (or `bin/lockplane dev`), or pass --profile for a deployment"
+	if t.from == "--endpoint" {
+		hint = "check the arbiter is running there"
+	}
+	return fmt.Errorf("no arbiter is listening at %s (from %s): %s", t.endpoint, t.from, hint)
 }
 
 func printJSON(v any) {

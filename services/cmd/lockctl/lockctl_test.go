@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,5 +301,31 @@ func TestShardsShowAndAddWithProgress(t *testing.T) {
 	out, err = cmd(env, "status", "--cluster", "c").Output()
 	if err != nil || !strings.Contains(string(out), "cluster   c (serving shard map version 3)") || !strings.Contains(string(out), "epoch     4 (highest allocated in the region: 4)") {
 		t.Fatalf("status --cluster c: %v\n%s", err, out)
+	}
+}
+
+// With nothing listening at the profile's address, lockctl names the
+// address, the profile it came from, and what starts an arbiter.
+func TestNothingListeningSaysWhereAndWhatToRun(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	lis.Close()
+	p := *env.Profile
+	p.Endpoint = closed
+	path := filepath.Join(filepath.Dir(env.ProfilePath), "stopped.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(lockctl, "--profile", path, "status")
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	err = c.Run()
+	msg := stderr.String()
+	if exitCode(err) != 1 || !strings.Contains(msg, "no arbiter is listening at "+closed+" (from profile "+path+")") || !strings.Contains(msg, "make dev") {
+		t.Fatalf("status with nothing listening: exit %d, stderr %q", exitCode(err), msg)
 	}
 }
