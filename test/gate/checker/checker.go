@@ -399,6 +399,33 @@ func TokenFloor(ops []history.Op, clusterOf func(key string) string, at int64) [
 	return vs
 }
 
+// GrantedWhileSealed checks that a cluster whose epoch record was lost
+// (deleted, or the cluster rebuilt empty) grants nothing new between from,
+// when the fault was done, and to, when the operator's advance began: an
+// Acquire called and answered within that window may only be handed a
+// grant made before it (a retried Acquire's), never a new token.
+func GrantedWhileSealed(ops []history.Op, onCluster func(key string) bool, from, to int64) []Violation {
+	if from == 0 || to <= from {
+		return nil
+	}
+	earlier := map[uint64]bool{}
+	for _, op := range ops {
+		if op.Kind == history.Acquire && op.Result == history.OK && op.Return < from {
+			earlier[op.Token] = true
+		}
+	}
+	var vs []Violation
+	for _, op := range ops {
+		if op.Kind != history.Acquire || op.Result != history.OK || op.Call <= from || op.Return >= to || !onCluster(op.Key) || earlier[op.Token] {
+			continue
+		}
+		vs = append(vs, Violation{Check: "granted-while-sealed", Key: op.Key, Detail: fmt.Sprintf(
+			"client %d was granted %v after the cluster lost its epoch record and before the operator's advance",
+			op.Client, token.Token(op.Token))})
+	}
+	return vs
+}
+
 // unknownOutcome reports whether an Acquire's caller did not learn whether
 // it was granted.
 func unknownOutcome(op history.Op) bool {

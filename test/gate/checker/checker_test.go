@@ -248,3 +248,39 @@ func TestStrandedCatchesHoldsLeftAfterAClose(t *testing.T) {
 		}
 	}
 }
+
+// A retried Acquire may be re-handed a grant made before the fault, but a
+// regression to an epoch never granted in before it is not excused.
+func TestTokenFloorExcusesOnlyEpochsInForceBeforeTheFault(t *testing.T) {
+	e3, _ := token.Mint(3, 50)
+	e1, _ := token.Mint(1, 30) // a record recreated at epoch 1
+	ops := []history.Op{
+		acquire(1, 200, "team-a/y", 0, 2, 4, history.Unknown),
+		acquire(0, 100, "team-a/x", uint64(e3), 5, 6, history.OK),
+		acquire(1, 200, "team-a/y", uint64(e1), 20, 21, history.OK),
+	}
+	if !hasCheck(checker.TokenFloor(ops, func(string) string { return "coord" }, 10), "token-floor") {
+		t.Fatal("a token of an epoch never granted in before the fault was excused as a retried grant")
+	}
+}
+
+// A cluster that lost its epoch record grants nothing new until the
+// operator's advance; a retried Acquire's earlier grant is no new grant.
+func TestGrantedWhileSealedCatchesANewGrantBeforeTheAdvance(t *testing.T) {
+	onCoord := func(string) bool { return true }
+	ops := []history.Op{
+		acquire(0, 100, "team-a/x", tk(50), 1, 2, history.OK),
+		acquire(0, 100, "team-a/x", tk(50), 12, 13, history.OK), // re-handed
+	}
+	if vs := checker.GrantedWhileSealed(ops, onCoord, 10, 20); len(vs) > 0 {
+		t.Fatalf("a re-handed earlier grant was called new: %v", vs)
+	}
+	ops = append(ops, acquire(1, 200, "team-a/y", tk(60), 14, 15, history.OK))
+	if !hasCheck(checker.GrantedWhileSealed(ops, onCoord, 10, 20), "granted-while-sealed") {
+		t.Fatal("a new grant between the fault and the advance passed")
+	}
+	// After the advance began, grants are expected.
+	if vs := checker.GrantedWhileSealed(ops, onCoord, 10, 14); len(vs) > 0 {
+		t.Fatalf("a grant after the advance began was rejected: %v", vs)
+	}
+}

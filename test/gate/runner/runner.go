@@ -160,6 +160,10 @@ type history struct {
 	// healedAt is when epoch-delete's or shard-wipe's operator advance
 	// returned.
 	healedAt int64
+	// sealedFrom and sealedTo bound when epoch-delete's or shard-wipe's
+	// cluster must grant nothing new: from the fault's end to the start of
+	// the operator's advance.
+	sealedFrom, sealedTo int64
 }
 
 // Run runs and checks one history.
@@ -304,6 +308,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	report := checker.Check(ops, final, h.epochs, time.Minute)
 	report.Add(checker.TokenFloor(ops, func(k string) string { return h.clusterOf[k] }, h.faultAt)...)
+	switch cfg.Fault {
+	case EpochDelete:
+		report.Add(checker.GrantedWhileSealed(ops, func(k string) bool { return h.clusterOf[k] == "coord" }, h.sealedFrom, h.sealedTo)...)
+	case ShardWipe:
+		report.Add(checker.GrantedWhileSealed(ops, func(k string) bool { return h.clusterOf[k] == shardFrom }, h.sealedFrom, h.sealedTo)...)
+	}
 	report.Add(checker.Stranded(ops, atExit, lapsed)...)
 	return &Outcome{Fault: cfg.Fault, Seed: cfg.Seed, Ops: ops, Final: final, Started: started, Report: report,
 		Holds: atExit}, nil
@@ -469,10 +479,12 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := h.coord.Delete(dctx, lockkey.EpochKey)
+	h.sealedFrom = ghistory.Now()
 	return func() error {
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", lockkey.EpochKey, err)
 		}
+		h.sealedTo = ghistory.Now()
 		if err := h.operatorAdvance(ctx, ""); err != nil {
 			return err
 		}
@@ -492,10 +504,12 @@ func (h *history) wipeShard(ctx context.Context) func() error {
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err := h.sh.clusters[shardFrom].Wipe(wctx)
+	h.sealedFrom = ghistory.Now()
 	return func() error {
 		if err != nil {
 			return fmt.Errorf("wipe shard %s: %w", shardFrom, err)
 		}
+		h.sealedTo = ghistory.Now()
 		if err := h.operatorAdvance(ctx, shardFrom); err != nil {
 			return err
 		}
