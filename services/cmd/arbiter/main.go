@@ -40,6 +40,7 @@ type flags struct {
 	opTimeout                         time.Duration
 	classes                           []class.Class
 	policies                          string
+	allowAnyWorkload                  bool
 	policyReload                      time.Duration
 	region                            string
 	shards                            map[string]string
@@ -61,7 +62,8 @@ func main() {
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
-	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class; without it every workload of the trust domain may lock any key)")
+	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class); this or --allow-any-workload is required")
+	flag.BoolVar(&f.allowAnyWorkload, "allow-any-workload", false, "without a policy set, let every workload of the trust domain lock every key: for trials and tests only; logged at start and exported as lockplane_authorization_open")
 	flag.DurationVar(&f.policyReload, "policy-reload", 30*time.Second, "how often --policies is read again (and on SIGHUP); an invalid set keeps the last good one")
 	flag.Func("class", "a lock class NAME=TTL[:TIER] (e.g. fast=3s, orders=10s:entity), besides the default; repeatable; for tests and trials, where no --policies set is given", func(v string) error {
 		name, spec, ok := strings.Cut(v, "=")
@@ -101,6 +103,9 @@ func main() {
 }
 
 func run(f flags, log *slog.Logger) error {
+	if err := f.authorization(); err != nil {
+		return err
+	}
 	if f.endpoints == "" {
 		return errors.New("--etcd-endpoints: required")
 	}
@@ -138,6 +143,14 @@ func run(f flags, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	open := 0.0
+	if f.allowAnyWorkload {
+		open = 1
+		log.Warn("authorisation is open: every workload of the trust domain may lock every key (--allow-any-workload); give --policies in production")
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_authorization_open",
+		Help: "1 when the arbiter runs without prefix grants (--allow-any-workload): any workload of the trust domain may lock any key."},
+		func() float64 { return open }))
 	cfg := arbiter.Config{
 		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
 		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...),
@@ -249,4 +262,17 @@ func etcdTLS(f flags) (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
+}
+
+// authorization refuses to start an arbiter that would let every workload
+// lock every key by omission: a policy set, or the explicit opt-out.
+func (f flags) authorization() error {
+	switch {
+	case f.policies != "" && f.allowAnyWorkload:
+		return errors.New("--policies and --allow-any-workload: choose one; a policy set's grants decide who may lock what")
+	case f.policies == "" && !f.allowAnyWorkload:
+		return errors.New("--policies DIR or --allow-any-workload is required: without a policy set every workload of the trust domain " +
+			"could lock every key; give the reviewed LockClass and LockGrant documents, or opt out explicitly for a trial")
+	}
+	return nil
 }
