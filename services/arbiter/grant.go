@@ -349,7 +349,6 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 			fmt.Sprintf("key %s changed during the grant", r.key))}, true
 	}
 	kv := holdKVs[0]
-	h, _ := decodeHold(kv.Value)
 	switch {
 	case kv.Lease == session:
 		// This session already holds it: a retried Acquire whose answer was
@@ -360,11 +359,11 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 			return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
 		}
 		return grant{token: t}, nil, false
-	case h.Identity == r.caller.String():
-		return grant{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
-			fmt.Sprintf("key %s is held by this identity under another session (%d): a leaked lock, not contention", r.key, kv.Lease),
-			"holder_session", fmt.Sprint(kv.Lease)), false
 	default:
+		// Another session, of this identity or not: replicas of one
+		// deployment share a SPIFFE ID, and queue like anyone else. A
+		// client asking with a second session of its own for a key its
+		// first holds is told LEAKED by the client library, which knows.
 		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
 			fmt.Sprintf("key %s is held by another session", r.key))}, false
 	}

@@ -76,8 +76,7 @@ type Options struct {
 	// recovery would: the arbiter then finds it sealed.
 	RestoreFrom string
 	// Workers adds identities worker-0 .. worker-(Workers-1), for
-	// benchmarks that need many distinct contenders (one identity's second
-	// session on a key it holds is refused LEAKED, by design).
+	// benchmarks that want distinct contenders.
 	Workers int
 	// Shards starts one embedded etcd cluster per name as the entity tier's
 	// shards (ADR-07) and serves a Router over them and the coord cluster.

@@ -102,8 +102,31 @@ func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.owner = c
 	c.sessions[class] = s
 	return s, nil
+}
+
+// heldByAnother returns c's session other than s that holds key (or is
+// acquiring or releasing it), or nil.
+func (c *Client) heldByAnother(s *Session, key string) *Session {
+	c.mu.Lock()
+	others := make([]*Session, 0, len(c.sessions))
+	for _, o := range c.sessions {
+		if o != s {
+			others = append(others, o)
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range others {
+		o.mu.Lock()
+		_, ok := o.holds[key]
+		o.mu.Unlock()
+		if ok {
+			return o
+		}
+	}
+	return nil
 }
 
 // Inspect reports who holds key, a key of class cls (the default class

@@ -3,12 +3,15 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/token"
+	"google.golang.org/grpc/codes"
 )
 
 // A session serialises Lock and Release per key. From a key's first Lock
@@ -37,6 +40,16 @@ func (s *Session) TryLock(ctx context.Context, key string, onFence func(*Hold)) 
 func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wait bool) (*Hold, error) {
 	if onFence == nil {
 		return nil, errors.New("lockclient: onFence is required: it is how a holder learns it must stop")
+	}
+	// Another session of this client holding the key would make this one
+	// wait on itself: a leak in the caller, said at once. Other clients
+	// of the same identity (replicas) queue at the service.
+	if s.owner != nil {
+		if o := s.owner.heldByAnother(s, key); o != nil {
+			return nil, reason.New(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+				fmt.Sprintf("key %s is held by this client's session %d; a second session of the same client would wait on it", key, o.id),
+				"holder_session", strconv.FormatInt(o.id, 10))
+		}
 	}
 	for {
 		s.mu.Lock()

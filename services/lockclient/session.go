@@ -25,6 +25,8 @@ type Session struct {
 	// life ends when the session does (closed or fenced): background
 	// cleanups stop with it, its lease ending every hold.
 	life context.Context
+	// owner is the Client that opened the session; nil in unit tests.
+	owner *Client
 
 	mu       sync.Mutex
 	deadline time.Time // monotonic: last confirmed send + ttl - margin

@@ -329,3 +329,46 @@ func TestNothingListeningSaysWhereAndWhatToRun(t *testing.T) {
 		t.Fatalf("status with nothing listening: exit %d, stderr %q", exitCode(err), msg)
 	}
 }
+
+// Two `lockctl run` processes of one identity on one key: the second waits
+// its turn and runs after the first, as with etcdctl lock; with --wait 0 it
+// is not acquired (exit 3), not an error.
+func TestTwoRunsOfOneIdentityTakeTurns(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	const key = "team-a/orders/turns"
+	first := cmd(env, "run", key, "--", "sh", "-c", "echo held; read done")
+	in, err := first.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := first.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("first run: %q, %v", line, err)
+	}
+	if err := cmd(env, "run", "--wait", "0s", key, "--", "true").Run(); exitCode(err) != 3 {
+		t.Fatalf("a second run with --wait 0 while the first holds: exit %d (%v), want 3 (not acquired)", exitCode(err), err)
+	}
+	second := cmd(env, "run", "--wait", "30s", key, "--", "sh", "-c", "echo second")
+	done := make(chan struct{})
+	var secondOut []byte
+	var secondErr error
+	go func() { secondOut, secondErr = second.Output(); close(done) }()
+	// The first command ends, and with it the first hold.
+	if _, err := in.Write([]byte("done\n")); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	<-done
+	if secondErr != nil || string(secondOut) != "second\n" {
+		t.Fatalf("second run of the same identity: %q, %v; want it to wait its turn and exit 0", secondOut, secondErr)
+	}
+}

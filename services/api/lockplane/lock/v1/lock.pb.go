@@ -53,8 +53,10 @@ const (
 	ErrorReason_NO_QUORUM ErrorReason = 3
 	// The session's lease has expired or was closed (FAILED_PRECONDITION).
 	ErrorReason_SESSION_EXPIRED ErrorReason = 4
-	// The key is held by the caller's own identity under another session: a
-	// leaked lock, not contention (FAILED_PRECONDITION).
+	// The key is held by another session of the caller's own client: a
+	// leaked lock, not contention (FAILED_PRECONDITION). Said by the client
+	// library, which knows its sessions; other clients of one identity
+	// (replicas sharing a SPIFFE ID) are answered CONTENDED and queue.
 	ErrorReason_LEAKED ErrorReason = 5
 	// The key breaks a syntax rule; metadata "rule" names it (INVALID_ARGUMENT).
 	ErrorReason_INVALID_KEY ErrorReason = 6
