@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
-TOOLS := images/tools
+TOOLS := tools/build
 
 .PHONY: hygiene all build dev test test-short vet proto proto-check tools minio infra-tools up down bench-core bench-fsync gate gate-short clean
 PULUMI_VERSION := v3.274.1
@@ -44,8 +44,8 @@ $(BIN)/minio: $(TOOLS)/go.mod
 # not served, so the program runs inline through the Automation API), and
 # the provider plugin for hosts. The first build takes about 5 minutes.
 infra-tools: $(BIN)/pulumi build
-$(BIN)/pulumi: images/pulumi/go.mod
-	cd images/pulumi && $(GO) build -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
+$(BIN)/pulumi: tools/pulumi/go.mod
+	cd tools/pulumi && $(GO) build -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
 # A whole region on this machine: 12 test hosts (network namespaces with

@@ -1,4 +1,4 @@
-module github.com/lockplane/lockplane/images/pulumi
+module github.com/lockplane/lockplane/tools/pulumi
 
 go 1.26.8
 

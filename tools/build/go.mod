@@ -1,4 +1,4 @@
-module github.com/lockplane/lockplane/images/tools
+module github.com/lockplane/lockplane/tools/build
 
 go 1.26.8
 
