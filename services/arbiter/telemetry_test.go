@@ -116,8 +116,7 @@ func TestTelemetryCarriesNoTokenAndOnlyBoundedLabels(t *testing.T) {
 		}
 	}
 	if !strings.Contains(metricsText.String(), "lockplane_grants_total") ||
-		!strings.Contains(metricsText.String(), "lockplane_refusals_contended_total") ||
-		!strings.Contains(metricsText.String(), "lockplane_refusals_leaked_total") {
+		!strings.Contains(metricsText.String(), "lockplane_refusals_contended_total") {
 		t.Fatalf("expected grant and refusal metrics, got:\n%s", metricsText.String())
 	}
 	if bad := labelViolations(fams); len(bad) > 0 {

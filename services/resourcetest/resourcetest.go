@@ -41,7 +41,7 @@ func repoRoot() (string, error) {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "images", "tools")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "Pulumi.yaml")); err == nil {
 				return dir, nil
 			}
 		}
