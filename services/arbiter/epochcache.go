@@ -184,20 +184,22 @@ func (a *Arbiter) readEpoch(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// cacheRecord caches what a read of the epoch key found at o. An
-// unreadable record is as good as none: sealed, and said.
-func (a *Arbiter) cacheRecord(kvs []*mvccpb.KeyValue, o obs) {
+// cacheRecord caches what a read of the epoch key found at o, and returns
+// the record read (found false when there is none, or it is unreadable:
+// as good as none, sealed, and said).
+func (a *Arbiter) cacheRecord(kvs []*mvccpb.KeyValue, o obs) (st epoch.State, found bool) {
 	if len(kvs) == 0 {
 		a.epochs.setMissing(o)
-		return
+		return epoch.State{}, false
 	}
 	st, err := epoch.Decode(kvs[0].Value, kvs[0].ModRevision)
 	if err != nil {
 		a.log.Error("the epoch record is unreadable; the cluster is sealed until an advance with --expected 0", "cluster", a.cfg.Cluster, "err", err)
 		a.epochs.setMissing(o)
-		return
+		return epoch.State{}, false
 	}
 	a.epochs.set(st, o)
+	return st, true
 }
 
 func (a *Arbiter) observeHeader(h *etcdserverpb.ResponseHeader) bool {

@@ -359,8 +359,7 @@ func (ro *Router) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 // homeOf is the shard a moving key still lives on (its source).
 func (ro *Router) homeOf(key, className string) (string, *Arbiter) {
 	m := ro.smap.Load()
-	cls, err := ro.coord.cfg.Classes.Lookup(className)
-	if m == nil || err != nil || cls.Tier != class.TierEntity {
+	if m == nil || !ro.onEntityTier(className) {
 		return "", nil
 	}
 	name := m.Home(key)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,13 +45,8 @@ func (a *Arbiter) validate(ctx context.Context, key string, t token.Token) (*loc
 		return nil, a.etcdFailure(ctx, err)
 	}
 	holds, recs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-	a.cacheRecord(recs, at(resp.Header))
-	if a.observeHeader(resp.Header) || len(recs) == 0 {
-		st, _ := a.epochs.get()
-		return nil, a.sealedErr(st)
-	}
-	st, err := epoch.Decode(recs[0].Value, recs[0].ModRevision)
-	if err != nil || st.Sealed(resp.Header.ClusterId) {
+	st, found := a.cacheRecord(recs, at(resp.Header))
+	if sealed := a.observeHeader(resp.Header); sealed || !found || st.Sealed(resp.Header.ClusterId) {
 		return nil, a.sealedErr(st)
 	}
 	out := &lockv1.ValidateTokenResponse{ReadRevision: resp.Header.Revision}

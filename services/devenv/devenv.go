@@ -148,15 +148,20 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := e.startShards(ctx); err != nil {
+		return nil, err
+	}
 	if opts.RestoreFrom == "" {
 		// A new region: the explicit bootstrap step, as `lockplane up`
 		// takes it. A restored one keeps its records and starts sealed.
-		if err := e.bootstrapCoord(ctx); err != nil {
+		if err := e.bootstrap(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.startShards(ctx); err != nil {
-		return nil, err
+	if len(opts.Shards) > 0 {
+		if _, err := shardmap.Init(ctx, e.Shardmap(), e.initialShards(), nil); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.StartArbiter(); err != nil {
 		return nil, err
@@ -352,8 +357,7 @@ type routed struct{ *arbiter.Router }
 
 func (r routed) coordArbiter() *arbiter.Arbiter { return r.Coord() }
 
-// startShards starts the entity shards' clusters and stores the first
-// shard map, stamping the shards with it.
+// startShards starts the entity shards' clusters and a client of each.
 func (e *Env) startShards(ctx context.Context) error {
 	if len(e.opts.Shards) == 0 {
 		return nil
@@ -375,32 +379,28 @@ func (e *Env) startShards(ctx context.Context) error {
 		}
 		e.ShardEtcd[name] = cl
 	}
-	initial := e.opts.InitialShards
-	if initial == nil {
-		initial = e.opts.Shards
-	}
-	// Shards added later are bootstrapped by the add.
-	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for _, name := range initial {
-		if _, err := epoch.Bootstrap(bctx, e.Etcd, e.ShardEtcd[name], name, 0); err != nil {
-			return fmt.Errorf("devenv: bootstrap shard %s's epoch: %w", name, err)
-		}
-	}
-	_, err := shardmap.Init(ctx, e.Shardmap(), initial, nil)
-	return err
+	return nil
 }
 
-// bootstrapCoord starts epoch allocation on the new coord cluster and gives
-// it its first epoch.
-func (e *Env) bootstrapCoord(ctx context.Context) error {
+// initialShards are map version 1's shards.
+func (e *Env) initialShards() []string {
+	if e.opts.InitialShards != nil {
+		return e.opts.InitialShards
+	}
+	return e.opts.Shards
+}
+
+// bootstrap gives the new coord cluster and map version 1's shards their
+// first epochs; shards added later are bootstrapped by the add.
+func (e *Env) bootstrap(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := epoch.Anchor(ctx, e.Etcd, 0); err != nil {
-		return fmt.Errorf("devenv: initialise epoch allocation: %w", err)
+	shards := map[string]clientv3.KV{}
+	for _, name := range e.initialShards() {
+		shards[name] = e.ShardEtcd[name]
 	}
-	if _, err := epoch.Bootstrap(ctx, e.Etcd, e.Etcd, e.coordName(), 0); err != nil {
-		return fmt.Errorf("devenv: bootstrap the coord cluster's epoch: %w", err)
+	if _, err := epoch.BootstrapRegion(ctx, e.Etcd, e.coordName(), shards, 0); err != nil {
+		return fmt.Errorf("devenv: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/lockplane/lockplane/services/lockkey"
@@ -105,4 +107,29 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 // has a record (ErrChanged).
 func Bootstrap(ctx context.Context, coord, target clientv3.KV, cluster string, mapVersion int64) (Advanced, error) {
 	return Advance(ctx, coord, target, Change{Cluster: cluster, MapVersion: mapVersion, Reason: "bootstrapped"})
+}
+
+// BootstrapRegion is a new region's bootstrap step: it anchors allocation
+// on the empty coord cluster above above, then gives the coord cluster
+// (named coordName) and each shard, in name order, its first epoch. It
+// returns each cluster's epoch by name.
+func BootstrapRegion(ctx context.Context, coord clientv3.KV, coordName string, shards map[string]clientv3.KV, above uint32) (map[string]uint32, error) {
+	if _, err := Anchor(ctx, coord, above); err != nil {
+		return nil, fmt.Errorf("anchor the coord cluster's epoch allocation: %w", err)
+	}
+	out := map[string]uint32{}
+	targets := map[string]clientv3.KV{coordName: coord}
+	names := []string{coordName}
+	for _, name := range slices.Sorted(maps.Keys(shards)) {
+		targets[name] = shards[name]
+		names = append(names, name)
+	}
+	for _, name := range names {
+		adv, err := Bootstrap(ctx, coord, targets[name], name, 0)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap %s's epoch: %w", name, err)
+		}
+		out[name] = adv.Epoch
+	}
+	return out, nil
 }

@@ -358,23 +358,11 @@ const StartEpoch = 3
 func bootstrapEpochs(ctx context.Context, coord *clientv3.Client, shards map[string]*clientv3.Client) (map[string]uint32, error) {
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := epoch.Anchor(bctx, coord, StartEpoch-1); err != nil {
-		return nil, fmt.Errorf("coord: %w", err)
+	kvs := map[string]clientv3.KV{}
+	for name, cl := range shards {
+		kvs[name] = cl
 	}
-	names := append([]string{"coord"}, slices.Sorted(maps.Keys(shards))...)
-	out := map[string]uint32{}
-	for _, name := range names {
-		kv := coord
-		if name != "coord" {
-			kv = shards[name]
-		}
-		adv, err := epoch.Bootstrap(bctx, coord, kv, name, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		out[name] = adv.Epoch
-	}
-	return out, nil
+	return epoch.BootstrapRegion(bctx, coord, "coord", kvs, StartEpoch-1)
 }
 
 // grantedAfter reports whether a key of cluster was granted after t.
