@@ -70,6 +70,11 @@ proto: tools
 
 # Fails when the committed generated code is not what `make proto` makes.
 proto-check: proto
+	@# The contract only grows: wire and JSON compatible with the previous
+	@# commit (a shallow clone without one skips the comparison, saying so).
+	if git rev-parse -q --verify HEAD~1 >/dev/null; then \
+		$(BIN)/buf breaking --against '.git#ref=HEAD~1'; \
+	else echo "proto-check: no previous commit in this clone; buf breaking skipped"; fi
 	git diff --exit-code -- services/api || { echo "services/api is stale: run make proto and commit"; exit 1; }
 	test -z "$$(git status --porcelain -- services/api)" || { echo "untracked generated files: run make proto and commit"; exit 1; }
 

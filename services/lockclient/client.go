@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
@@ -56,6 +57,9 @@ type Config struct {
 type Client struct {
 	conn *grpc.ClientConn
 	api  lockv1.LockServiceClient
+	// instance names this client to the service, so that a hold of this
+	// process under two sessions is told apart from a replica's.
+	instance string
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -84,8 +88,18 @@ func Dial(cfg Config) (*Client, error) {
 
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
-	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), sessions: map[string]*Session{}}
+	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(), sessions: map[string]*Session{}}
 }
+
+// newInstance draws the client's instance ID: 16 random hex digits, unique
+// among a deployment's replicas with overwhelming probability.
+func newInstance() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
+// Instance is the ID this client sends with its sessions; Inspect shows a
+// holder's.
+func (c *Client) Instance() string { return c.instance }
 
 // Conn is the underlying connection, for the admin API.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
@@ -98,7 +112,7 @@ func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 	if s, ok := c.sessions[class]; ok && !s.isFenced() {
 		return s, nil
 	}
-	s, err := openSession(ctx, c.api, class)
+	s, err := openSession(ctx, c.api, class, c.instance)
 	if err != nil {
 		return nil, err
 	}

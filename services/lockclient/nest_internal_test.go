@@ -72,7 +72,7 @@ func (e *echoKeepAlive) Recv() (*lockv1.KeepAliveResponse, error) {
 // interleaving may end a key's state twice.
 func TestNestedLocksRacingTheLastReleaseNeverShareAnEndedGrant(t *testing.T) {
 	api := &grantTable{held: map[string]uint64{}}
-	s, err := openSession(context.Background(), api, "")
+	s, err := openSession(context.Background(), api, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

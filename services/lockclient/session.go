@@ -38,9 +38,9 @@ type Session struct {
 	holds map[string]*holdState
 }
 
-func openSession(ctx context.Context, api lockv1.LockServiceClient, class string) (*Session, error) {
+func openSession(ctx context.Context, api lockv1.LockServiceClient, class, instance string) (*Session, error) {
 	sent := time.Now()
-	resp, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Class: class})
+	resp, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Class: class, Instance: instance})
 	if err != nil {
 		return nil, err
 	}

@@ -320,7 +320,13 @@ func (x *Token) GetRevision() int64 {
 type OpenSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lock class; empty means the platform's default class.
-	Class         string `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	// The calling process's instance: an ID the client library draws once
+	// per client, 1 to 64 characters of [A-Za-z0-9._-]; empty is allowed.
+	// Two sessions of one identity and one instance asking for one key are
+	// a process that lost track of a hold (LEAKED); of one identity and two
+	// instances (replicas sharing a SPIFFE ID) they simply contend.
+	Instance      string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +364,13 @@ func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
 func (x *OpenSessionRequest) GetClass() string {
 	if x != nil {
 		return x.Class
+	}
+	return ""
+}
+
+func (x *OpenSessionRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
 	}
 	return ""
 }
@@ -1020,7 +1033,9 @@ type Holder struct {
 	Class     string                 `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
 	Since     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
 	// Remaining lease TTL as etcd reports it now.
-	RemainingTtl  *durationpb.Duration `protobuf:"bytes,5,opt,name=remaining_ttl,json=remainingTtl,proto3" json:"remaining_ttl,omitempty"`
+	RemainingTtl *durationpb.Duration `protobuf:"bytes,5,opt,name=remaining_ttl,json=remainingTtl,proto3" json:"remaining_ttl,omitempty"`
+	// The holder's instance, as its session was opened with.
+	Instance      string `protobuf:"bytes,6,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1088,6 +1103,13 @@ func (x *Holder) GetRemainingTtl() *durationpb.Duration {
 		return x.RemainingTtl
 	}
 	return nil
+}
+
+func (x *Holder) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
 }
 
 type ValidateTokenRequest struct {
@@ -1221,9 +1243,10 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x05Token\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\x06R\x05value\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\rR\x05epoch\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"*\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"F\n" +
 	"\x12OpenSessionRequest\x12\x14\n" +
-	"\x05class\x18\x01 \x01(\tR\x05class\"\x93\x01\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12\x1a\n" +
+	"\binstance\x18\x02 \x01(\tR\binstance\"\x93\x01\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
@@ -1270,14 +1293,15 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x0fInspectResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x121\n" +
-	"\x06holder\x18\x03 \x01(\v2\x19.lockplane.lock.v1.HolderR\x06holder\"\xcb\x01\n" +
+	"\x06holder\x18\x03 \x01(\v2\x19.lockplane.lock.v1.HolderR\x06holder\"\xe7\x01\n" +
 	"\x06Holder\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12>\n" +
-	"\rremaining_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\"T\n" +
+	"\rremaining_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\x12\x1a\n" +
+	"\binstance\x18\x06 \x01(\tR\binstance\"T\n" +
 	"\x14ValidateTokenRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x06R\x05token\x12\x14\n" +
