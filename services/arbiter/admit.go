@@ -15,9 +15,12 @@ import (
 // request is a call that passed every check that needs no etcd read.
 type request struct {
 	caller spiffeid.ID
-	key    string
-	class  class.Class
-	labels labels
+	// instance is the caller's process as its session names it
+	// (AcquireRequest.instance); empty for other requests.
+	instance string
+	key      string
+	class    class.Class
+	labels   labels
 	// mapVersion is the shard map version the Router homed the key under;
 	// a grant commits only on a cluster serving that version. 0: no map.
 	mapVersion int64

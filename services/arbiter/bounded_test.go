@@ -57,7 +57,7 @@ func TestManyNamespacesKeepSeriesAndLimitersBounded(t *testing.T) {
 						errs <- fmt.Errorf("validate in ns-%d: %w", i, err)
 						return
 					}
-					_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: fmt.Sprintf("deny-%d/k", i), SessionId: s.ID()})
+					_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: fmt.Sprintf("deny-%d/k", i), SessionId: s.ID(), Instance: s.Instance()})
 					if code := fmt.Sprint(err); !strings.Contains(code, "PermissionDenied") {
 						errs <- fmt.Errorf("acquire in deny-%d: %v, want PERMISSION_DENIED", i, err)
 						return

@@ -44,6 +44,10 @@ func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	if err := requireSession(req.GetSessionId()); err != nil {
 		return nil, err
 	}
+	if err := validInstance(req.GetInstance()); err != nil {
+		return nil, err
+	}
+	r.instance = req.GetInstance()
 	if err := a.withinQuota(ctx, r.caller, "holds"); err != nil {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
@@ -270,7 +274,7 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 			return grant{}, err
 		}
 		holdKey, sessKey := lockkey.HoldKey(r.key), lockkey.SessionKey(session)
-		want := sessionFor(r.caller, r.class.TTL).encode()
+		want := sessionFor(r.caller, r.class.TTL, r.instance).encode()
 		hold := holdFor(r, session).encode()
 		// Bounded by the op deadline but not ended by the caller's: a wait
 		// that ends with the Txn in flight learns whether it committed
@@ -339,6 +343,11 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 			return grant{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED,
 				"the session belongs to another identity"), false
 		}
+		if rec.Instance != r.instance {
+			return grant{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+				fmt.Sprintf("instance: the session was opened with instance %q, the request names %q; send the session's", rec.Instance, r.instance),
+				"field", "instance"), false
+		}
 		return grant{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
 			fmt.Sprintf("class: class %s has TTL %s but the session has TTL %ds; use a session of the class's TTL",
 				r.class.Name, r.class.TTL, rec.TTLSeconds), "field", "class"), false
@@ -359,11 +368,15 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 			return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
 		}
 		return grant{token: t}, nil, false
+	case heldBySameProcess(kv.Value, r):
+		// The caller's own process holds the key under another session:
+		// waiting would wait on itself. A hold it lost track of (ADR-13).
+		return grant{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+			fmt.Sprintf("key %s is held by this process (instance %s) under its session %d; release it there or close that session", r.key, r.instance, kv.Lease),
+			"holder_session", strconv.FormatInt(kv.Lease, 10)), false
 	default:
-		// Another session, of this identity or not: replicas of one
-		// deployment share a SPIFFE ID, and queue like anyone else. A
-		// client asking with a second session of its own for a key its
-		// first holds is told LEAKED by the client library, which knows.
+		// Another process, of this identity or not: replicas of one
+		// deployment share a SPIFFE ID, and queue like anyone else.
 		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
 			fmt.Sprintf("key %s is held by another session", r.key))}, false
 	}

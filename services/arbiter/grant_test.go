@@ -2,6 +2,7 @@ package arbiter_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/lockplane/lockplane/services/token"
+	"google.golang.org/grpc/status"
 )
 
 // strictlyIncreasing returns the first index whose token is not greater
@@ -171,6 +173,49 @@ func TestSameIdentityOtherClientQueuesOwnOtherSessionIsLeaked(t *testing.T) {
 	wantReason(t, err, lockv1.ErrorReason_LEAKED)
 }
 
+// The service tells a leak from a replica by the instance each session was
+// opened with: a key held by the same identity and instance under another
+// session is LEAKED; another instance, or none, contends.
+func TestTheServiceTellsALeakFromAReplicaByInstance(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	api := raw(devenvtest.Client(t, env, "demo"))
+	open := func(instance string) int64 {
+		t.Helper()
+		r, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Instance: instance})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetSessionId()
+	}
+	try := func(session int64, instance string) error {
+		_, err := api.Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/leak/raw", SessionId: session, Instance: instance})
+		return err
+	}
+	holder := open("p1")
+	if err := try(holder, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	in, err := api.Inspect(ctx, &lockv1.InspectRequest{Key: "team-a/leak/raw"})
+	if err != nil || in.GetHolder().GetInstance() != "p1" {
+		t.Fatalf("inspect: holder %v, %v; want instance p1", in.GetHolder(), err)
+	}
+	wantReason(t, try(open("p1"), "p1"), lockv1.ErrorReason_LEAKED)
+	wantReason(t, try(open("p2"), "p2"), lockv1.ErrorReason_CONTENDED)
+	wantReason(t, try(open(""), ""), lockv1.ErrorReason_CONTENDED)
+	// A request naming another instance than its session's is refused,
+	// naming the field.
+	err = try(open("p3"), "p1")
+	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
+	if !strings.Contains(status.Convert(err).Message(), "instance") {
+		t.Fatalf("instance mismatch: %v, want the field named", err)
+	}
+	_, err = api.OpenSession(ctx, &lockv1.OpenSessionRequest{Instance: "a b"})
+	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
+	_, err = api.OpenSession(ctx, &lockv1.OpenSessionRequest{Instance: strings.Repeat("x", 65)})
+	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
+}
+
 func TestInvalidKeysNameTheRule(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
@@ -184,7 +229,7 @@ func TestInvalidKeysNameTheRule(t *testing.T) {
 		"team-a//orders":     lockkey.RuleEmptySeg,
 		"team-a/../team-b/x": lockkey.RuleDotSeg,
 	} {
-		_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+		_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance()})
 		r, meta := reason.Info(err)
 		if r != lockv1.ErrorReason_INVALID_KEY || meta["rule"] != string(rule) || meta["field"] != "key" {
 			t.Errorf("key %.30q: reason %s meta %v, want INVALID_KEY rule %s (err %v)", key, r, meta, rule, err)
@@ -197,7 +242,7 @@ func TestSessionOfAnotherIdentityIsRefused(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	victim := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
 	thief := devenvtest.Client(t, env, "other")
-	_, err := raw(thief).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/x/1", SessionId: victim.ID()})
+	_, err := raw(thief).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/x/1", SessionId: victim.ID(), Instance: victim.Instance()})
 	wantReason(t, err, lockv1.ErrorReason_SESSION_NOT_OWNED)
 	_, err = raw(thief).CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: victim.ID()})
 	wantReason(t, err, lockv1.ErrorReason_SESSION_NOT_OWNED)

@@ -30,7 +30,7 @@ func (a *Arbiter) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	kv := resp.Kvs[0]
 	h, _ := decodeHold(kv.Value)
 	out.Held = true
-	out.Holder = &lockv1.Holder{Identity: h.Identity, SessionId: kv.Lease, Class: h.Class, Since: timestamppb.New(h.Since)}
+	out.Holder = &lockv1.Holder{Identity: h.Identity, Instance: h.Instance, SessionId: kv.Lease, Class: h.Class, Since: timestamppb.New(h.Since)}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	if ttl, err := a.etcd.TimeToLive(octx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL >= 0 {

@@ -30,7 +30,7 @@ func TestNoQuorumFailsClosed(t *testing.T) {
 	for _, key := range []string{"team-a/q/free", "team-a/q/held"} {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		start := time.Now()
-		_, err := raw(c).Acquire(cctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Class: devenvtest.Fast.Name})
+		_, err := raw(c).Acquire(cctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance(), Class: devenvtest.Fast.Name})
 		cancel()
 		took := time.Since(start)
 		wantReason(t, err, lockv1.ErrorReason_NO_QUORUM)

@@ -127,11 +127,11 @@ func TestEveryCallAnswersWithinTheBoundWithoutQuorum(t *testing.T) {
 	call("KeepAlive (stream that renewed it before)", renew(owned))
 	call("KeepAlive (new stream)", renew(fresh))
 	call("Acquire", func(ctx context.Context) (string, error) {
-		_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/ql/free", SessionId: s.ID(), Class: devenvtest.Fast.Name})
+		_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/ql/free", SessionId: s.ID(), Instance: s.Instance(), Class: devenvtest.Fast.Name})
 		return "granted", err
 	})
 	call("Acquire wait=true (held key)", func(ctx context.Context) (string, error) {
-		_, err := raw(oc).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/ql/held", SessionId: waiter.ID(), Class: devenvtest.Fast.Name, Wait: true})
+		_, err := raw(oc).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/ql/held", SessionId: waiter.ID(), Instance: waiter.Instance(), Class: devenvtest.Fast.Name, Wait: true})
 		return "granted", err
 	})
 	call("Release", func(ctx context.Context) (string, error) {

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -14,6 +15,7 @@ import (
 // stored.
 type holdRecord struct {
 	Identity string    `json:"identity"`
+	Instance string    `json:"instance,omitempty"`
 	Session  int64     `json:"session"`
 	Class    string    `json:"class"`
 	Since    time.Time `json:"since"`
@@ -23,7 +25,10 @@ type holdRecord struct {
 // Grants compare it byte for byte, which proves in the grant Txn itself that
 // the session is alive, is the caller's, and has the class's TTL.
 type sessionRecord struct {
-	Identity   string `json:"identity"`
+	Identity string `json:"identity"`
+	// Instance is the client process's ID; omitted when empty, so a
+	// record without one encodes as records did before instances.
+	Instance   string `json:"instance,omitempty"`
 	TTLSeconds int64  `json:"ttl_seconds"`
 }
 
@@ -34,7 +39,7 @@ func (r sessionRecord) encode() string {
 }
 
 func holdFor(r request, session int64) holdRecord {
-	return holdRecord{Identity: r.caller.String(), Session: session, Class: r.class.Name, Since: time.Now().UTC()}
+	return holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
 }
 
 func (h holdRecord) encode() string {
@@ -42,8 +47,33 @@ func (h holdRecord) encode() string {
 	return string(b)
 }
 
-func sessionFor(id spiffeid.ID, ttl time.Duration) sessionRecord {
-	return sessionRecord{Identity: id.String(), TTLSeconds: int64(ttl / time.Second)}
+func sessionFor(id spiffeid.ID, ttl time.Duration, instance string) sessionRecord {
+	return sessionRecord{Identity: id.String(), Instance: instance, TTLSeconds: int64(ttl / time.Second)}
+}
+
+// heldBySameProcess reports whether a hold's value names the caller's own
+// process: the same identity and the same, non-empty, instance. An empty
+// instance (a client that sends none) is never the same process.
+func heldBySameProcess(hold []byte, r request) bool {
+	h, err := decodeHold(hold)
+	return err == nil && r.instance != "" && h.Instance == r.instance && h.Identity == r.caller.String()
+}
+
+// maxInstance bounds the instance a client names its process with.
+const maxInstance = 64
+
+// validInstance checks an instance ID: empty, or 1 to 64 characters of
+// [A-Za-z0-9._-], so it can be stored, shown and compared as it is.
+func validInstance(s string) error {
+	if len(s) > maxInstance {
+		return invalidArgument("instance", fmt.Sprintf("is %d bytes; at most %d", len(s), maxInstance))
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return invalidArgument("instance", "may hold only A-Z, a-z, 0-9, '.', '_' and '-'")
+		}
+	}
+	return nil
 }
 
 func decodeHold(b []byte) (holdRecord, error) {

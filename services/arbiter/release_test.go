@@ -91,7 +91,7 @@ func TestReleaseOfAnEarlierEpochDeletesNothing(t *testing.T) {
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
 	acquire := func() token.Token {
 		t.Helper()
-		r, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+		r, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance()})
 		if err != nil {
 			t.Fatal(err)
 		}

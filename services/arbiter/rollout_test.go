@@ -93,7 +93,7 @@ func TestARenewalThroughAnArbiterWithoutTheShardFails(t *testing.T) {
 	// was granted through one that has it.
 	s := devenvtest.Session(t, lacking, entity.Name)
 	key := keyOn(t, env, "b")
-	if _, err := raw(full).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Class: entity.Name}); err != nil {
+	if _, err := raw(full).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance(), Class: entity.Name}); err != nil {
 		t.Fatal(err)
 	}
 	ka, err := raw(lacking).KeepAlive(ctx)

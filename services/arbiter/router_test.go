@@ -221,7 +221,7 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 	// While the holder holds, the range takes no new grants; others do.
 	other := devenvtest.Session(t, devenvtest.Client(t, env, "other"), entity.Name)
 	_, err = raw(devenvtest.Client(t, env, "other")).Acquire(ctx, &lockv1.AcquireRequest{
-		SessionId: other.ID(), Key: moving, Class: entity.Name})
+		SessionId: other.ID(), Instance: other.Instance(), Key: moving, Class: entity.Name})
 	wantReason(t, err, lockv1.ErrorReason_MOVING)
 	if _, err := holder.TryLock(ctx, staying, noFence); err != nil {
 		t.Fatalf("a key whose range is not moving: %v", err)

@@ -65,7 +65,7 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 	if !create {
 		return 0, nil
 	}
-	lease, err := ro.shards[shard].openLease(ctx, caller, time.Duration(rec.TTLSeconds)*time.Second)
+	lease, err := ro.shards[shard].openLease(ctx, caller, time.Duration(rec.TTLSeconds)*time.Second, rec.Instance)
 	if err != nil {
 		return 0, err
 	}

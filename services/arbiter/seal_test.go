@@ -95,7 +95,7 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	_, err = raw(devenvtest.Client(t, restored, "other")).Release(ctx, &lockv1.ReleaseRequest{Key: "team-a/dr/forged", SessionId: rogue, Token: uint64(forged)})
 	wantReason(t, err, lockv1.ErrorReason_SEALED)
 	// An old session restored with the snapshot is refused too.
-	_, err = raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/dr/new", SessionId: s.ID()})
+	_, err = raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/dr/new", SessionId: s.ID(), Instance: s.Instance()})
 	wantReason(t, err, lockv1.ErrorReason_SEALED)
 
 	// Nor is a restored session renewed.
@@ -186,7 +186,7 @@ func TestAHoldForgedIntoALiveClusterIsNeverGrantedOver(t *testing.T) {
 	demo := devenvtest.Client(t, env, "demo")
 	s := devenvtest.Session(t, demo, "")
 
-	_, err = raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+	_, err = raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance()})
 	wantReason(t, err, lockv1.ErrorReason_CONTENDED)
 	r, err := raw(demo).Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.ID(), Token: uint64(forged)})
 	if err != nil || r.GetReleased() {
@@ -206,7 +206,7 @@ func TestAHoldForgedIntoALiveClusterIsNeverGrantedOver(t *testing.T) {
 	if err != nil || adv.GetDeletedHolds() != 1 {
 		t.Fatalf("advance: %v %v, want the forged hold deleted", adv, err)
 	}
-	g, err := raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID()})
+	g, err := raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,14 @@ func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 	if err != nil {
 		return nil, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
+	if err := validInstance(req.GetInstance()); err != nil {
+		return nil, err
+	}
 	if err := a.withinQuota(ctx, caller, "sessions"); err != nil {
 		a.metrics.refused(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
 	}
-	lease, err := a.openLease(ctx, caller, cls.TTL)
+	lease, err := a.openLease(ctx, caller, cls.TTL, req.GetInstance())
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +47,8 @@ func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 }
 
 // openLease grants a lease of ttl and puts the session record, the
-// caller's identity and that TTL, on it.
-func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration) (int64, error) {
+// caller's identity and instance and that TTL, on it.
+func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration, instance string) (int64, error) {
 	if _, err := a.epochFor(ctx); err != nil {
 		return 0, err
 	}
@@ -55,7 +58,7 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 	if err != nil {
 		return 0, a.etcdFailure(ctx, err)
 	}
-	rec := sessionFor(caller, ttl)
+	rec := sessionFor(caller, ttl, instance)
 	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
 	if err != nil {
 		// Do not leave an unusable lease behind; it would expire anyway.

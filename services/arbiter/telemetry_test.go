@@ -87,7 +87,7 @@ func TestTelemetryCarriesNoTokenAndOnlyBoundedLabels(t *testing.T) {
 		}
 		tokens = append(tokens, h.Token())
 		for cl, sess := range map[*lockclient.Client]*lockclient.Session{c2: s2, oc: o} {
-			_, err := raw(cl).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: sess.ID()})
+			_, err := raw(cl).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: sess.ID(), Instance: sess.Instance()})
 			fmt.Fprintln(&errText, err)
 		}
 		insp, err := c.Inspect(ctx, key)
@@ -102,7 +102,7 @@ func TestTelemetryCarriesNoTokenAndOnlyBoundedLabels(t *testing.T) {
 		_, err = raw(c).Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.ID(), Token: uint64(h.Token())})
 		fmt.Fprintln(&errText, err)
 	}
-	_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: "bad key", SessionId: s.ID()})
+	_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: "bad key", SessionId: s.ID(), Instance: s.Instance()})
 	fmt.Fprintln(&errText, err)
 
 	fams, err := env.Registry.Gather()

@@ -51,7 +51,7 @@ func TestWaiterIsWokenByTheReleaseWatch(t *testing.T) {
 		failed := make(chan error, 1)
 		go func() {
 			defer cancel()
-			r, err := raw(bc).Acquire(wctx, &lockv1.AcquireRequest{Key: key, SessionId: b.ID(), Wait: true})
+			r, err := raw(bc).Acquire(wctx, &lockv1.AcquireRequest{Key: key, SessionId: b.ID(), Instance: b.Instance(), Wait: true})
 			if err != nil {
 				failed <- err
 				return

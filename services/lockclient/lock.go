@@ -41,9 +41,10 @@ func (s *Session) lock(ctx context.Context, key string, onFence func(*Hold), wai
 	if onFence == nil {
 		return nil, errors.New("lockclient: onFence is required: it is how a holder learns it must stop")
 	}
-	// Another session of this client holding the key would make this one
-	// wait on itself: a leak in the caller, said at once. Other clients
-	// of the same identity (replicas) queue at the service.
+	// Another session of this client holding the key, or acquiring it,
+	// would make this one wait on itself: a leak in the caller, said at
+	// once. The service says the same of a hold it has granted (the
+	// instance); other clients of the same identity (replicas) queue.
 	if s.owner != nil {
 		if o := s.owner.heldByAnother(s, key); o != nil {
 			return nil, reason.New(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
@@ -109,7 +110,7 @@ func (s *Session) grant(ctx context.Context, hs *holdState, wait bool, onFence f
 // moving between shards, an arbiter draining, a region's shard map being
 // written.
 func (s *Session) acquire(ctx context.Context, key string, wait bool) (*lockv1.AcquireResponse, error) {
-	req := &lockv1.AcquireRequest{Key: key, SessionId: s.id, Wait: wait, Class: s.class}
+	req := &lockv1.AcquireRequest{Key: key, SessionId: s.id, Wait: wait, Class: s.class, Instance: s.instance}
 	resp, err := s.api.Acquire(ctx, req)
 	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2))

@@ -19,9 +19,12 @@ type Session struct {
 	api   lockv1.LockServiceClient
 	id    int64
 	class string
-	ttl   time.Duration
-	stop  context.CancelFunc
-	done  chan struct{}
+	// instance is the owning Client's, sent with every Acquire: the grant
+	// checks it against the session record.
+	instance string
+	ttl      time.Duration
+	stop     context.CancelFunc
+	done     chan struct{}
 	// life ends when the session does (closed or fenced): background
 	// cleanups stop with it, its lease ending every hold.
 	life context.Context
@@ -46,7 +49,7 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class, insta
 	}
 	kctx, stop := context.WithCancel(context.Background())
 	s := &Session{
-		api: api, id: resp.GetSessionId(), class: resp.GetClass(), ttl: resp.GetTtl().AsDuration(),
+		api: api, id: resp.GetSessionId(), class: resp.GetClass(), instance: instance, ttl: resp.GetTtl().AsDuration(),
 		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
 		holds: map[string]*holdState{},
 	}
@@ -63,6 +66,10 @@ func (s *Session) ID() int64 { return s.id }
 
 // TTL is the lease TTL fixed by the session's class.
 func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Instance is the instance ID the session was opened with (its Client's);
+// a raw Acquire on the session must send it.
+func (s *Session) Instance() string { return s.instance }
 
 // Class is the session's lock class.
 func (s *Session) Class() string { return s.class }

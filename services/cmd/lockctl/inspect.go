@@ -36,8 +36,12 @@ func inspect(ctx context.Context, g *globals, c *lockclient.Client, key, class s
 		return nil
 	}
 	h := r.GetHolder()
-	fmt.Printf("%s is held\n  holder   %s\n  session  %d\n  class    %s\n  since    %s (%s ago)\n",
-		r.GetKey(), h.GetIdentity(), h.GetSessionId(), h.GetClass(),
+	fmt.Printf("%s is held\n  holder   %s\n", r.GetKey(), h.GetIdentity())
+	if h.GetInstance() != "" {
+		fmt.Printf("  instance %s\n", h.GetInstance())
+	}
+	fmt.Printf("  session  %d\n  class    %s\n  since    %s (%s ago)\n",
+		h.GetSessionId(), h.GetClass(),
 		h.GetSince().AsTime().Format("2006-01-02 15:04:05Z07:00"), ago(h.GetSince().AsTime()))
 	if h.GetRemainingTtl() != nil {
 		fmt.Printf("  expires  in %s unless renewed\n", h.GetRemainingTtl().AsDuration())

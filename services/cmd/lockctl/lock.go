@@ -36,9 +36,13 @@ func take(ctx context.Context, c *lockclient.Client, key string, l lockFlags, on
 	if err != nil {
 		return nil, err
 	}
-	if l.wait == 0 {
-		return s.TryLock(ctx, key, onFence)
+	h, err := s.TryLock(ctx, key, onFence)
+	if l.wait == 0 || reason.Of(err) != lockv1.ErrorReason_CONTENDED {
+		return h, err
 	}
+	// Held: say by whom, then queue. A person watching a silent command
+	// cannot tell a wait from a hang.
+	waitingFor(ctx, c, key, l)
 	wctx := ctx
 	if l.wait > 0 {
 		var cancel context.CancelFunc
@@ -60,6 +64,21 @@ func take(ctx context.Context, c *lockclient.Client, key string, l lockFlags, on
 		}
 		return nil, exitErr{exitContended, fmt.Errorf("%s: still held by another session after %s", key, l.wait)}
 	}
+}
+
+// waitingFor tells stderr that key is held and by whom, as Inspect sees
+// it; the holder may be gone by the time it prints.
+func waitingFor(ctx context.Context, c *lockclient.Client, key string, l lockFlags) {
+	limit := "until interrupted"
+	if l.wait > 0 {
+		limit = "up to " + l.wait.String()
+	}
+	holder := "another session"
+	if r, err := c.Inspect(ctx, key, l.class); err == nil && r.GetHeld() {
+		h := r.GetHolder()
+		holder = fmt.Sprintf("%s (session %d)", h.GetIdentity(), h.GetSessionId())
+	}
+	fmt.Fprintf(os.Stderr, "lockctl: %s is held by %s; waiting %s\n", key, holder, limit)
 }
 
 func contended(err error) error {

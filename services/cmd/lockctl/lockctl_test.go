@@ -355,10 +355,19 @@ func TestTwoRunsOfOneIdentityTakeTurns(t *testing.T) {
 		t.Fatalf("a second run with --wait 0 while the first holds: exit %d (%v), want 3 (not acquired)", exitCode(err), err)
 	}
 	second := cmd(env, "run", "--wait", "30s", key, "--", "sh", "-c", "echo second")
+	second.Stderr = nil
+	stderr, err := second.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	var secondOut []byte
 	var secondErr error
 	go func() { secondOut, secondErr = second.Output(); close(done) }()
+	// The second finds the key held by the first and says it waits.
+	if line, err := bufio.NewReader(stderr).ReadString('\n'); err != nil || !strings.Contains(line, key+" is held by "+env.Profile.Identities[env.Profile.DefaultIdentity].SPIFFEID) || !strings.Contains(line, "waiting up to 30s") {
+		t.Fatalf("second run's stderr: %q, %v; want it to say who holds the key and that it waits", line, err)
+	}
 	// The first command ends, and with it the first hold.
 	if _, err := in.Write([]byte("done\n")); err != nil {
 		t.Fatal(err)

@@ -653,7 +653,10 @@ type AcquireRequest struct {
 	Wait bool `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	// Lock class; empty means the platform's default class. Its TTL must be
 	// the session's.
-	Class         string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	// The instance the session was opened with (OpenSessionRequest.instance);
+	// the grant checks it with the session's identity and TTL.
+	Instance      string `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +715,13 @@ func (x *AcquireRequest) GetWait() bool {
 func (x *AcquireRequest) GetClass() string {
 	if x != nil {
 		return x.Class
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
 	}
 	return ""
 }
@@ -1265,13 +1275,14 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse\"k\n" +
+	"\x14CloseSessionResponse\"\x87\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x12\x12\n" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"\x88\x01\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"\x88\x01\n" +
 	"\x0fAcquireResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05token\x18\x02 \x01(\v2\x18.lockplane.lock.v1.TokenR\x05token\x12\x1d\n" +
