@@ -21,8 +21,8 @@ import (
 //
 // Ending a hold without its token is safe here because the session
 // serialises Lock and Release per key (lock.go): while the cleanup runs
-// the key's state stays in s.holds, so no other Hold of this session on
-// this key can exist, and the re-entrancy count is the client's (ADR-13).
+// the key's state stays in the lease's holds, so no other Hold of this
+// session on this key can exist, in any class, and the re-entrancy count is the client's (ADR-13).
 
 const (
 	// cleanupTimeout bounds one try: the arbiter reads the session and
@@ -67,29 +67,29 @@ func cleanupDone(err error) bool {
 }
 
 // cleanUp ends hs after an unknown outcome, in the background, trying
-// until the answer settles the key or the session is over. Meanwhile the
-// key's state stays in s.holds, so a Lock of it waits (within its own
+// until the answer settles the key or the lease is over. Meanwhile the
+// key's state stays in l.holds, so a Lock of it waits (within its own
 // deadline) rather than being answered with a grant it might share.
-func (s *Session) cleanUp(hs *holdState) {
+func (l *lease) cleanUp(hs *holdState) {
 	backoff := cleanupBackoff
-	for s.life.Err() == nil && !cleanupDone(s.cleanUpOnce(s.life, hs.key)) {
+	for l.life.Err() == nil && !cleanupDone(l.cleanUpOnce(l.life, hs)) {
 		cleanupRetryHook(hs.key)
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
 		select {
-		case <-s.life.Done():
+		case <-l.life.Done():
 			t.Stop()
 		case <-t.C:
 		}
 		backoff = min(2*backoff, cleanupMaxBackoff)
 	}
-	s.forget(hs)
+	l.forget(hs)
 }
 
 // cleanUpOnce asks the service, once and within cleanupTimeout, to end
-// whatever hold the session has on key.
-func (s *Session) cleanUpOnce(ctx context.Context, key string) error {
+// whatever hold the lease has on hs's key.
+func (l *lease) cleanUpOnce(ctx context.Context, hs *holdState) error {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	_, err := s.api.Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.id, AnyToken: true, Class: s.class})
+	_, err := l.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: l.id, AnyToken: true, Class: hs.class})
 	return err
 }

@@ -1,8 +1,19 @@
 // Package lockclient is the Go client of Lockplane.
 //
-// A Client holds one gRPC connection to the arbiter and one Session per lock
-// class (one etcd lease per identity and TTL, ADR-10). A Session's Lock
-// returns a Hold carrying the fencing token to present at the resource.
+// A Client holds one gRPC connection to the arbiter and one etcd lease per
+// TTL (a session is one lease per identity and TTL, ADR-10). Client.Session
+// returns a class's handle on the lease of the class's TTL: classes of one
+// TTL share the lease, its keepalive, its deadline, CanStart and OnFence,
+// and a Close or a fence of the lease ends the holds of all of them. Each
+// handle names its own class in its Acquires and Releases, since a key's
+// class picks its cluster. A Session's Lock returns a Hold carrying the
+// fencing token to present at the resource.
+//
+// The client learns a class's TTL only from OpenSession's answer. The first
+// Session of a class therefore opens a lease; if the Client already has a
+// live lease of that TTL, it closes the new one at once and uses the old.
+// Later Sessions of the class find the TTL in the Client's cache and cost
+// no call.
 //
 // What a holder may rely on (ADR-12):
 //   - CanStart turns false at the first failed keepalive and true again at
@@ -19,12 +30,13 @@
 // already holds returns the same token without calling the service, and only
 // the outermost Release does.
 //
-// Lock and Release are serialised per key per session: a Lock of a key
-// whose Release is in flight waits for its answer, then acquires afresh.
-// After an Acquire or Release whose outcome is unknown (NO_QUORUM, a
-// deadline, a lost connection), the session ends whatever hold it may have
-// on the key before the key can be locked on it again, so a grant whose
-// answer was lost does not stay held until the session ends.
+// Lock and Release are serialised per key per lease: a Lock of a key whose
+// Release is in flight waits for its answer, then acquires afresh. After an
+// Acquire or Release whose outcome is unknown (NO_QUORUM, a deadline, a
+// lost connection), the client ends whatever hold the lease may have on
+// the key before the key can be locked on it again, so a grant whose answer
+// was lost does not stay held until the lease ends. A key held on a lease is
+// locked on it again only in the class it was locked in.
 package lockclient
 
 import (
@@ -33,6 +45,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/identity"
@@ -61,8 +74,12 @@ type Client struct {
 	// process under two sessions is told apart from a replica's.
 	instance string
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// sessions has each class's handle, by the name Session was given; the
+	// handle's lease TTL is the class's, so it is asked for only once.
 	sessions map[string]*Session
+	// leases has the current lease of each TTL.
+	leases map[time.Duration]*lease
 }
 
 // Dial connects to the arbiter with mTLS. The connection is made lazily; the
@@ -88,7 +105,8 @@ func Dial(cfg Config) (*Client, error) {
 
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
-	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(), sessions: map[string]*Session{}}
+	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}}
 }
 
 // newInstance draws the client's instance ID: 16 random hex digits, unique
@@ -104,30 +122,67 @@ func (c *Client) Instance() string { return c.instance }
 // Conn is the underlying connection, for the admin API.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
-// Session returns the client's live session for the class ("" is the
-// default class), opening one if there is none.
+// Session returns the class's handle ("" is the default class) on the
+// client's live lease of the class's TTL, opening one if there is none.
+// Classes of one TTL share the lease: their Sessions have one ID, and
+// closing or losing the lease ends the holds of every one of them.
 func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s, ok := c.sessions[class]; ok && !s.isFenced() {
-		return s, nil
+	if s, ok := c.sessions[class]; ok {
+		if !s.lease.isFenced() {
+			return s, nil
+		}
+		// The class's TTL is known: another class may have opened a lease
+		// of it since this one ended.
+		if l := c.liveLease(s.lease.ttl); l != nil {
+			return c.handle(class, l, s.class), nil
+		}
 	}
-	s, err := openSession(ctx, c.api, class, c.instance)
+	resp, sent, err := requestLease(ctx, c.api, class, c.instance)
 	if err != nil {
 		return nil, err
 	}
-	s.owner = c
-	c.sessions[class] = s
-	return s, nil
+	ttl := resp.GetTtl().AsDuration()
+	l := c.liveLease(ttl)
+	if l != nil {
+		// Only now is the class's TTL known, and another class's lease has
+		// it: keep one lease per TTL. Not renewed, the new lease expires
+		// within its TTL even if this close is lost.
+		c.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: resp.GetSessionId()})
+	} else {
+		l = startLease(c.api, resp, sent, c.instance)
+		l.owner = c
+		c.leases[ttl] = l
+	}
+	return c.handle(class, l, resp.GetClass()), nil
 }
 
-// heldByAnother returns c's session other than s that holds key (or is
+// liveLease is c's lease of ttl unless there is none or it has ended.
+// Called with c.mu held.
+func (c *Client) liveLease(ttl time.Duration) *lease {
+	if l := c.leases[ttl]; l != nil && !l.isFenced() {
+		return l
+	}
+	return nil
+}
+
+// handle makes and remembers the Session of class (as asked for) on l;
+// name is the class's name as the service resolved it. Called with c.mu
+// held.
+func (c *Client) handle(class string, l *lease, name string) *Session {
+	s := &Session{lease: l, class: name}
+	c.sessions[class] = s
+	return s
+}
+
+// heldByAnother returns c's lease other than l that holds key (or is
 // acquiring or releasing it), or nil.
-func (c *Client) heldByAnother(s *Session, key string) *Session {
+func (c *Client) heldByAnother(l *lease, key string) *lease {
 	c.mu.Lock()
-	others := make([]*Session, 0, len(c.sessions))
-	for _, o := range c.sessions {
-		if o != s {
+	others := make([]*lease, 0, len(c.leases))
+	for _, o := range c.leases {
+		if o != l {
 			others = append(others, o)
 		}
 	}
@@ -157,15 +212,15 @@ func firstOr(s []string, def string) string {
 	return def
 }
 
-// Close closes every session, releasing their holds, and the connection.
+// Close closes every lease, releasing their holds, and the connection.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
-	ss := c.sessions
-	c.sessions = map[string]*Session{}
+	ls := c.leases
+	c.sessions, c.leases = map[string]*Session{}, map[time.Duration]*lease{}
 	c.mu.Unlock()
 	var errs []error
-	for _, s := range ss {
-		errs = append(errs, s.Close(ctx))
+	for _, l := range ls {
+		errs = append(errs, l.close(ctx))
 	}
 	errs = append(errs, c.conn.Close())
 	return errors.Join(errs...)

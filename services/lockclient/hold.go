@@ -8,14 +8,17 @@ import (
 	"github.com/lockplane/lockplane/services/token"
 )
 
-// holdState is one grant of a key on a session, shared by nested Holds.
+// holdState is one grant of a key on a lease, shared by nested Holds.
 type holdState struct {
-	session *Session
-	key     string
-	token   token.Token
-	ready   chan struct{} // closed when the outermost Acquire returned
-	failed  bool          // set before ready closes
-	// gone is closed when hs leaves its session's holds: the service has
+	lease *lease
+	// class is the one the outermost Lock named; the key's Release and
+	// cleanup name it too.
+	class  string
+	key    string
+	token  token.Token
+	ready  chan struct{} // closed when the outermost Acquire returned
+	failed bool          // set before ready closes
+	// gone is closed when hs leaves its lease's holds: the service has
 	// answered for the grant's end (lock.go). Closed once.
 	gone     chan struct{}
 	goneOnce sync.Once
@@ -103,11 +106,11 @@ func (h *Hold) CanStart() bool {
 	h.mu.Lock()
 	rel := h.released
 	h.mu.Unlock()
-	return !rel && h.state.session.CanStart()
+	return !rel && h.state.lease.live()
 }
 
 // RemainingTTL is the time left before the local deadline fences the hold.
-func (h *Hold) RemainingTTL() time.Duration { return h.state.session.RemainingTTL() }
+func (h *Hold) RemainingTTL() time.Duration { return h.state.lease.remaining() }
 
 // Fenced is closed when the hold's deadline passes.
 func (h *Hold) Fenced() <-chan struct{} { return h.state.fenced }
@@ -134,5 +137,5 @@ func (h *Hold) Release(ctx context.Context) error {
 	if !last {
 		return nil
 	}
-	return hs.session.release(ctx, hs)
+	return hs.lease.release(ctx, hs)
 }

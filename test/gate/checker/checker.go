@@ -488,8 +488,9 @@ type Hold struct {
 	Cluster string `json:"cluster"`
 	Key     string `json:"key"`
 	Lease   int64  `json:"lease"`
-	// Client is the holder's client, from its identity; -1 if unknown.
-	Client int `json:"client"`
+	// Clients are the clients that may be the holder: those of its
+	// identity, which replicas share; nil if unknown.
+	Clients []int `json:"clients,omitempty"`
 	// Since is when the hold was granted (CLOCK_MONOTONIC ns, from the
 	// hold record's wall-clock time); 0 if unknown.
 	Since int64 `json:"since,omitempty"`
@@ -499,14 +500,12 @@ type Hold struct {
 // when every client had exited, lapsed those still found once every lease
 // could have lapsed (nothing renews them after the clients exit). A hold
 // in lapsed outlived every lease; a hold in atExit of a session whose
-// client recorded a confirmed close (the hold's lease is that session's
-// on coord, or on a shard the hold was granted after the session opened)
-// survived a close the service said it made.
+// client recorded a confirmed close survived a close the service said it
+// made. On coord the hold's lease is its session. On a shard the lease is
+// the shard's own, so the hold is only known to be of one of its
+// identity's clients: it counts if every one of them recorded a confirmed
+// close of a session opened before the hold was granted.
 func Stranded(ops []history.Op, atExit, lapsed []Hold) []Violation {
-	type closed struct {
-		session int64
-		from    int64
-	}
 	last := map[int]history.Op{}
 	closes := map[int]history.Op{}
 	for _, op := range ops {
@@ -519,10 +518,10 @@ func Stranded(ops []history.Op, atExit, lapsed []Hold) []Violation {
 			closes[op.Client] = op
 		}
 	}
-	done := map[int]closed{}
+	done := map[int]closedSession{}
 	for c, cl := range closes {
 		if l, ok := last[c]; ok && cl.Result == history.OK && cl.Session == l.Session {
-			done[c] = closed{l.Session, l.Call}
+			done[c] = closedSession{l.Session, l.Call}
 		}
 	}
 	type hk struct {
@@ -532,22 +531,52 @@ func Stranded(ops []history.Op, atExit, lapsed []Hold) []Violation {
 	seen := map[hk]bool{}
 	var vs []Violation
 	for _, h := range atExit {
-		d, ok := done[h.Client]
-		if !ok || !(h.Cluster == "coord" && h.Lease == d.session || h.Cluster != "coord" && h.Since > d.from) {
+		closes, ok := closedUnder(h, done)
+		if !ok {
 			continue
 		}
 		seen[hk{h.Cluster, h.Key, h.Lease}] = true
 		vs = append(vs, Violation{Check: "stranded", Key: h.Key, Detail: fmt.Sprintf(
-			"held on cluster %s (lease %x) after client %d closed its session %d and the service confirmed it",
-			h.Cluster, h.Lease, h.Client, d.session)})
+			"held on cluster %s (lease %x) after %s and the service confirmed it", h.Cluster, h.Lease, closes)})
 	}
 	for _, h := range lapsed {
 		if seen[hk{h.Cluster, h.Key, h.Lease}] {
 			continue
 		}
 		vs = append(vs, Violation{Check: "stranded", Key: h.Key, Detail: fmt.Sprintf(
-			"held on cluster %s (lease %x, client %d) after every client had exited and every lease could have lapsed",
-			h.Cluster, h.Lease, h.Client)})
+			"held on cluster %s (lease %x, one of clients %v) after every client had exited and every lease could have lapsed",
+			h.Cluster, h.Lease, h.Clients)})
 	}
 	return vs
+}
+
+// closedSession is a client's last session, whose close the service
+// confirmed, and when the client recorded opening it.
+type closedSession struct {
+	session int64
+	from    int64
+}
+
+// closedUnder says which confirmed closes h survived, if it must have
+// survived one: on coord, that of the session whose lease h is on; on a
+// shard, whose lease does not name the session, those of all h's clients
+// when each closed a session opened before h was granted.
+func closedUnder(h Hold, done map[int]closedSession) (string, bool) {
+	if h.Cluster == "coord" {
+		for c, d := range done {
+			if d.session == h.Lease {
+				return fmt.Sprintf("client %d closed its session %d", c, d.session), true
+			}
+		}
+		return "", false
+	}
+	var sessions []int64
+	for _, c := range h.Clients {
+		d, ok := done[c]
+		if !ok || h.Since <= d.from {
+			return "", false
+		}
+		sessions = append(sessions, d.session)
+	}
+	return fmt.Sprintf("clients %v closed their sessions %v", h.Clients, sessions), len(sessions) > 0
 }

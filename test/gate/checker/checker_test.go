@@ -226,7 +226,13 @@ func TestStrandedCatchesHoldsLeftAfterAClose(t *testing.T) {
 		{Client: 0, Session: 150, Kind: history.Close, Call: 90, Return: 91, Result: history.OK},
 		{Client: 1, Session: 200, Kind: history.Session, Call: 0, Return: 1, Result: history.OK},
 		{Client: 1, Session: 200, Kind: history.Close, Call: 90, Return: 91, Result: history.Unknown},
+		// Clients 2 and 3 are replicas: one identity, each its own session.
+		{Client: 2, Session: 300, Kind: history.Session, Call: 0, Return: 1, Result: history.OK},
+		{Client: 2, Session: 300, Kind: history.Close, Call: 90, Return: 91, Result: history.OK},
+		{Client: 3, Session: 400, Kind: history.Session, Call: 30, Return: 31, Result: history.OK},
+		{Client: 3, Session: 400, Kind: history.Close, Call: 90, Return: 91, Result: history.OK},
 	}
+	zero, one, pair, replicas := []int{0}, []int{1}, []int{0, 1}, []int{2, 3}
 	cases := []struct {
 		name   string
 		atExit []checker.Hold
@@ -234,12 +240,17 @@ func TestStrandedCatchesHoldsLeftAfterAClose(t *testing.T) {
 		want   bool
 	}{
 		{"nothing left", nil, nil, false},
-		{"on coord, on the closed session", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 150, Client: 0}}, nil, true},
-		{"on coord, on a fenced session's lease not yet lapsed", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 100, Client: 0, Since: 20}}, nil, false},
-		{"on a shard, granted after the closed session opened", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Client: 0, Since: 60}}, nil, true},
-		{"on a shard, granted to the fenced session", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Client: 0, Since: 20}}, nil, false},
-		{"an unconfirmed close", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Client: 1}}, nil, false},
-		{"outlived every lease", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Client: 1}}, []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Client: 1}}, true},
+		{"on coord, on the closed session", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 150, Clients: zero}}, nil, true},
+		{"on coord, on the closed session of one of an identity's clients", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 150, Clients: pair}}, nil, true},
+		{"on coord, on a fenced session's lease not yet lapsed", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 100, Clients: zero, Since: 20}}, nil, false},
+		{"on a shard, granted after the closed session opened", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Clients: zero, Since: 60}}, nil, true},
+		{"on a shard, granted to the fenced session", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Clients: zero, Since: 20}}, nil, false},
+		{"on a shard, of an identity one of whose clients did not confirm its close", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Clients: pair, Since: 60}}, nil, false},
+		{"on a shard, after every replica's closed session opened", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Clients: replicas, Since: 60}}, nil, true},
+		{"on a shard, before a replica's closed session opened", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Clients: replicas, Since: 20}}, nil, false},
+		{"on a shard, of no known identity", []checker.Hold{{Cluster: "s1", Key: "a/b", Lease: 7, Since: 60}}, nil, false},
+		{"an unconfirmed close", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Clients: one}}, nil, false},
+		{"outlived every lease", []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Clients: one}}, []checker.Hold{{Cluster: "coord", Key: "a/b", Lease: 200, Clients: one}}, true},
 	}
 	for _, c := range cases {
 		vs := checker.Stranded(ops, c.atExit, c.lapsed)

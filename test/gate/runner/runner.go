@@ -109,6 +109,24 @@ const ClientEnv = "LOCKPLANE_GATE_CLIENT"
 // TTL is the gate class's TTL: short, so expiries happen inside a history.
 const TTL = 3 * time.Second
 
+// Replicas is how many clients share an identity, as the replicas of one
+// deployment share a SPIFFE ID: clients Replicas*k to Replicas*k+Replicas-1
+// are identity k, each its own lockclient.Client (its own instance), so
+// the service must treat them as contenders, not as one holder.
+const Replicas = 2
+
+// identityOf is the index of client i's identity.
+func identityOf(i int) int { return i / Replicas }
+
+// clientsOf lists the clients of identity k, of n clients in all.
+func clientsOf(k, n int) []int {
+	var out []int
+	for i := k * Replicas; i < min(n, (k+1)*Replicas); i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
 // Config is one history.
 type Config struct {
 	Etcd, Arbiter string   // binaries
@@ -150,6 +168,8 @@ type history struct {
 	keys     []string
 	arbiters []*proc
 	clients  []*proc
+	// paths are the clients' history files, by client.
+	paths []string
 	// epochs are the epochs in force: those the runner bootstrapped and
 	// those its operator advances and shard adds made.
 	epochs []uint32
@@ -244,7 +264,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	until := ghistory.Now() + int64(duration)
 	var paths []string
 	for i := range cfg.Clients {
-		tc := traffic.Config{Client: i, Profile: h.profiles[i%2], Identity: fmt.Sprintf("c%d", i), Class: "gate",
+		tc := traffic.Config{Client: i, Profile: h.profiles[i%2], Identity: fmt.Sprintf("c%d", identityOf(i)), Class: "gate",
 			Keys: h.keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
 			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL}
 		switch cfg.Fault {
@@ -263,6 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		h.clients = append(h.clients, c)
 	}
+	h.paths = paths
 
 	// Inject at a quarter of the run, heal at two thirds.
 	sleep(ctx, duration/4)
@@ -437,7 +458,7 @@ func (h *history) inject(ctx context.Context) func() error {
 	case HolderStop:
 		// A client that holds a key now, most likely mid-work, frozen past
 		// the TTL so its lease expires while it is stopped.
-		i := holderOf(ctx, h.profiles[0], h.keys)()
+		i := h.holderOf(ctx, h.keys)
 		if i < 0 {
 			i = rng.IntN(len(clients))
 		}
@@ -536,7 +557,7 @@ func (h *history) roll(ctx context.Context) func() error {
 		// A holder on the added shard, through the arbiter to restart.
 		victim = h.rng.IntN(len(h.arbiters))
 		for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
-			if i := holderOf(ctx, h.profiles[0], moving)(); i >= 0 {
+			if i := h.holderOf(ctx, moving); i >= 0 {
 				victim = i % 2
 				break
 			}
@@ -670,9 +691,10 @@ func (h *history) holds(ctx context.Context) ([]checker.Hold, error) {
 				Since    time.Time `json:"since"`
 			}
 			json.Unmarshal(e.Value, &rec)
-			hold := checker.Hold{Cluster: name, Key: strings.TrimPrefix(string(e.Key), lockkey.HoldPrefix), Lease: e.Lease, Client: -1}
-			if _, err := fmt.Sscanf(rec.Identity, "spiffe://gate.lockplane.test/ns/gate/sa/client-%d", &hold.Client); err != nil {
-				hold.Client = -1
+			hold := checker.Hold{Cluster: name, Key: strings.TrimPrefix(string(e.Key), lockkey.HoldPrefix), Lease: e.Lease}
+			var k int
+			if _, err := fmt.Sscanf(rec.Identity, clientID+"%d", &k); err == nil {
+				hold.Clients = clientsOf(k, h.cfg.Clients)
 			}
 			if !rec.Since.IsZero() {
 				hold.Since = rec.Since.UnixNano() - offset
@@ -683,37 +705,54 @@ func (h *history) holds(ctx context.Context) ([]checker.Hold, error) {
 	return out, nil
 }
 
-// holderOf returns a function naming a client that holds one of keys, from
-// the arbiter's Inspect (-1 if none does).
-func holderOf(ctx context.Context, profilePath string, keys []string) func() int {
-	return func() int {
-		p, err := profile.Load(profilePath)
-		if err != nil {
-			return -1
-		}
-		c, err := lockclient.DialProfile(p, "c0")
-		if err != nil {
-			return -1
-		}
-		defer c.Close(context.Background())
-		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		for _, k := range keys {
-			r, err := c.Inspect(ictx, k, "gate") // the class picks the key's cluster
-			if err != nil || !r.GetHeld() {
-				continue
-			}
-			var i int
-			if _, err := fmt.Sscanf(r.GetHolder().GetIdentity(), "spiffe://gate.lockplane.test/ns/gate/sa/client-%d", &i); err == nil {
-				return i
-			}
-		}
+// holderOf names a client that holds one of keys (-1 if none does), from
+// the arbiter's Inspect: the holder's session, found among the sessions the
+// clients recorded opening. Not its identity, which a client's replica
+// shares.
+func (h *history) holderOf(ctx context.Context, keys []string) int {
+	p, err := profile.Load(h.profiles[0])
+	if err != nil {
 		return -1
 	}
+	c, err := lockclient.DialProfile(p, "c0")
+	if err != nil {
+		return -1
+	}
+	defer c.Close(context.Background())
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, k := range keys {
+		r, err := c.Inspect(ictx, k, "gate") // the class picks the key's cluster
+		if err != nil || !r.GetHeld() {
+			continue
+		}
+		if i := h.clientOfSession(r.GetHolder().GetSessionId()); i >= 0 {
+			return i
+		}
+	}
+	return -1
 }
 
-// writeTrust writes a dev CA, SVIDs for the arbiters and each client, and
-// one profile per arbiter.
+// clientOfSession is the client whose history records opening session, or
+// -1: the histories are flushed op by op, so they can be read mid-run.
+func (h *history) clientOfSession(session int64) int {
+	ops, err := ghistory.Load(h.paths...)
+	if err != nil {
+		return -1
+	}
+	for _, op := range ops {
+		if op.Kind == ghistory.Session && op.Session == session {
+			return op.Client
+		}
+	}
+	return -1
+}
+
+// clientID prefixes a client identity's index in its SPIFFE ID.
+const clientID = "spiffe://gate.lockplane.test/ns/gate/sa/client-"
+
+// writeTrust writes a dev CA, SVIDs for the arbiters and each client
+// identity (one per Replicas clients), and one profile per arbiter.
 func writeTrust(dir string, clients int) ([]string, error) {
 	ca, err := devca.New("gate.lockplane.test", 24*time.Hour)
 	if err != nil {
@@ -725,8 +764,8 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	}
 	ids := map[string]profile.Identity{}
 	names := map[string]string{"arbiter": "/arbiter", "operator": "/operator/gate"}
-	for i := range clients {
-		names[fmt.Sprintf("c%d", i)] = fmt.Sprintf("/ns/gate/sa/client-%d", i)
+	for k := range identityOf(clients-1) + 1 {
+		names[fmt.Sprintf("c%d", k)] = fmt.Sprintf("/ns/gate/sa/client-%d", k)
 	}
 	for n, p := range names {
 		if _, err := ca.WriteSVID(filepath.Join(pki, n), p, 24*time.Hour); err != nil {

@@ -135,7 +135,9 @@ func Run(ctx context.Context, cfg Config) error {
 			// Clients 2k and 2k+1 share a hot key, one through each
 			// arbiter: a release on one is taken by the other's waiter
 			// through its watch and grant attempt, not handed over in the
-			// release's own Txn to a waiter of the same arbiter.
+			// release's own Txn to a waiter of the same arbiter. They are
+			// replicas of one identity (runner.Replicas): the handoff
+			// runs between two instances of it.
 			key = cfg.Keys[cfg.Client/2%len(cfg.Keys)]
 		}
 		w.cycle(ctx, key, fmt.Sprintf("c%d.%d", cfg.Client, seq))
