@@ -32,8 +32,8 @@ type lease struct {
 	// checks it against the session record.
 	instance string
 	ttl      time.Duration
-	stop context.CancelFunc
-	done chan struct{}
+	stop     context.CancelFunc
+	done     chan struct{}
 	// life ends when the lease does (closed or fenced): background
 	// cleanups stop with it, its end ending every hold.
 	life context.Context
