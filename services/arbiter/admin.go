@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,11 +23,32 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// adminServer serves lockplane.admin.v1 for the coord cluster's arbiter
+// and, behind a Router, the entity shards' arbiters and shard map.
 type adminServer struct {
 	adminv1.UnimplementedAdminServiceServer
 	a *Arbiter
-	// router is set on a Router's coord arbiter: the shard map RPCs.
-	router *Router
+	// shards are a Router's entity shards' arbiters by name; none for a
+	// lone Arbiter.
+	shards map[string]*Arbiter
+	// table is the shard map a Router routes by: the shard map RPCs. nil
+	// for a lone Arbiter.
+	table shardTable
+}
+
+// shardTable is what the admin service needs of the shard map a Router
+// routes by (routeTable).
+type shardTable interface {
+	load(ctx context.Context) error
+	current() *shardmap.Map
+	set(m shardmap.Map)
+	clusters() shardmap.Clusters
+}
+
+// newAdminServer serves the admin API for coord and, behind a Router, its
+// entity shards and shard map (nil, nil for a lone Arbiter).
+func newAdminServer(coord *Arbiter, shards map[string]*Arbiter, table shardTable) *adminServer {
+	return &adminServer{a: coord, shards: shards, table: table}
 }
 
 // Status implements adminv1.AdminServiceServer. It answers without a
@@ -143,7 +165,7 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	}
 	// One deadline for the whole advance: its reads, the anchor and the
 	// allocation on the coord cluster, the Txn on the cluster advanced.
-	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), time.Duration(6+len(s.shards()))*a.cfg.OpTimeout)
+	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), time.Duration(6+len(s.shards))*a.cfg.OpTimeout)
 	defer cancel()
 	coord := s.a
 	rec, err := epoch.ReadRecorded(octx, coord.etcd)
@@ -221,8 +243,8 @@ func (s *adminServer) anchor(ctx context.Context, caller spiffeid.ID, target *Ar
 		return fmt.Errorf("%w: cluster %s: expected epoch %d, found %d (0: no record)", epoch.ErrChanged, target.cfg.Cluster, req.GetExpectedEpoch(), st.Epoch)
 	}
 	above := req.GetAbove()
-	for _, name := range s.shards() {
-		st, found, err := epoch.Read(ctx, s.router.shards[name].etcd)
+	for _, name := range s.shardNames() {
+		st, found, err := epoch.Read(ctx, s.shards[name].etcd)
 		if err != nil {
 			return refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
 				fmt.Sprintf("shard %s's epoch could not be read (%v): the coord cluster is anchored above every live shard's epoch, so every shard must answer", name, err),
@@ -239,12 +261,10 @@ func (s *adminServer) anchor(ctx context.Context, caller spiffeid.ID, target *Ar
 	return nil
 }
 
-// shards names the Router's entity shards; none for a lone Arbiter.
-func (s *adminServer) shards() []string {
-	if s.router == nil {
-		return nil
-	}
-	return s.router.shardNames()
+// shardNames names the Router's entity shards, sorted; none for a lone
+// Arbiter.
+func (s *adminServer) shardNames() []string {
+	return slices.Sorted(maps.Keys(s.shards))
 }
 
 // advanceFailure maps an advance's error: a precondition (the epoch moved,
@@ -269,16 +289,15 @@ func (s *adminServer) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) 
 	if _, err := identity.Caller(ctx); err != nil {
 		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
-	ro := s.router
-	if ro == nil || len(ro.shards) == 0 {
+	if s.table == nil || len(s.shards) == 0 {
 		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter serves no entity shards: the entity tier is the coord cluster")
 	}
-	if err := ro.loadMap(ctx); err != nil {
+	if err := s.table.load(ctx); err != nil {
 		return nil, err
 	}
-	m := ro.smap.Load()
-	return &adminv1.ShardMapResponse{Version: m.Version, Shards: m.Shards, Adding: m.Adding, Configured: ro.shardNames()}, nil
+	m := s.table.current()
+	return &adminv1.ShardMapResponse{Version: m.Version, Shards: m.Shards, Adding: m.Adding, Configured: s.shardNames()}, nil
 }
 
 // AddShard implements adminv1.AdminServiceServer.
@@ -291,18 +310,17 @@ func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.Admi
 	if !s.a.cfg.IsOperator(caller) {
 		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may change the shard map")
 	}
-	ro := s.router
 	switch {
-	case ro == nil || len(ro.shards) == 0:
+	case s.table == nil || len(s.shards) == 0:
 		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter serves no entity shards: configure them (--shard NAME=ENDPOINTS) first")
 	case req.GetShard() == "":
 		return invalidArgument("shard", "is required: the name of a shard this arbiter has a client for")
-	case ro.shards[req.GetShard()] == nil:
-		return invalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), ro.shardNames()))
+	case s.shards[req.GetShard()] == nil:
+		return invalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), s.shardNames()))
 	}
 	s.a.log.Info("adding shard", "shard", req.GetShard(), "by", caller.String())
-	m, err := shardmap.Add(ctx, ro.clusters(), req.GetShard(), func(st shardmap.Step) {
+	m, err := shardmap.Add(ctx, s.table.clusters(), req.GetShard(), func(st shardmap.Step) {
 		s.a.log.Info("add shard", "shard", req.GetShard(), "phase", st.Phase, "detail", st.Detail)
 		stream.Send(&adminv1.AddShardResponse{Phase: st.Phase, Detail: st.Detail})
 	})
@@ -313,7 +331,7 @@ func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.Admi
 		}
 		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	}
-	ro.setMap(m)
+	s.table.set(m)
 	return nil
 }
 
@@ -323,14 +341,8 @@ func (s *adminServer) cluster(name string) (*Arbiter, error) {
 	if name == "" || name == s.a.cfg.Cluster {
 		return s.a, nil
 	}
-	if s.router != nil {
-		if a := s.router.shards[name]; a != nil {
-			return a, nil
-		}
+	if a := s.shards[name]; a != nil {
+		return a, nil
 	}
-	var known []string
-	if s.router != nil {
-		known = s.router.shardNames()
-	}
-	return nil, invalidArgument("cluster", fmt.Sprintf("%q is not %s or one of this arbiter's entity shards %v", name, s.a.cfg.Cluster, known))
+	return nil, invalidArgument("cluster", fmt.Sprintf("%q is not %s or one of this arbiter's entity shards %v", name, s.a.cfg.Cluster, s.shardNames()))
 }

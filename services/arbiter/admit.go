@@ -26,20 +26,38 @@ type request struct {
 	mapVersion int64
 }
 
-// mapVersionKey carries a Router's shard map version to a shard's arbiter.
-type mapVersionKey struct{}
-
-func withMapVersion(ctx context.Context, v int64) context.Context {
-	return context.WithValue(ctx, mapVersionKey{}, v)
+// on is r as served by the named cluster, under shard map version
+// mapVersion (0: none): a Router's admission, handed to that cluster's
+// arbiter.
+func (r request) on(cluster string, mapVersion int64) request {
+	r.labels.cluster, r.mapVersion = cluster, mapVersion
+	return r
 }
 
 // deniedMsg is the one denial message: it is the same whether or not the key
 // exists or is held (ADR-19).
 const deniedMsg = "the caller may not lock this key"
 
-// admit authenticates the caller, validates the key and class and
-// authorizes the call, all before etcd is touched.
-func (a *Arbiter) admit(ctx context.Context, key, className string) (request, error) {
+// admitter admits a lock call that names a key: it authenticates the
+// caller, validates the key and class and authorizes the call, all before
+// etcd is touched. It is the one place a call is authorised, run once per
+// call by the type serving the lock service over gRPC: an Arbiter serving
+// alone, or a Router, whose arbiters then serve the admitted request
+// without a second check.
+type admitter struct {
+	classes    class.Registry
+	authorizer Authorizer
+	metrics    *metrics
+	// cluster labels refusals: the cluster of the server that admits.
+	cluster string
+}
+
+func newAdmitter(cfg Config, m *metrics) admitter {
+	return admitter{classes: cfg.Classes, authorizer: cfg.Authorizer, metrics: m, cluster: cfg.Cluster}
+}
+
+// admit is the request a call for key in className makes, or the refusal.
+func (g admitter) admit(ctx context.Context, key, className string) (request, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
 		return request{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
@@ -47,23 +65,22 @@ func (a *Arbiter) admit(ctx context.Context, key, className string) (request, er
 	if err := lockkey.Validate(key); err != nil {
 		var ke *lockkey.Error
 		errors.As(err, &ke)
-		a.metrics.refused(labels{cluster: a.cfg.Cluster}, lockv1.ErrorReason_INVALID_KEY)
+		g.metrics.refused(labels{cluster: g.cluster}, lockv1.ErrorReason_INVALID_KEY)
 		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_KEY, err.Error(), "field", "key", "rule", string(ke.Rule))
 	}
-	cls, err := a.cfg.Classes.Lookup(className)
+	cls, err := g.classes.Lookup(className)
 	if err != nil {
 		return request{}, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
-	mv, _ := ctx.Value(mapVersionKey{}).(int64)
-	r := request{caller: caller, key: key, class: cls, mapVersion: mv, labels: labels{
-		class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}}
-	if !a.cfg.Authorizer.MayLock(caller, key) {
+	r := request{caller: caller, key: key, class: cls, labels: labels{
+		class: cls.Name, tier: string(cls.Tier), cluster: g.cluster}}
+	if !g.authorizer.MayLock(caller, key) {
 		// No namespace label: the key is the caller's say, not yet checked,
 		// and any workload could mint a series per denied namespace.
-		a.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
+		g.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
 		return request{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
 	}
-	r.labels.namespace = a.metrics.namespace(lockkey.Namespace(key))
+	r.labels.namespace = g.metrics.namespace(lockkey.Namespace(key))
 	// After authorization, so a caller learns nothing of a namespace it
 	// may not lock, not even its classes.
 	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {
@@ -71,6 +88,11 @@ func (a *Arbiter) admit(ctx context.Context, key, className string) (request, er
 			"class: "+cls.Name+" locks keys of namespace "+cls.Namespace+" only", "field", "class", "rule", "class-namespace")
 	}
 	return r, nil
+}
+
+// admit admits a call this Arbiter serves as the gRPC server.
+func (a *Arbiter) admit(ctx context.Context, key, className string) (request, error) {
+	return a.gate.admit(ctx, key, className)
 }
 
 func requireSession(id int64) error {

@@ -24,15 +24,18 @@ func withBudget(ctx context.Context, until time.Time) context.Context {
 // bound the README states. Serve the arbiter with it
 // (grpc.ChainUnaryInterceptor). A waiting Acquire's requests keep a
 // deadline each: its wait may outlast any one of them.
-func (a *Arbiter) UnaryInterceptor() grpc.UnaryServerInterceptor {
+func (a *Arbiter) UnaryInterceptor() grpc.UnaryServerInterceptor { return budgeted(a.cfg.OpTimeout) }
+
+// UnaryInterceptor is the Arbiter's, with the OpTimeout every cluster of a
+// Router has.
+func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor { return budgeted(ro.cfg.OpTimeout) }
+
+// budgeted gives each unary call but a waiting Acquire the budget opTimeout.
+func budgeted(opTimeout time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if acq, ok := req.(*lockv1.AcquireRequest); !ok || !acq.GetWait() {
-			ctx = withBudget(ctx, time.Now().Add(a.cfg.OpTimeout))
+			ctx = withBudget(ctx, time.Now().Add(opTimeout))
 		}
 		return handler(ctx, req)
 	}
 }
-
-// UnaryInterceptor is the coord arbiter's: every cluster of a Router has
-// the same OpTimeout.
-func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor { return ro.coord.UnaryInterceptor() }

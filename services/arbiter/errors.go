@@ -25,15 +25,15 @@ func invalidArgument(field, rule string) error {
 // etcdFailure maps an etcd call's failure. When the caller's own context
 // ended, that is the answer; otherwise etcdReason says what etcd's answer
 // (or its silence within the arbiter's bound) means. Every one fails closed.
-func (a *Arbiter) etcdFailure(ctx context.Context, err error) error {
+func (c etcdCalls) etcdFailure(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	code, r, msg := etcdReason(err)
 	if r == lockv1.ErrorReason_NO_QUORUM {
-		msg = fmt.Sprintf("%s within %s; its outcome is unknown", msg, a.cfg.OpTimeout)
+		msg = fmt.Sprintf("%s within %s; its outcome is unknown", msg, c.timeout)
 	}
-	a.log.Warn("etcd call failed; failing closed", "reason", r.String(), "err", err)
+	c.logger.Warn("etcd call failed; failing closed", "reason", r.String(), "err", err)
 	return refusal(code, r, msg)
 }
 

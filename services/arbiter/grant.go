@@ -36,11 +36,16 @@ func (c *contended) Error() string { return c.err.Error() }
 
 // Acquire implements lockv1.LockServiceServer.
 func (a *Arbiter) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
-	start := time.Now()
 	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
+	return a.acquireAdmitted(ctx, r, req)
+}
+
+// acquireAdmitted serves an Acquire admitted as r (see admitter).
+func (a *Arbiter) acquireAdmitted(ctx context.Context, r request, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	start := time.Now()
 	if err := requireSession(req.GetSessionId()); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,11 @@ func (a *Arbiter) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
+	return a.inspectAdmitted(ctx, r, req)
+}
+
+// inspectAdmitted serves an Inspect admitted as r (see admitter).
+func (a *Arbiter) inspectAdmitted(ctx context.Context, r request, _ *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
 	resp, err := a.readHold(ctx, r.key)
 	if err != nil {
 		return nil, err

@@ -70,7 +70,7 @@ type metrics struct {
 	namespaces namespaces
 }
 
-func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		grantSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockplane_grant_seconds", Help: "Time from Acquire to grant, including any wait.",
@@ -89,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, a *Arbiter) (*metrics, error) {
 		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_validations_total",
 			Help: "ValidateToken calls: resources that depend on the lock service on their write path."}, AllowedLabels),
 		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
-		live:     &liveCollector{as: []*Arbiter{a}},
+		live:     &liveCollector{},
 	}
 	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
 	for v, name := range lockv1.ErrorReason_name {
@@ -139,7 +139,7 @@ func (m *metrics) refused(l labels, r lockv1.ErrorReason) {
 
 // liveCollector counts live sessions and holds in etcd at scrape time, so
 // the figures include expiries no arbiter saw.
-// A Router adds its shards' arbiters.
+// Each arbiter given the metrics adds itself: a Router's are all here.
 type liveCollector struct {
 	mu sync.Mutex
 	as []*Arbiter

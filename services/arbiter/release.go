@@ -19,6 +19,11 @@ func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
+	return a.releaseAdmitted(ctx, r, req)
+}
+
+// releaseAdmitted serves a Release admitted as r (see admitter).
+func (a *Arbiter) releaseAdmitted(ctx context.Context, r request, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
 	if err := requireSession(req.GetSessionId()); err != nil {
 		return nil, err
 	}
@@ -26,6 +31,7 @@ func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 		return nil, err
 	}
 	var released bool
+	var err error
 	if req.GetAnyToken() {
 		released, err = a.releaseAny(ctx, r, req.GetSessionId())
 	} else {

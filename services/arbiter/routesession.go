@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"github.com/lockplane/lockplane/services/reason"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,7 +32,7 @@ func (ro *Router) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 // under the session's coord lease; a Txn on the coord cluster makes one
 // lease win when two arbiters race. Without create, a session with no lease
 // there gets 0: it holds nothing on that shard.
-func (ro *Router) shardLease(ctx context.Context, session int64, shard string, create bool) (int64, error) {
+func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session int64, shard string, create bool) (int64, error) {
 	if err := requireSession(session); err != nil {
 		return 0, err
 	}
@@ -43,17 +41,12 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 		c.used.Store(time.Now().UnixNano())
 		return c.lease, nil
 	}
-	caller, err := identity.Caller(ctx)
-	if err != nil {
-		return 0, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
-	c := ro.coord
 	slKey, sKey := lockkey.ShardLeaseKey(session, shard), lockkey.SessionKey(session)
-	octx, cancel := c.opCtx(ctx)
+	octx, cancel := ro.opCtx(ctx)
 	defer cancel()
-	resp, err := c.etcd.Txn(octx).Then(clientv3.OpGet(sKey), clientv3.OpGet(slKey)).Commit()
+	resp, err := ro.coordEtcd.Txn(octx).Then(clientv3.OpGet(sKey), clientv3.OpGet(slKey)).Commit()
 	if err != nil {
-		return 0, c.etcdFailure(ctx, err)
+		return 0, ro.etcdFailure(ctx, err)
 	}
 	sess, rec, err := ownedSession(caller, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
@@ -69,7 +62,7 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 	if err != nil {
 		return 0, err
 	}
-	put, err := c.etcd.Txn(octx).
+	put, err := ro.coordEtcd.Txn(octx).
 		If(clientv3.Compare(clientv3.Value(sKey), "=", string(sess)),
 			clientv3.Compare(clientv3.CreateRevision(slKey), "=", 0)).
 		Then(clientv3.OpPut(slKey, strconv.FormatInt(lease, 10), clientv3.WithLease(clientv3.LeaseID(session))),
@@ -82,7 +75,7 @@ func (ro *Router) shardLease(ctx context.Context, session int64, shard string, c
 	// Lost a race, or the session ended: ours is not needed.
 	ro.shards[shard].discardLease(clientv3.LeaseID(lease))
 	if err != nil {
-		return 0, c.etcdFailure(ctx, err)
+		return 0, ro.etcdFailure(ctx, err)
 	}
 	if kvs := put.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		return ro.remember(session, shard, kvs[0].Value)
@@ -152,13 +145,12 @@ func ownedSession(caller spiffeid.ID, kvs []*mvccpb.KeyValue) ([]byte, sessionRe
 // shardLeases lists session's leases on entity shards, from the coord
 // cluster (another arbiter may have added one).
 func (ro *Router) shardLeases(ctx context.Context, session int64) (map[string]int64, error) {
-	c := ro.coord
-	octx, cancel := c.opCtx(ctx)
+	octx, cancel := ro.opCtx(ctx)
 	defer cancel()
 	prefix := lockkey.ShardLeasesOf(session)
-	resp, err := c.etcd.Get(octx, prefix, clientv3.WithPrefix())
+	resp, err := ro.coordEtcd.Get(octx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, c.etcdFailure(ctx, err)
+		return nil, ro.etcdFailure(ctx, err)
 	}
 	out := map[string]int64{}
 	for _, kv := range resp.Kvs {
@@ -184,7 +176,7 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		}
 		return owned[cluster]
 	}
-	return serveKeepAlive(stream, ro.coord.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	return serveKeepAlive(stream, ro.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		resp := ro.coord.renew(ctx, caller, session, ownedOn(""))
 		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)
@@ -212,8 +204,7 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 	}
 	ttl := coord.GetTtl().AsDuration()
 	for shard, lease := range leases {
-		a := ro.shards[shard]
-		r := a.renew(ctx, caller, lease, ownedOn(shard))
+		r := ro.shards[shard].renew(ctx, caller, lease, ownedOn(shard))
 		if r.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			return &lockv1.KeepAliveResponse{SessionId: session, Error: r.GetError(),
 				ErrorMessage: "shard " + shard + ": " + r.GetErrorMessage()}
@@ -224,7 +215,8 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 }
 
 // CloseSession implements lockv1.LockServiceServer: it revokes the
-// session's shard leases, then its coord lease.
+// session's shard leases, then its coord lease, once it has found the
+// session the caller's.
 func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -253,15 +245,14 @@ func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 	}
 	defer ro.forget(session)
 	for shard, lease := range leases {
-		a := ro.shards[shard]
-		octx, cancel := a.opCtx(ctx)
-		_, err := a.etcd.Revoke(octx, clientv3.LeaseID(lease))
-		cancel()
-		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil, a.etcdFailure(ctx, err)
+		if err := ro.shards[shard].revoke(ctx, lease); err != nil {
+			return nil, err
 		}
 	}
-	return ro.coord.CloseSession(ctx, req)
+	if err := ro.coord.revoke(ctx, session); err != nil {
+		return nil, err
+	}
+	return &lockv1.CloseSessionResponse{}, nil
 }
 
 // unknownShard refuses with SHARD_UNKNOWN when a session has a lease on

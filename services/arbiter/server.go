@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 )
@@ -66,37 +64,21 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// Authorizer decides whether an identity may lock a key. Denials must not
-// depend on the key's state (ADR-19): it is called before any etcd read.
-type Authorizer interface {
-	MayLock(id spiffeid.ID, key string) bool
-}
-
-// AllowTrustDomain lets every authenticated workload of the trust domain
-// lock every key: the posture until prefix grants are configured.
-type AllowTrustDomain struct{}
-
-// MayLock implements Authorizer.
-func (AllowTrustDomain) MayLock(spiffeid.ID, string) bool { return true }
-
-// OperatorPathPrefix returns an IsOperator that accepts IDs of the trust
-// domain whose path starts with prefix, e.g. "/operator/".
-func OperatorPathPrefix(td spiffeid.TrustDomain, prefix string) func(spiffeid.ID) bool {
-	return func(id spiffeid.ID) bool {
-		return id.MemberOf(td) && strings.HasPrefix(id.Path(), prefix)
-	}
-}
-
-// Arbiter serves the lock and admin APIs for one etcd cluster.
+// Arbiter serves the lock and admin APIs for one etcd cluster. Served
+// alone it admits each call itself (admit); behind a Router it serves the
+// calls the Router admitted (acquireAdmitted, ...), trusting that admission.
 type Arbiter struct {
 	lockv1.UnimplementedLockServiceServer
+	// etcdCalls bounds its etcd calls by cfg.OpTimeout and maps failures.
+	etcdCalls
 	cfg     Config
 	etcd    Etcd
 	log     *slog.Logger
 	epochs  epochCache
 	metrics *metrics
 	health  *healthState
-	admin   adminServer
+	// gate admits the calls this Arbiter serves as the gRPC server.
+	gate admitter
 	// validations limits ValidateToken per namespace.
 	validations *limiters
 	// waiters queues waiting Acquires per key.
@@ -113,10 +95,34 @@ type Arbiter struct {
 	hooks atomic.Pointer[testHooks]
 }
 
+// collaborators are what an Arbiter is given at construction rather than
+// makes: the metrics it reports to and the quota usage it counts into,
+// which a Router's arbiters share (one set of metrics, told apart by the
+// cluster label; one usage, as limits span the region's clusters), and
+// whether it serves an entity shard behind a Router.
+type collaborators struct {
+	metrics *metrics
+	usage   *usage
+	shardOf bool
+}
+
 // New checks cfg and returns an Arbiter. Call Run to keep its epoch current.
 func New(cfg Config) (*Arbiter, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	return newArbiter(cfg, collaborators{metrics: m, usage: newUsage()}), nil
+}
+
+// withDefaults checks cfg and fills in the defaults Config documents.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Etcd == nil {
-		return nil, errors.New("arbiter: Config.Etcd is required")
+		return cfg, errors.New("arbiter: Config.Etcd is required")
 	}
 	if cfg.Cluster == "" {
 		cfg.Cluster = "default"
@@ -145,27 +151,33 @@ func New(cfg Config) (*Arbiter, error) {
 	if cfg.ValidateRate == 0 {
 		cfg.ValidateRate, cfg.ValidateBurst = 200, 50
 	}
+	return cfg, nil
+}
+
+// newArbiter is an Arbiter of cfg, which withDefaults has checked, with
+// the collaborators it is given. It counts its cluster's live sessions and
+// holds into the metrics.
+func newArbiter(cfg Config, with collaborators) *Arbiter {
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState(),
-		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst), usage: newUsage()}
-	a.admin.a = a
+		etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
+		gate:      newAdmitter(cfg, with.metrics),
+		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,
+		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst)}
 	a.drained, a.drain = context.WithCancel(context.Background())
-	m, err := newMetrics(cfg.Metrics, a)
-	if err != nil {
-		return nil, err
-	}
-	a.metrics = m
-	return a, nil
+	with.metrics.live.add(a)
+	return a
 }
 
 // Register adds the lock, admin, health and reflection services to s.
 func (a *Arbiter) Register(s *grpc.Server) {
 	lockv1.RegisterLockServiceServer(s, a)
-	a.registerOthers(s)
+	a.registerOthers(s, newAdminServer(a, nil, nil))
 }
 
-// registerOthers adds every service but the lock service.
-func (a *Arbiter) registerOthers(s *grpc.Server) {
-	adminv1.RegisterAdminServiceServer(s, &a.admin)
+// registerOthers adds every service but the lock service: admin, this
+// cluster's health, and reflection.
+func (a *Arbiter) registerOthers(s *grpc.Server, admin adminv1.AdminServiceServer) {
+	adminv1.RegisterAdminServiceServer(s, admin)
 	healthpb.RegisterHealthServer(s, a.health.srv)
 	reflection.Register(s)
 }
@@ -194,37 +206,4 @@ func (a *Arbiter) Ready(ctx context.Context) error {
 		return err
 	}
 	return a.usage.following(ctx, a.usageFollowers()...)
-}
-
-// healthState reports the lock service NOT_SERVING while sealed or
-// before the epoch is known.
-// It is told the seal state on every etcd response, so it only touches the
-// health server when that state changes.
-type healthState struct {
-	srv  *health.Server
-	last atomic.Int32
-}
-
-func newHealthState() *healthState {
-	h := &healthState{srv: health.NewServer()}
-	h.last.Store(-1)
-	h.unavailable()
-	return h
-}
-
-func (h *healthState) set(sealed bool) {
-	st := healthpb.HealthCheckResponse_SERVING
-	if sealed {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	if h.last.Swap(int32(st)) != int32(st) {
-		h.srv.SetServingStatus("", st)
-		h.srv.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, st)
-	}
-}
-
-func (h *healthState) unavailable() {
-	h.last.Store(-1)
-	h.srv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	h.srv.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 }

@@ -225,10 +225,8 @@ func (a *Arbiter) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 		}
 		return nil, err
 	}
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	if _, err := a.etcd.Revoke(octx, clientv3.LeaseID(req.GetSessionId())); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return nil, a.etcdFailure(ctx, err)
+	if err := a.revoke(ctx, req.GetSessionId()); err != nil {
+		return nil, err
 	}
 	return &lockv1.CloseSessionResponse{}, nil
 }

@@ -21,6 +21,11 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 	if err != nil {
 		return nil, err
 	}
+	return a.validateAdmitted(ctx, r, req)
+}
+
+// validateAdmitted serves a ValidateToken admitted as r (see admitter).
+func (a *Arbiter) validateAdmitted(ctx context.Context, r request, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
 	if req.GetToken() == 0 {
 		return nil, invalidArgument("token", "is required: the token the writer presented")
 	}
