@@ -60,7 +60,7 @@ type cluster interface {
 // sessionLeases are sessions' leases on one cluster: on an entity shard,
 // the shard leases of coord sessions.
 type sessionLeases interface {
-	openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration) (int64, error)
+	openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration, instance string) (int64, error)
 	discardLease(lease clientv3.LeaseID)
 	renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse
 	revoke(ctx context.Context, lease int64) error
