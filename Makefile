@@ -20,12 +20,15 @@ dev: build
 # Every test runs against real embedded etcd clusters and real mTLS.
 test: vet minio build infra-tools
 	$(GO) test -count=1 -timeout 25m ./...
+	cd services/client && $(GO) test -count=1 ./...
 
 test-short:
 	$(GO) test -count=1 -short ./...
+	cd services/client && $(GO) test -count=1 -short ./...
 
 vet:
 	$(GO) vet ./...
+	cd services/client && $(GO) vet ./...
 
 # Tools are built from the separate tools module so go.mod stays lean.
 $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc: $(TOOLS)/go.mod
@@ -63,7 +66,7 @@ down:
 	-$(BIN)/lockplane destroy --stack local
 	$(BIN)/testhosts down --dir .lockplane/hosts
 
-# Lint and regenerate services/api from services/proto.
+# Lint and regenerate services/client/api from services/proto.
 proto: tools
 	$(BIN)/buf lint
 	$(BIN)/buf generate
@@ -75,8 +78,8 @@ proto-check: proto
 	if git rev-parse -q --verify HEAD~1 >/dev/null; then \
 		$(BIN)/buf breaking --against '.git#ref=HEAD~1'; \
 	else echo "proto-check: no previous commit in this clone; buf breaking skipped"; fi
-	git diff --exit-code -- services/api || { echo "services/api is stale: run make proto and commit"; exit 1; }
-	test -z "$$(git status --porcelain -- services/api)" || { echo "untracked generated files: run make proto and commit"; exit 1; }
+	git diff --exit-code -- services/client/api || { echo "services/client/api is stale: run make proto and commit"; exit 1; }
+	test -z "$$(git status --porcelain -- services/client/api)" || { echo "untracked generated files: run make proto and commit"; exit 1; }
 
 # This package's fsync benchmark beside fio's etcd recipe on one directory.
 bench-fsync:

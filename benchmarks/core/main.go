@@ -35,8 +35,8 @@ import (
 
 	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
-	"github.com/lockplane/lockplane/services/lockclient"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lockplane/lockplane/services/identity"
+	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/pki"
 )
 

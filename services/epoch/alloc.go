@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/lockkey"
-	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

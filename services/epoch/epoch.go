@@ -22,8 +22,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/lockkey"
-	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

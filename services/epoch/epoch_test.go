@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/etcdembed"
+	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

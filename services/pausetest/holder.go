@@ -10,9 +10,9 @@ import (
 	"os"
 	"sync"
 
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/fence"
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/profile"
 )
 
 // The holder protocol: JSON lines, commands on the holder's stdin, events

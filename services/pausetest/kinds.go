@@ -10,10 +10,10 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/fence"
 	"github.com/lockplane/lockplane/services/fence/pgfence"
 	"github.com/lockplane/lockplane/services/fence/s3fence"
-	"github.com/lockplane/lockplane/services/token"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/profile"
 )
 
 // Config says what to test and how to reach the lock service.

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/fence"
 	"github.com/lockplane/lockplane/services/pausetest"
 	"github.com/lockplane/lockplane/services/resourcetest"
-	"github.com/lockplane/lockplane/services/token"
 )
 
 // TestMain doubles as the holder process: the kit starts this binary again

@@ -26,7 +26,7 @@ import (
 	"net"
 	"sort"
 
-	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/services/client/token"
 )
 
 // Resource is a guarded resource as a holder writes to it.

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lockplane/lockplane/services/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"

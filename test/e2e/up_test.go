@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/hosts"
 )
 

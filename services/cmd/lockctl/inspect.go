@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/lockplane/lockplane/services/lockclient"
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/spf13/cobra"
 )
 

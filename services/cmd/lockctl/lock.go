@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	lockv1 "github.com/lockplane/lockplane/services/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/reason"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/resourcetest"
-	"github.com/lockplane/lockplane/services/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/pausetest"
-	"github.com/lockplane/lockplane/services/reason"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/status"
 )

@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/pausetest"
-	"github.com/lockplane/lockplane/services/profile"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 )

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
-	"github.com/lockplane/lockplane/services/lockclient"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
-	"github.com/lockplane/lockplane/services/lockclient"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/spf13/cobra"
 )
 

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/devenv"
-	"github.com/lockplane/lockplane/services/profile"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"

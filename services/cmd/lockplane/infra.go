@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/infra/program"
-	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/benchmarks/latency"
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/profile"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/spf13/cobra"

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/fence"
-	"github.com/lockplane/lockplane/services/token"
 )
 
 // DB is what pgfence needs of a connection, pool or transaction.

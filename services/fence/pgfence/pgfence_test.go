@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/fence"
 	"github.com/lockplane/lockplane/services/fence/pgfence"
 	"github.com/lockplane/lockplane/services/resourcetest"
-	"github.com/lockplane/lockplane/services/token"
 )
 
 func TestMain(m *testing.M) {

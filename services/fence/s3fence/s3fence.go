@@ -18,8 +18,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/fence"
-	"github.com/lockplane/lockplane/services/token"
 	"github.com/minio/minio-go/v7"
 )
 

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/fence"
 	"github.com/lockplane/lockplane/services/fence/s3fence"
 	"github.com/lockplane/lockplane/services/resourcetest"
-	"github.com/lockplane/lockplane/services/token"
 	"github.com/minio/minio-go/v7"
 )
 

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/gate/history"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/gate/checker"
 	"github.com/lockplane/lockplane/test/gate/history"
 )

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	adminv1 "github.com/lockplane/lockplane/services/api/lockplane/admin/v1"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/lockplane/lockplane/test/gate/cluster"

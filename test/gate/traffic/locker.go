@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockplane/lockplane/services/lockclient"
-	"github.com/lockplane/lockplane/services/profile"
-	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/profile"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/gate/unsafelocker"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockplane/lockplane/services/token"
+	"github.com/lockplane/lockplane/services/client/token"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )

@@ -1,0 +1,237 @@
+// Package lockclient is the Go client of Lockplane.
+//
+// A Client holds one gRPC connection to the arbiter and one etcd lease per
+// TTL (a session is one lease per identity and TTL, ADR-10). Client.Session
+// returns a class's handle on the lease of the class's TTL: classes of one
+// TTL share the lease, its keepalive, its deadline, CanStart and OnFence,
+// and a Close or a fence of the lease ends the holds of all of them. Each
+// handle names its own class in its Acquires and Releases, since a key's
+// class picks its cluster. A Session's Lock returns a Hold carrying the
+// fencing token to present at the resource.
+//
+// The client learns a class's TTL only from OpenSession's answer. The first
+// Session of a class therefore opens a lease; if the Client already has a
+// live lease of that TTL, it closes the new one at once and uses the old.
+// Later Sessions of the class find the TTL in the Client's cache and cost
+// no call.
+//
+// What a holder may rely on (ADR-12):
+//   - CanStart turns false at the first failed keepalive and true again at
+//     the next success: check it before each unit of work.
+//   - OnFence fires at the local deadline, the monotonic send time of the
+//     last confirmed keepalive plus the TTL minus one second. Because etcd
+//     restarts the lease's TTL only when it receives that keepalive, the
+//     deadline always passes before etcd can expire the lease and grant the
+//     key to someone else.
+//   - Neither protects a holder that is paused past its deadline; only the
+//     token checked at the resource does.
+//
+// Re-entrancy is counted here (ADR-13): a nested Lock of a key the session
+// already holds returns the same token without calling the service, and only
+// the outermost Release does.
+//
+// Lock and Release are serialised per key per lease: a Lock of a key whose
+// Release is in flight waits for its answer, then acquires afresh. After an
+// Acquire or Release whose outcome is unknown (NO_QUORUM, a deadline, a
+// lost connection), the client ends whatever hold the lease may have on
+// the key before the key can be locked on it again, so a grant whose answer
+// was lost does not stay held until the lease ends. A key held on a lease is
+// locked on it again only in the class it was locked in.
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/client/profile"
+	"google.golang.org/grpc"
+)
+
+// Config says where the arbiter is and who the caller is.
+type Config struct {
+	// Target is the arbiter's gRPC address, host:port.
+	Target string
+	// Identity is the caller's SVID source.
+	Identity identity.Source
+	// ServerID is the arbiter's SPIFFE ID; the connection is refused to any
+	// other server.
+	ServerID string
+	// DialOptions are added after the transport credentials.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a connection to the arbiter with its sessions.
+type Client struct {
+	conn *grpc.ClientConn
+	api  lockv1.LockServiceClient
+	// instance names this client to the service, so that a hold of this
+	// process under two sessions is told apart from a replica's.
+	instance string
+
+	mu sync.Mutex
+	// sessions has each class's handle, by the name Session was given; the
+	// handle's lease TTL is the class's, so it is asked for only once.
+	sessions map[string]*Session
+	// leases has the current lease of each TTL.
+	leases map[time.Duration]*lease
+}
+
+// Dial connects to the arbiter with mTLS. The connection is made lazily; the
+// first call fails if the arbiter is unreachable or not ServerID.
+func Dial(cfg Config) (*Client, error) {
+	if cfg.Target == "" {
+		return nil, errors.New("lockclient: Config.Target is required")
+	}
+	if cfg.Identity == nil {
+		return nil, errors.New("lockclient: Config.Identity is required")
+	}
+	creds, err := identity.ClientCredentials(cfg.Identity, cfg.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
+	conn, err := grpc.NewClient(cfg.Target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lockclient: dial %s: %w", cfg.Target, err)
+	}
+	return NewFromConn(conn), nil
+}
+
+// NewFromConn wraps an existing connection.
+func NewFromConn(conn *grpc.ClientConn) *Client {
+	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}}
+}
+
+// newInstance draws the client's instance ID: 16 random hex digits, unique
+// among a deployment's replicas with overwhelming probability.
+func newInstance() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
+// Instance is the ID this client sends with its sessions; Inspect shows a
+// holder's.
+func (c *Client) Instance() string { return c.instance }
+
+// Conn is the underlying connection, for the admin API.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Session returns the class's handle ("" is the default class) on the
+// client's live lease of the class's TTL, opening one if there is none.
+// Classes of one TTL share the lease: their Sessions have one ID, and
+// closing or losing the lease ends the holds of every one of them.
+func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.sessions[class]; ok {
+		if !s.lease.isFenced() {
+			return s, nil
+		}
+		// The class's TTL is known: another class may have opened a lease
+		// of it since this one ended.
+		if l := c.liveLease(s.lease.ttl); l != nil {
+			return c.handle(class, l, s.class), nil
+		}
+	}
+	resp, sent, err := requestLease(ctx, c.api, class, c.instance)
+	if err != nil {
+		return nil, err
+	}
+	ttl := resp.GetTtl().AsDuration()
+	l := c.liveLease(ttl)
+	if l != nil {
+		// Only now is the class's TTL known, and another class's lease has
+		// it: keep one lease per TTL. Not renewed, the new lease expires
+		// within its TTL even if this close is lost.
+		c.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: resp.GetSessionId()})
+	} else {
+		l = startLease(c.api, resp, sent, c.instance)
+		l.owner = c
+		c.leases[ttl] = l
+	}
+	return c.handle(class, l, resp.GetClass()), nil
+}
+
+// liveLease is c's lease of ttl unless there is none or it has ended.
+// Called with c.mu held.
+func (c *Client) liveLease(ttl time.Duration) *lease {
+	if l := c.leases[ttl]; l != nil && !l.isFenced() {
+		return l
+	}
+	return nil
+}
+
+// handle makes and remembers the Session of class (as asked for) on l;
+// name is the class's name as the service resolved it. Called with c.mu
+// held.
+func (c *Client) handle(class string, l *lease, name string) *Session {
+	s := &Session{lease: l, class: name}
+	c.sessions[class] = s
+	return s
+}
+
+// heldByAnother returns c's lease other than l that holds key (or is
+// acquiring or releasing it), or nil.
+func (c *Client) heldByAnother(l *lease, key string) *lease {
+	c.mu.Lock()
+	others := make([]*lease, 0, len(c.leases))
+	for _, o := range c.leases {
+		if o != l {
+			others = append(others, o)
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range others {
+		o.mu.Lock()
+		_, ok := o.holds[key]
+		o.mu.Unlock()
+		if ok {
+			return o
+		}
+	}
+	return nil
+}
+
+// Inspect reports who holds key, a key of class cls (the default class
+// when empty; the class picks the key's cluster). It never returns the
+// token.
+func (c *Client) Inspect(ctx context.Context, key string, cls ...string) (*lockv1.InspectResponse, error) {
+	return c.api.Inspect(ctx, &lockv1.InspectRequest{Key: key, Class: firstOr(cls, "")})
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
+}
+
+// Close closes every lease, releasing their holds, and the connection.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	ls := c.leases
+	c.sessions, c.leases = map[string]*Session{}, map[time.Duration]*lease{}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range ls {
+		errs = append(errs, l.close(ctx))
+	}
+	errs = append(errs, c.conn.Close())
+	return errors.Join(errs...)
+}
+
+// DialProfile dials the arbiter a profile names, as one of the profile's
+// identities ("" for its default).
+func DialProfile(p *profile.Profile, identity string) (*Client, error) {
+	src, err := p.Source(identity)
+	if err != nil {
+		return nil, err
+	}
+	return Dial(Config{Target: p.Endpoint, Identity: src, ServerID: p.ServerID})
+}

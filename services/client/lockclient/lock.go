@@ -1,0 +1,185 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/internal/testhook"
+	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/client/token"
+	"google.golang.org/grpc/codes"
+)
+
+// A lease serialises Lock and Release per key, through whichever class's
+// Session they come. From a key's first Lock until the service has
+// answered for the grant's end, the key has one holdState in l.holds:
+// through the outermost Acquire, the nested Locks sharing its grant
+// (ADR-13), the outermost Release, and, after an Acquire or Release whose
+// outcome is unknown, the cleanup that ends whatever hold the lease may
+// have on the key (cleanup.go). A Lock that finds the key's grant failed
+// or ending waits for its state to go, then acquires afresh: so a Lock can
+// never be answered with a grant whose release is in flight, and the
+// service never sees two requests of one session for one key at a time.
+
+// Lock acquires key on the session, waiting until ctx's deadline.
+// onFence is required: it runs once if the session reaches its deadline
+// while the key is held.
+func (s *Session) Lock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
+	return s.lease.lock(ctx, s.class, key, onFence, true)
+}
+
+// TryLock acquires key once, failing with CONTENDED if it is held.
+func (s *Session) TryLock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
+	return s.lease.lock(ctx, s.class, key, onFence, false)
+}
+
+func (l *lease) lock(ctx context.Context, class, key string, onFence func(*Hold), wait bool) (*Hold, error) {
+	if onFence == nil {
+		return nil, errors.New("lockclient: onFence is required: it is how a holder learns it must stop")
+	}
+	// Another lease of this client holding the key, or acquiring it (one
+	// of another TTL, or one since replaced), would make this one wait on
+	// itself: a leak in the caller, said at once. The service says the same
+	// of a hold it has granted (the instance); other clients of the same
+	// identity (replicas) queue.
+	if l.owner != nil {
+		if o := l.owner.heldByAnother(l, key); o != nil {
+			return nil, reason.New(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+				fmt.Sprintf("key %s is held by this client's session %d; a second session of the same client would wait on it", key, o.id),
+				"holder_session", strconv.FormatInt(o.id, 10))
+		}
+	}
+	for {
+		l.mu.Lock()
+		if l.fenced {
+			l.mu.Unlock()
+			return nil, ErrFenced
+		}
+		hs, ok := l.holds[key]
+		if !ok {
+			hs = &holdState{lease: l, class: class, key: key, ready: make(chan struct{}), gone: make(chan struct{}), fenced: make(chan struct{})}
+			l.holds[key] = hs
+			l.mu.Unlock()
+			return l.grant(ctx, hs, wait, onFence)
+		}
+		l.mu.Unlock()
+		// The class picks the key's cluster: sharing a grant made in
+		// another class could share one on another cluster's key.
+		if hs.class != class {
+			return nil, reason.New(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+				fmt.Sprintf("class: key %s is locked on this session in class %s; lock it in that class", key, hs.class),
+				"field", "class")
+		}
+		// Re-entrant: wait for an outermost Lock in flight, then share it.
+		select {
+		case <-hs.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if h := hs.nest(onFence); h != nil {
+			return h, nil
+		}
+		// The grant failed or is ending: wait until the service has
+		// answered for it, then acquire afresh.
+		testhook.AwaitingKey(key)
+		select {
+		case <-hs.gone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// grant makes hs the key's grant, by the outermost Lock's Acquire. The
+// outermost Hold is counted before ready closes, so a nested
+// Lock never finds the grant without holders.
+func (l *lease) grant(ctx context.Context, hs *holdState, wait bool, onFence func(*Hold)) (*Hold, error) {
+	resp, err := l.acquire(ctx, hs, wait)
+	if err != nil {
+		hs.failed = true
+		close(hs.ready)
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			l.fenceNow()
+		}
+		l.settle(hs, err)
+		return nil, err
+	}
+	hs.token = token.Token(resp.GetToken().GetValue())
+	h := hs.newHold(onFence)
+	close(hs.ready)
+	return h, nil
+}
+
+// acquire calls Acquire. A waiting Lock outlasts what passes: a range
+// moving between shards, an arbiter draining, a region's shard map being
+// written.
+func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
+	req := &lockv1.AcquireRequest{Key: hs.key, SessionId: l.id, Wait: wait, Class: hs.class, Instance: l.instance}
+	resp, err := l.api.Acquire(ctx, req)
+	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		resp, err = l.api.Acquire(ctx, req)
+	}
+	return resp, err
+}
+
+// release ends hs's grant: the outermost Hold's Release. The key's state
+// stays in l.holds until the answer, so a Lock of the key meanwhile waits
+// for it rather than being answered with this grant.
+func (l *lease) release(ctx context.Context, hs *holdState) error {
+	if l.isFenced() {
+		l.forget(hs)
+		return ErrFenced
+	}
+	resp, err := l.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: l.id, Token: uint64(hs.token), Class: hs.class})
+	l.settle(hs, err)
+	if err != nil {
+		return err
+	}
+	if !resp.GetReleased() {
+		return ErrGrantEnded
+	}
+	return nil
+}
+
+// settle ends hs after its Acquire or Release answered err: at once,
+// unless the outcome is unknown and the key must be cleaned up first.
+func (l *lease) settle(hs *holdState, err error) {
+	if err != nil && outcomeUnknown(err) {
+		go l.cleanUp(hs)
+		return
+	}
+	l.forget(hs)
+}
+
+// forget removes hs from the lease: the key is free for a new grant.
+func (l *lease) forget(hs *holdState) {
+	l.mu.Lock()
+	if l.holds[hs.key] == hs {
+		delete(l.holds, hs.key)
+	}
+	l.mu.Unlock()
+	hs.goneOnce.Do(func() { close(hs.gone) })
+}
+
+// transient reports refusals a waiting Lock retries.
+func transient(err error) bool {
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_MOVING, lockv1.ErrorReason_DRAINING, lockv1.ErrorReason_SHARD_MAP_MISSING:
+		return true
+	}
+	return false
+}

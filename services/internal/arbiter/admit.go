@@ -1,0 +1,103 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+
+	"github.com/lockplane/lockplane/services/class"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/codes"
+)
+
+// request is a call that passed every check that needs no etcd read.
+type request struct {
+	caller spiffeid.ID
+	// instance is the caller's process as its session names it
+	// (AcquireRequest.instance); empty for other requests.
+	instance string
+	key      string
+	class    class.Class
+	labels   labels
+	// mapVersion is the shard map version the Router homed the key under;
+	// a grant commits only on a cluster serving that version. 0: no map.
+	mapVersion int64
+}
+
+// on is r as served by the named cluster, under shard map version
+// mapVersion (0: none): a Router's admission, handed to that cluster's
+// arbiter.
+func (r request) on(cluster string, mapVersion int64) request {
+	r.labels.cluster, r.mapVersion = cluster, mapVersion
+	return r
+}
+
+// deniedMsg is the one denial message: it is the same whether or not the key
+// exists or is held (ADR-19).
+const deniedMsg = "the caller may not lock this key"
+
+// admitter admits a lock call that names a key: it authenticates the
+// caller, validates the key and class and authorizes the call, all before
+// etcd is touched. It is the one place a call is authorised, run once per
+// call by the type serving the lock service over gRPC: an Arbiter serving
+// alone, or a Router, whose arbiters then serve the admitted request
+// without a second check.
+type admitter struct {
+	classes    class.Registry
+	authorizer Authorizer
+	metrics    *metrics
+	// cluster labels refusals: the cluster of the server that admits.
+	cluster string
+}
+
+func newAdmitter(cfg Config, m *metrics) admitter {
+	return admitter{classes: cfg.Classes, authorizer: cfg.Authorizer, metrics: m, cluster: cfg.Cluster}
+}
+
+// admit is the request a call for key in className makes, or the refusal.
+func (g admitter) admit(ctx context.Context, key, className string) (request, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return request{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	if err := lockkey.Validate(key); err != nil {
+		var ke *lockkey.Error
+		errors.As(err, &ke)
+		g.metrics.refused(labels{cluster: g.cluster}, lockv1.ErrorReason_INVALID_KEY)
+		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_KEY, err.Error(), "field", "key", "rule", string(ke.Rule))
+	}
+	cls, err := g.classes.Lookup(className)
+	if err != nil {
+		return request{}, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+	}
+	r := request{caller: caller, key: key, class: cls, labels: labels{
+		class: cls.Name, tier: string(cls.Tier), cluster: g.cluster}}
+	if !g.authorizer.MayLock(caller, key) {
+		// No namespace label: the key is the caller's say, not yet checked,
+		// and any workload could mint a series per denied namespace.
+		g.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
+		return request{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
+	}
+	r.labels.namespace = g.metrics.namespace(lockkey.Namespace(key))
+	// After authorization, so a caller learns nothing of a namespace it
+	// may not lock, not even its classes.
+	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {
+		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+			"class: "+cls.Name+" locks keys of namespace "+cls.Namespace+" only", "field", "class", "rule", "class-namespace")
+	}
+	return r, nil
+}
+
+// admit admits a call this Arbiter serves as the gRPC server.
+func (a *Arbiter) admit(ctx context.Context, key, className string) (request, error) {
+	return a.gate.admit(ctx, key, className)
+}
+
+func requireSession(id int64) error {
+	if id == 0 {
+		return invalidArgument("session_id", "is required (open one with OpenSession)")
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package arbiter
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// AllowedLabels are the only metric labels the arbiter may use (ADR-22):
+// never a key, a session or a token.
+var AllowedLabels = []string{"namespace", "class", "tier", "cluster"}
+
+type labels struct{ namespace, class, tier, cluster string }
+
+// maxNamespaceLabels caps the namespace label's values. A namespace is
+// named by an authorised caller's key, and only a policy set's grants
+// bound how many there are (AllowTrustDomain does not): past the cap,
+// further namespaces are counted together as otherNamespace.
+const maxNamespaceLabels = 256
+
+// otherNamespace cannot be a namespace: '(' is not a key character.
+const otherNamespace = "(other)"
+
+// namespaces is the set of namespace label values in use.
+type namespaces struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// namespace is ns's label value: itself while the cap allows.
+func (m *metrics) namespace(ns string) string {
+	n := &m.namespaces
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.seen[ns]; ok {
+		return ns
+	}
+	if len(n.seen) >= maxNamespaceLabels {
+		return otherNamespace
+	}
+	if n.seen == nil {
+		n.seen = map[string]struct{}{}
+	}
+	n.seen[ns] = struct{}{}
+	return ns
+}
+
+func (l labels) values() []string { return []string{l.namespace, l.class, l.tier, l.cluster} }
+
+type metrics struct {
+	grantSeconds   *prometheus.HistogramVec
+	grants         *prometheus.CounterVec
+	releases       *prometheus.CounterVec
+	sessionsOpened *prometheus.CounterVec
+	renewalsFailed *prometheus.CounterVec
+	attempts       *prometheus.CounterVec
+	waits          *prometheus.CounterVec
+	handoffs       *prometheus.CounterVec
+	validations    *prometheus.CounterVec
+	// One counter family per refusal reason: a reason label would be a
+	// fifth label, which ADR-22 does not allow.
+	refusals   map[lockv1.ErrorReason]*prometheus.CounterVec
+	live       *liveCollector
+	namespaces namespaces
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		grantSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lockplane_grant_seconds", Help: "Time from Acquire to grant, including any wait.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, AllowedLabels),
+		grants:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_grants_total", Help: "Grants made."}, AllowedLabels),
+		releases:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_releases_total", Help: "Holds released by their holder."}, AllowedLabels),
+		sessionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_sessions_opened_total", Help: "Sessions opened."}, AllowedLabels),
+		renewalsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_renewals_failed_total", Help: "Keepalives no quorum confirmed."}, []string{"cluster"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_grant_attempts_total",
+			Help: "Grant transactions sent to etcd; attempts per grant is the contention cost."}, AllowedLabels),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_waits_total",
+			Help: "Times a waiting Acquire found the key held and began waiting."}, AllowedLabels),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_handoffs_total",
+			Help: "Grants made by the release Txn of the previous holder, to the head waiter."}, AllowedLabels),
+		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_validations_total",
+			Help: "ValidateToken calls: resources that depend on the lock service on their write path."}, AllowedLabels),
+		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
+		live:     &liveCollector{},
+	}
+	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
+	for v, name := range lockv1.ErrorReason_name {
+		if v == 0 {
+			continue
+		}
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockplane_refusals_" + strings.ToLower(name) + "_total",
+			Help: "Requests refused with reason " + name + ".",
+		}, AllowedLabels)
+		m.refusals[lockv1.ErrorReason(v)] = c
+		cs = append(cs, c)
+	}
+	if reg != nil {
+		for _, c := range cs {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) granted(l labels, d time.Duration) {
+	m.grants.WithLabelValues(l.values()...).Inc()
+	m.grantSeconds.WithLabelValues(l.values()...).Observe(d.Seconds())
+}
+
+func (m *metrics) attempted(l labels) { m.attempts.WithLabelValues(l.values()...).Inc() }
+func (m *metrics) handedOff(l labels) { m.handoffs.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) validated(l labels) { m.validations.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) waited(l labels) { m.waits.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) released(l labels) { m.releases.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) sessionOpened(l labels) { m.sessionsOpened.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) renewalFailed(cluster string) { m.renewalsFailed.WithLabelValues(cluster).Inc() }
+
+func (m *metrics) refused(l labels, r lockv1.ErrorReason) {
+	if c, ok := m.refusals[r]; ok {
+		c.WithLabelValues(l.values()...).Inc()
+	}
+}
+
+// liveCollector counts live sessions and holds in etcd at scrape time, so
+// the figures include expiries no arbiter saw.
+// Each arbiter given the metrics adds itself: a Router's are all here.
+type liveCollector struct {
+	mu sync.Mutex
+	as []*Arbiter
+}
+
+func (c *liveCollector) add(a *Arbiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.as = append(c.as, a)
+}
+
+var (
+	sessionsDesc = prometheus.NewDesc("lockplane_sessions", "Live session leases in the cluster: on an entity shard, the leases of coord sessions that hold there.", []string{"cluster"}, nil)
+	holdsDesc    = prometheus.NewDesc("lockplane_holds", "Live holds in the cluster.", []string{"cluster"}, nil)
+)
+
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc; ch <- holdsDesc }
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	as := c.as
+	c.mu.Unlock()
+	for _, a := range as {
+		c.collect(a, ch)
+	}
+}
+
+func (c *liveCollector) collect(a *Arbiter, ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OpTimeout)
+	defer cancel()
+	for _, x := range []struct {
+		desc   *prometheus.Desc
+		prefix string
+	}{{sessionsDesc, lockkey.SessionPrefix}, {holdsDesc, lockkey.HoldPrefix}} {
+		resp, err := a.etcd.Get(ctx, x.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.GaugeValue, float64(resp.Count), a.cfg.Cluster)
+	}
+}

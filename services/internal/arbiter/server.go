@@ -1,0 +1,209 @@
+// Package arbiter is the lock service: the only writer of grants to etcd
+// (ADR-18). It serves lockplane.lock.v1 and lockplane.admin.v1.
+//
+// Guarantees, each enforced by an etcd transaction rather than by arbiter
+// memory, so any number of arbiters may serve one cluster and any of them
+// may crash at any time:
+//   - A grant is one Txn that commits only if the key is free, the epoch
+//     record is unchanged and the session is the caller's and alive; its
+//     token is the epoch and that Txn's revision (ADR-02).
+//   - A release deletes a hold only if it is still the grant it names.
+//   - No grant is returned from a cluster whose ID differs from the epoch
+//     record's (ADR-03), or without a quorum (ADR-04).
+//   - A watch event only ever triggers another grant Txn (ADR-15).
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockplane/lockplane/services/class"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// Config configures an Arbiter.
+type Config struct {
+	// Etcd is the cluster holding the lock log.
+	Etcd Etcd
+	// Cluster names the cluster in metrics ("coord", "entity-1", ...).
+	Cluster string
+	// Self is the arbiter's own SPIFFE ID, reported by Status.
+	Self spiffeid.ID
+	// Classes resolves lock classes; class.NewStatic() when nil.
+	Classes class.Registry
+	// Authorizer decides who may lock what; AllowTrustDomain when nil.
+	Authorizer Authorizer
+	// IsOperator decides who may call the admin RPCs that change state.
+	IsOperator func(spiffeid.ID) bool
+	// OpTimeout bounds every etcd call: past it the arbiter answers
+	// NO_QUORUM rather than hang. 2 s when zero.
+	OpTimeout time.Duration
+	// MaxWait caps a waiting Acquire. 5 min when zero.
+	MaxWait time.Duration
+	// PollInterval is the fallback retry period of a waiter whose watch
+	// missed a release; jittered. 1 s when zero.
+	PollInterval time.Duration
+	// ValidateRate and ValidateBurst limit ValidateToken per namespace, apart
+	// from grants: 200/s with bursts of 50 when zero.
+	ValidateRate  float64
+	ValidateBurst int
+	// Quotas limits each identity's live sessions and holds; none when nil.
+	Quotas Quotas
+	// Metrics receives the arbiter's metrics; not registered when nil.
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
+}
+
+// Arbiter serves the lock and admin APIs for one etcd cluster. Served
+// alone it admits each call itself (admit); behind a Router it serves the
+// calls the Router admitted (acquireAdmitted, ...), trusting that admission.
+type Arbiter struct {
+	lockv1.UnimplementedLockServiceServer
+	// etcdCalls bounds its etcd calls by cfg.OpTimeout and maps failures.
+	etcdCalls
+	cfg     Config
+	etcd    Etcd
+	log     *slog.Logger
+	epochs  epochCache
+	metrics *metrics
+	health  *healthState
+	// gate admits the calls this Arbiter serves as the gRPC server.
+	gate admitter
+	// validations limits ValidateToken per namespace.
+	validations *limiters
+	// waiters queues waiting Acquires per key.
+	waiters queues
+	// drained ends when Drain is called; every wait ends with it.
+	drained context.Context
+	drain   context.CancelFunc
+	// usage counts live sessions and holds per identity for Quotas; a
+	// Router's arbiters share one. shardOf marks an entity shard's arbiter,
+	// whose session records are shard leases of coord sessions.
+	usage   *usage
+	shardOf bool
+	// hooks are the tests' synchronisation points; nil in production.
+	hooks atomic.Pointer[testHooks]
+}
+
+// collaborators are what an Arbiter is given at construction rather than
+// makes: the metrics it reports to and the quota usage it counts into,
+// which a Router's arbiters share (one set of metrics, told apart by the
+// cluster label; one usage, as limits span the region's clusters), and
+// whether it serves an entity shard behind a Router.
+type collaborators struct {
+	metrics *metrics
+	usage   *usage
+	shardOf bool
+}
+
+// New checks cfg and returns an Arbiter. Call Run to keep its epoch current.
+func New(cfg Config) (*Arbiter, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	return newArbiter(cfg, collaborators{metrics: m, usage: newUsage()}), nil
+}
+
+// withDefaults checks cfg and fills in the defaults Config documents.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Etcd == nil {
+		return cfg, errors.New("arbiter: Config.Etcd is required")
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "default"
+	}
+	if cfg.Classes == nil {
+		cfg.Classes = class.NewStatic()
+	}
+	if cfg.Authorizer == nil {
+		cfg.Authorizer = AllowTrustDomain{}
+	}
+	if cfg.IsOperator == nil {
+		cfg.IsOperator = func(spiffeid.ID) bool { return false }
+	}
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = 2 * time.Second
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = 5 * time.Minute
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ValidateRate == 0 {
+		cfg.ValidateRate, cfg.ValidateBurst = 200, 50
+	}
+	return cfg, nil
+}
+
+// newArbiter is an Arbiter of cfg, which withDefaults has checked, with
+// the collaborators it is given. It counts its cluster's live sessions and
+// holds into the metrics.
+func newArbiter(cfg Config, with collaborators) *Arbiter {
+	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState(),
+		etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
+		gate:      newAdmitter(cfg, with.metrics),
+		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,
+		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst)}
+	a.drained, a.drain = context.WithCancel(context.Background())
+	with.metrics.live.add(a)
+	return a
+}
+
+// Register adds the lock, admin, health and reflection services to s.
+func (a *Arbiter) Register(s *grpc.Server) {
+	lockv1.RegisterLockServiceServer(s, a)
+	a.registerOthers(s, newAdminServer(a, nil, nil))
+}
+
+// registerOthers adds every service but the lock service: admin, this
+// cluster's health, and reflection.
+func (a *Arbiter) registerOthers(s *grpc.Server, admin adminv1.AdminServiceServer) {
+	adminv1.RegisterAdminServiceServer(s, admin)
+	healthpb.RegisterHealthServer(s, a.health.srv)
+	reflection.Register(s)
+}
+
+// Drain ends every wait at once with DRAINING, so that callers retry on
+// another arbiter instead of holding a rolling restart up for as long as
+// their waits: memory waiters lose their place (ADR-14), durable waiters
+// keep it. Grants and releases in flight complete. Call it before the gRPC
+// server's GracefulStop.
+func (a *Arbiter) Drain() { a.drain() }
+
+// Run keeps the epoch record and the quota usage current until ctx ends.
+func (a *Arbiter) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { a.watchEpoch(ctx) })
+	wg.Go(func() { a.runUsage(ctx) })
+	wg.Wait()
+}
+
+// Ready loads the epoch record, creating it on an empty cluster, and
+// reports whether the cluster may serve grants (an error if it is sealed or
+// unreachable). Serving does not depend on it: calls load it lazily.
+// With quotas, it also waits for the usage counts to be followed.
+func (a *Arbiter) Ready(ctx context.Context) error {
+	if _, err := a.epochFor(ctx); err != nil {
+		return err
+	}
+	return a.usage.following(ctx, a.usageFollowers()...)
+}

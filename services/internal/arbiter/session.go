@@ -1,0 +1,232 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// OpenSession implements lockv1.LockServiceServer: one lease for the
+// caller's identity and the class's TTL, and the session record on it.
+func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	cls, err := a.cfg.Classes.Lookup(req.GetClass())
+	if err != nil {
+		return nil, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+	}
+	if err := validInstance(req.GetInstance()); err != nil {
+		return nil, err
+	}
+	if err := a.withinQuota(ctx, caller, "sessions"); err != nil {
+		a.metrics.refused(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}, lockv1.ErrorReason_QUOTA_EXCEEDED)
+		return nil, err
+	}
+	lease, err := a.openLease(ctx, caller, cls.TTL, req.GetInstance())
+	if err != nil {
+		return nil, err
+	}
+	a.metrics.sessionOpened(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster})
+	return &lockv1.OpenSessionResponse{
+		SessionId: lease, Ttl: durationpb.New(cls.TTL), Class: cls.Name, Identity: caller.String(),
+	}, nil
+}
+
+// openLease grants a lease of ttl and puts the session record, the
+// caller's identity and instance and that TTL, on it.
+func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration, instance string) (int64, error) {
+	if _, err := a.epochFor(ctx); err != nil {
+		return 0, err
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	lease, err := a.etcd.Grant(octx, int64(ttl.Seconds()))
+	if err != nil {
+		return 0, a.etcdFailure(ctx, err)
+	}
+	rec := sessionFor(caller, ttl, instance)
+	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
+	if err != nil {
+		// Do not leave an unusable lease behind; it would expire anyway.
+		a.discardLease(lease.ID)
+		return 0, a.etcdFailure(ctx, err)
+	}
+	if a.observeHeader(put.Header) {
+		st, _ := a.epochs.get()
+		return 0, a.sealedErr(st)
+	}
+	return int64(lease.ID), nil
+}
+
+// discardLease revokes a lease nothing will use, in the background under
+// its own deadline: the answer does not wait on tidying, which runs right
+// after a failed write, when etcd is least likely to answer.
+func (a *Arbiter) discardLease(lease clientv3.LeaseID) {
+	go func() {
+		ctx, cancel := a.opCtx(context.Background())
+		defer cancel()
+		a.etcd.Revoke(ctx, lease)
+	}()
+}
+
+// KeepAlive implements lockv1.LockServiceServer. Each request renews one
+// session through the etcd leader; a renewal the cluster cannot confirm in
+// time is answered NO_QUORUM, never with a TTL.
+func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
+	owned := newOwned()
+	return serveKeepAlive(stream, a.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+		return a.renew(ctx, caller, session, owned)
+	})
+}
+
+// serveKeepAlive answers each renewal request of one stream with renew's
+// response, for the authenticated caller, until the client closes it. A
+// renewal's etcd requests share one deadline, budget from its arrival.
+func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Duration, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
+	ctx := stream.Context()
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(renew(withBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId())); err != nil {
+			return err
+		}
+	}
+}
+
+// maxOwned caps the sessions one stream remembers as the caller's, on
+// each cluster: a stream may name any number of sessions, and forgetting
+// one costs only an ownership read at its next renewal.
+const maxOwned = 1024
+
+// ownedSessions are the sessions a stream's caller was found to own, the
+// oldest forgotten first past maxOwned.
+type ownedSessions struct {
+	set   map[int64]struct{}
+	order []int64 // insertion order, a ring of maxOwned
+	next  int
+}
+
+func newOwned() *ownedSessions { return &ownedSessions{set: map[int64]struct{}{}} }
+
+func (o *ownedSessions) has(session int64) bool { _, ok := o.set[session]; return ok }
+
+func (o *ownedSessions) add(session int64) {
+	if o.has(session) {
+		return
+	}
+	if len(o.order) < maxOwned {
+		o.order = append(o.order, session)
+	} else {
+		// The slot's session may be gone already (or re-added since);
+		// forgetting it wrongly costs one read.
+		delete(o.set, o.order[o.next])
+		o.order[o.next] = session
+		o.next = (o.next + 1) % maxOwned
+	}
+	o.set[session] = struct{}{}
+}
+
+func (o *ownedSessions) remove(session int64) { delete(o.set, session) }
+
+func (o *ownedSessions) len() int { return len(o.set) }
+
+func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse {
+	fail := func(reason lockv1.ErrorReason, msg string) *lockv1.KeepAliveResponse {
+		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason, ErrorMessage: msg}
+	}
+	if session == 0 {
+		return fail(lockv1.ErrorReason_INVALID_ARGUMENT, "session_id: is required")
+	}
+	if !owned.has(session) {
+		if err := a.checkOwner(ctx, caller, session); err != nil {
+			return fail(reason.Of(err), err.Error())
+		}
+		owned.add(session)
+	}
+	// A restored cluster's leases are as suspect as its holds: renewing them
+	// would keep alive grants the epoch advance is about to delete.
+	if a.epochs.sealed() {
+		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	ka, err := a.etcd.KeepAliveOnce(octx, clientv3.LeaseID(session))
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		owned.remove(session)
+		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
+	case err != nil:
+		a.metrics.renewalFailed(a.cfg.Cluster)
+		ferr := a.etcdFailure(ctx, err)
+		return fail(reason.Of(ferr), "renewal: "+status.Convert(ferr).Message())
+	}
+	if a.observeHeader(ka.ResponseHeader) {
+		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
+	}
+	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ka.TTL))}
+}
+
+// checkOwner reads the session record and refuses another identity's
+// session. A linearizable read: it fails closed without quorum.
+func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session int64) error {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Get(octx, lockkey.SessionKey(session))
+	if err != nil {
+		return a.etcdFailure(ctx, err)
+	}
+	a.observeHeader(resp.Header)
+	if len(resp.Kvs) == 0 {
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+	}
+	rec, err := decodeSession(resp.Kvs[0].Value)
+	if err != nil || rec.Identity != caller.String() {
+		return refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+	}
+	return nil
+}
+
+// CloseSession implements lockv1.LockServiceServer: revoking the lease
+// deletes every hold on it in one committed entry.
+func (a *Arbiter) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
+		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	if err := requireSession(req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := a.checkOwner(ctx, caller, req.GetSessionId()); err != nil {
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			return &lockv1.CloseSessionResponse{}, nil
+		}
+		return nil, err
+	}
+	if err := a.revoke(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &lockv1.CloseSessionResponse{}, nil
+}

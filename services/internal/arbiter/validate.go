@@ -1,0 +1,144 @@
+package arbiter
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/token"
+	"github.com/lockplane/lockplane/services/lockkey"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+)
+
+// ValidateToken implements lockv1.LockServiceServer: one linearizable read
+// of the hold key and the epoch record, compared with the token. Not atomic with any write the
+// caller makes afterwards; see the proto.
+func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
+	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
+	if err != nil {
+		return nil, err
+	}
+	return a.validateAdmitted(ctx, r, req)
+}
+
+// validateAdmitted serves a ValidateToken admitted as r (see admitter).
+func (a *Arbiter) validateAdmitted(ctx context.Context, r request, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
+	if req.GetToken() == 0 {
+		return nil, invalidArgument("token", "is required: the token the writer presented")
+	}
+	if ns := lockkey.Namespace(r.key); !a.validations.allow(ns) {
+		a.metrics.refused(r.labels, lockv1.ErrorReason_RATE_LIMITED)
+		return nil, refusal(codes.ResourceExhausted, lockv1.ErrorReason_RATE_LIMITED,
+			"namespace is over its ValidateToken rate; use a conditional write at the resource instead", "namespace", ns)
+	}
+	a.metrics.validated(r.labels)
+	return a.validate(ctx, r.key, token.Token(req.GetToken()))
+}
+
+// validate reads the hold and the epoch record in one Txn, at one
+// revision, and answers from that read only: a cached epoch may lag an
+// advance, and a token of the old epoch could then match the new hold.
+func (a *Arbiter) validate(ctx context.Context, key string, t token.Token) (*lockv1.ValidateTokenResponse, error) {
+	// The answer, seal included, comes from this one read, not the cache.
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Txn(octx).Then(clientv3.OpGet(lockkey.HoldKey(key)), clientv3.OpGet(lockkey.EpochKey)).Commit()
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	holds, recs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	st, found := a.cacheRecord(recs, at(resp.Header))
+	if sealed := a.observeHeader(resp.Header); sealed || !found || st.Sealed(resp.Header.ClusterId) {
+		return nil, a.sealedErr(st)
+	}
+	out := &lockv1.ValidateTokenResponse{ReadRevision: resp.Header.Revision}
+	switch {
+	case t.Epoch() < st.Epoch:
+		out.State = lockv1.TokenState_TOKEN_STATE_EARLIER_EPOCH
+	case t.Epoch() > st.Epoch:
+		out.State = lockv1.TokenState_TOKEN_STATE_NOT_ISSUED
+	case len(holds) == 0:
+		out.State = lockv1.TokenState_TOKEN_STATE_ENDED
+	case holds[0].ModRevision == t.Revision():
+		out.State, out.Valid = lockv1.TokenState_TOKEN_STATE_CURRENT, true
+	case holds[0].ModRevision > t.Revision():
+		out.State = lockv1.TokenState_TOKEN_STATE_SUPERSEDED
+	default:
+		// Held without a break since before the token's revision.
+		out.State = lockv1.TokenState_TOKEN_STATE_NOT_ISSUED
+	}
+	return out, nil
+}
+
+// maxLimiters caps the namespaces with a limiter of their own. Any
+// authorised caller names namespaces; past the cap (all of them active
+// within a refill period) new ones share overflow.
+const maxLimiters = 4096
+
+// limiters rate-limits a call per namespace. An entry idle for longer
+// than a refill period is full again, the same as a new one, so it is
+// dropped: the map holds only namespaces active within that period.
+type limiters struct {
+	mu    sync.Mutex
+	rate  rate.Limit
+	burst int
+	idle  time.Duration // time to refill a burst from empty
+	by    map[string]*limiter
+	// overflow serves new namespaces while the map is at its cap.
+	overflow  *limiter
+	lastSweep time.Time
+}
+
+type limiter struct {
+	lim  *rate.Limiter
+	used time.Time
+}
+
+func newLimiters(perSecond float64, burst int) *limiters {
+	l := &limiters{rate: rate.Limit(perSecond), burst: burst, by: map[string]*limiter{}}
+	if perSecond > 0 {
+		l.idle = time.Duration(float64(burst) / perSecond * float64(time.Second))
+	}
+	l.overflow = &limiter{lim: rate.NewLimiter(l.rate, l.burst)}
+	return l
+}
+
+func (l *limiters) allow(namespace string) bool {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.by[namespace]
+	if !ok {
+		if len(l.by) >= maxLimiters || now.Sub(l.lastSweep) > l.idle {
+			l.sweep(now)
+		}
+		if len(l.by) < maxLimiters {
+			e = &limiter{lim: rate.NewLimiter(l.rate, l.burst)}
+			l.by[namespace] = e
+		} else {
+			e = l.overflow
+		}
+	}
+	e.used = now
+	return e.lim.AllowN(now, 1)
+}
+
+// sweep drops limiters idle for longer than a refill period.
+func (l *limiters) sweep(now time.Time) {
+	l.lastSweep = now
+	for ns, e := range l.by {
+		if now.Sub(e.used) > l.idle {
+			delete(l.by, ns)
+		}
+	}
+}
+
+// size is the number of namespaces with a limiter of their own.
+func (l *limiters) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.by)
+}

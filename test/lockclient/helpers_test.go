@@ -1,0 +1,55 @@
+package lockclient_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"google.golang.org/grpc"
+)
+
+func noFence(*lockclient.Hold) {}
+
+// dialWith dials env as the named identity with a unary interceptor,
+// closed with the test.
+func dialWith(t *testing.T, env *devenv.Env, name string, icpt grpc.UnaryClientInterceptor) *lockclient.Client {
+	t.Helper()
+	src, err := env.Profile.Source(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := lockclient.Dial(lockclient.Config{Target: env.Addr, Identity: src, ServerID: env.Profile.ServerID,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(icpt)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	return c
+}
+
+// methodName is the last element of a gRPC method, "Acquire".
+func methodName(method string) string { return method[strings.LastIndex(method, "/")+1:] }
+
+// holdOf reads key's hold from etcd: its lease and mod revision, zero
+// when the key is free.
+func holdOf(t *testing.T, env *devenv.Env, key string) (lease, rev int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := env.Etcd.Get(ctx, lockkey.HoldKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, 0
+	}
+	return resp.Kvs[0].Lease, resp.Kvs[0].ModRevision
+}
