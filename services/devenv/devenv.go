@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
@@ -26,6 +25,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devca"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"

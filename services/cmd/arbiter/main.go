@@ -18,9 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"

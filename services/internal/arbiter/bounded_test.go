@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/status"
 )

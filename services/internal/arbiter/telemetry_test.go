@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
