@@ -77,6 +77,7 @@ proto-check: proto
 	@# commit (a shallow clone without one skips the comparison, saying so).
 	if git rev-parse -q --verify HEAD~1 >/dev/null; then \
 		$(BIN)/buf breaking --against '.git#ref=HEAD~1'; \
+	elif [ -n "$$CI" ]; then echo "proto-check: CI needs the previous commit for buf breaking: clone with history"; exit 1; \
 	else echo "proto-check: no previous commit in this clone; buf breaking skipped"; fi
 	git diff --exit-code -- services/client/api || { echo "services/client/api is stale: run make proto and commit"; exit 1; }
 	test -z "$$(git status --porcelain -- services/client/api)" || { echo "untracked generated files: run make proto and commit"; exit 1; }

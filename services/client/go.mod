@@ -1,6 +1,6 @@
 module github.com/lockplane/lockplane/services/client
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/spiffe/go-spiffe/v2 v2.9.0

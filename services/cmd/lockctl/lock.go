@@ -36,12 +36,11 @@ func take(ctx context.Context, c *lockclient.Client, key string, l lockFlags, on
 	if err != nil {
 		return nil, err
 	}
-	h, err := s.TryLock(ctx, key, onFence)
-	if l.wait == 0 || reason.Of(err) != lockv1.ErrorReason_CONTENDED {
-		return h, err
+	if l.wait == 0 {
+		return s.TryLock(ctx, key, onFence)
 	}
 	// Held: say by whom, then queue. A person watching a silent command
-	// cannot tell a wait from a hang.
+	// cannot tell a wait from a hang. A read, so no attempt jumps the queue.
 	waitingFor(ctx, c, key, l)
 	wctx := ctx
 	if l.wait > 0 {
@@ -66,19 +65,19 @@ func take(ctx context.Context, c *lockclient.Client, key string, l lockFlags, on
 	}
 }
 
-// waitingFor tells stderr that key is held and by whom, as Inspect sees
-// it; the holder may be gone by the time it prints.
+// waitingFor tells stderr that key is held and by whom, when Inspect says
+// so; the holder may be gone by the time it prints.
 func waitingFor(ctx context.Context, c *lockclient.Client, key string, l lockFlags) {
+	r, err := c.Inspect(ctx, key, l.class)
+	if err != nil || !r.GetHeld() {
+		return
+	}
 	limit := "until interrupted"
 	if l.wait > 0 {
 		limit = "up to " + l.wait.String()
 	}
-	holder := "another session"
-	if r, err := c.Inspect(ctx, key, l.class); err == nil && r.GetHeld() {
-		h := r.GetHolder()
-		holder = fmt.Sprintf("%s (session %d)", h.GetIdentity(), h.GetSessionId())
-	}
-	fmt.Fprintf(os.Stderr, "lockctl: %s is held by %s; waiting %s\n", key, holder, limit)
+	h := r.GetHolder()
+	fmt.Fprintf(os.Stderr, "lockctl: %s is held by %s (session %d); waiting %s\n", key, h.GetIdentity(), h.GetSessionId(), limit)
 }
 
 func contended(err error) error {

@@ -226,7 +226,7 @@ func TestEveryKeyCallIsAuthorisedOnceWithOrWithoutARouter(t *testing.T) {
 				granted := "team-a/orders/" + cls
 				var acq *lockv1.AcquireResponse
 				if err := once("granted Acquire", func() (err error) {
-					acq, err = demo.Acquire(ctx, &lockv1.AcquireRequest{Key: granted, Class: cls, SessionId: s.ID()})
+					acq, err = demo.Acquire(ctx, &lockv1.AcquireRequest{Key: granted, Class: cls, SessionId: s.ID(), Instance: s.Instance()})
 					return err
 				}); err != nil {
 					t.Fatalf("%s: %v", granted, err)
@@ -261,11 +261,11 @@ func TestEveryKeyCallIsAuthorisedOnceWithOrWithoutARouter(t *testing.T) {
 						call func() error
 					}{
 						{"Acquire", func() error {
-							_, err := demo.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Class: cls, SessionId: s.ID()})
+							_, err := demo.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Class: cls, SessionId: s.ID(), Instance: s.Instance()})
 							return err
 						}},
 						{"waiting Acquire", func() error {
-							_, err := demo.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Class: cls, SessionId: s.ID(), Wait: true})
+							_, err := demo.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Class: cls, SessionId: s.ID(), Instance: s.Instance(), Wait: true})
 							return err
 						}},
 						{"Release", func() error {

@@ -152,7 +152,8 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 		rev = c.rev
 	} else {
 		// Others are queued: no barging past them, unless this session
-		// already holds the key (a retried Acquire whose answer was lost).
+		// already holds the key (a retried Acquire whose answer was lost);
+		// nor queueing behind this process's own hold (LEAKED, at once).
 		if g, held, err := a.ownHold(wctx, r, session); held || err != nil {
 			return g, err
 		}
@@ -232,18 +233,23 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 	resp, err := a.etcd.Txn(octx).If(
 		clientv3.Compare(clientv3.LeaseValue(holdKey), "=", clientv3.LeaseID(session)),
 		epochIs(st),
-	).Then(clientv3.OpGet(holdKey)).Commit()
+	).Then(clientv3.OpGet(holdKey)).Else(clientv3.OpGet(holdKey)).Commit()
 	if err != nil {
 		return grant{}, false, a.etcdFailure(ctx, err)
 	}
 	if a.observeHeader(resp.Header) {
 		return grant{}, false, a.sealedErr(st)
 	}
-	kvs := resp.Responses
-	if !resp.Succeeded || len(kvs) == 0 || len(kvs[0].GetResponseRange().Kvs) == 0 {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	switch {
+	case len(kvs) == 0:
+		return grant{}, false, nil
+	case !resp.Succeeded && heldBySameProcess(kvs[0].Value, r):
+		return grant{}, false, leaked(r, kvs[0].Lease)
+	case !resp.Succeeded:
 		return grant{}, false, nil
 	}
-	t, err := token.Mint(st.Epoch, kvs[0].GetResponseRange().Kvs[0].ModRevision)
+	t, err := token.Mint(st.Epoch, kvs[0].ModRevision)
 	if err != nil {
 		return grant{}, false, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	}
@@ -376,13 +382,19 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	case heldBySameProcess(kv.Value, r):
 		// The caller's own process holds the key under another session:
 		// waiting would wait on itself. A hold it lost track of (ADR-13).
-		return grant{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
-			fmt.Sprintf("key %s is held by this process (instance %s) under its session %d; release it there or close that session", r.key, r.instance, kv.Lease),
-			"holder_session", strconv.FormatInt(kv.Lease, 10)), false
+		return grant{}, leaked(r, kv.Lease), false
 	default:
 		// Another process, of this identity or not: replicas of one
 		// deployment share a SPIFFE ID, and queue like anyone else.
 		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
 			fmt.Sprintf("key %s is held by another session", r.key))}, false
 	}
+}
+
+// leaked is the answer to a process asking for a key it holds under
+// another session: waiting would wait on itself (ADR-13).
+func leaked(r request, holder int64) error {
+	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+		fmt.Sprintf("key %s is held by this process (instance %s) under its session %d; release it there or close that session", r.key, r.instance, holder),
+		"holder_session", strconv.FormatInt(holder, 10))
 }

@@ -201,6 +201,18 @@ func TestTheServiceTellsALeakFromAReplicaByInstance(t *testing.T) {
 		t.Fatalf("inspect: holder %v, %v; want instance p1", in.GetHolder(), err)
 	}
 	wantReason(t, try(open("p1"), "p1"), lockv1.ErrorReason_LEAKED)
+	// With a queue present, a waiting Acquire of the same process is told
+	// at once too, not queued behind its own hold until its wait ends.
+	queued := queuedOn(t, env)
+	replica := open("p2")
+	waited := make(chan error, 1)
+	go func() {
+		_, err := api.Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/leak/raw", SessionId: replica, Instance: "p2", Wait: true})
+		waited <- err
+	}()
+	awaitQueued(t, ctx, queued, "team-a/leak/raw")
+	_, err = api.Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/leak/raw", SessionId: open("p1"), Instance: "p1", Wait: true})
+	wantReason(t, err, lockv1.ErrorReason_LEAKED)
 	wantReason(t, try(open("p2"), "p2"), lockv1.ErrorReason_CONTENDED)
 	wantReason(t, try(open(""), ""), lockv1.ErrorReason_CONTENDED)
 	// A request naming another instance than its session's is refused,
@@ -212,6 +224,12 @@ func TestTheServiceTellsALeakFromAReplicaByInstance(t *testing.T) {
 	}
 	_, err = api.OpenSession(ctx, &lockv1.OpenSessionRequest{Instance: "a b"})
 	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
+	if _, err := api.Release(ctx, &lockv1.ReleaseRequest{Key: "team-a/leak/raw", SessionId: holder, AnyToken: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the replica's wait: %v", err)
+	}
 	_, err = api.OpenSession(ctx, &lockv1.OpenSessionRequest{Instance: strings.Repeat("x", 65)})
 	wantReason(t, err, lockv1.ErrorReason_INVALID_ARGUMENT)
 }

@@ -50,9 +50,10 @@ func TestQuotasLimitAnIdentitysSessionsAndHoldsAcrossClusters(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	demo := devenvtest.Client(t, env, "demo")
 	s1 := devenvtest.Session(t, demo, entity.Name)
-	s2 := devenvtest.Session(t, demo, devenvtest.Fast.Name)
-	// A client keeps one session per class, so the third comes from a
-	// second client of the same identity.
+	// The default class's TTL is not entity's: a second lease.
+	s2 := devenvtest.Session(t, demo, "")
+	// A client keeps one lease per TTL, so the third comes from a second
+	// client of the same identity.
 	demo2 := devenvtest.Client(t, env, "demo")
 	_, err := demo2.Session(ctx, entity.Name)
 	wantQuota(t, err, "sessions", "2")

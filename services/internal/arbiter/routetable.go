@@ -121,7 +121,9 @@ func (t *routeTable) watch(ctx context.Context) {
 		if err := t.ensure(ctx); err != nil {
 			t.log.Warn("shard map not initialised", "err", err)
 		}
-		m, rev, found, err := shardmap.Load(ctx, t.coord)
+		lctx, cancel := t.opCtx(ctx)
+		m, rev, found, err := shardmap.Load(lctx, t.coord)
+		cancel()
 		if err != nil {
 			t.log.Warn("shard map unreadable", "err", err)
 		} else if found {

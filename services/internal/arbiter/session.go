@@ -42,7 +42,7 @@ func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 	}
 	a.metrics.sessionOpened(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster})
 	return &lockv1.OpenSessionResponse{
-		SessionId: lease, Ttl: durationpb.New(cls.TTL), Class: cls.Name, Identity: caller.String(),
+		SessionId: lease, Ttl: durationpb.New(cls.TTL), Class: cls.Name, Identity: caller.String(), Instance: req.GetInstance(),
 	}, nil
 }
 

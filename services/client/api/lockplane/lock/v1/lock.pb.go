@@ -383,7 +383,10 @@ type OpenSessionResponse struct {
 	Ttl   *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	Class string               `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
 	// The caller's SPIFFE ID, as the arbiter authenticated it.
-	Identity      string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The instance the session record stores: the request's, or empty from
+	// an arbiter that predates instances. Acquires on the session send it.
+	Instance      string `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,6 +445,13 @@ func (x *OpenSessionResponse) GetClass() string {
 func (x *OpenSessionResponse) GetIdentity() string {
 	if x != nil {
 		return x.Identity
+	}
+	return ""
+}
+
+func (x *OpenSessionResponse) GetInstance() string {
+	if x != nil {
+		return x.Instance
 	}
 	return ""
 }
@@ -1256,13 +1266,14 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\"F\n" +
 	"\x12OpenSessionRequest\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x1a\n" +
-	"\binstance\x18\x02 \x01(\tR\binstance\"\x93\x01\n" +
+	"\binstance\x18\x02 \x01(\tR\binstance\"\xaf\x01\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"1\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"1\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xba\x01\n" +
