@@ -7,6 +7,7 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/internal/testhook"
 )
 
 // FenceMargin is subtracted from the TTL to get the local deadline: it
@@ -265,6 +266,7 @@ func (l *lease) fenceNow() {
 		for _, h := range hs {
 			h.fenceOnce()
 		}
+		testhook.Fenced(l.id)
 	}()
 }
 
