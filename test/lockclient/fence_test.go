@@ -7,12 +7,16 @@ import (
 	"testing"
 	"time"
 
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/lockclient/lockclienttest"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // fencedHook returns a channel closed when the lease of session id has
@@ -82,5 +86,79 @@ func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 	}
 	if _, err := s2.TryLock(ctx, key, noFence); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// deafStream drops the KeepAlive answers while deaf is set: the requests
+// still reach etcd and renew the lease there, but the client confirms none
+// and fences at its deadline, the lease living on at etcd for a while.
+type deafStream struct {
+	grpc.ClientStream
+	deaf *atomic.Bool
+}
+
+func (d deafStream) RecvMsg(m any) error {
+	for {
+		if err := d.ClientStream.RecvMsg(m); err != nil || !d.deaf.Load() {
+			return err
+		}
+	}
+}
+
+// deafKeepAlives is a stream interceptor making KeepAlive streams deaf
+// while deaf is set.
+func deafKeepAlives(deaf *atomic.Bool) grpc.DialOption {
+	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || methodName(method) != "KeepAlive" {
+			return cs, err
+		}
+		return deafStream{cs, deaf}, nil
+	})
+}
+
+// After a local fence the fenced lease may still hold the key at etcd, for
+// up to a TTL. Its holds ended with the fence, so the service's LEAKED
+// naming it is contention, not a leak in the caller: a TryLock of the key
+// on a new session is CONTENDED, and a Lock waits until the old lease has
+// expired.
+func TestARelockAfterAFenceWaitsForTheFencedLease(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	var deaf atomic.Bool
+	c := dialOpts(t, env, "demo", deafKeepAlives(&deaf))
+	s := devenvtest.Session(t, c, devenvtest.Fast.Name)
+	const key = "team-a/fence/relock"
+	fenced := make(chan struct{})
+	h, err := s.TryLock(ctx, key, func(*lockclient.Hold) { close(fenced) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	deaf.Store(true)
+	select {
+	case <-fenced:
+	case <-ctx.Done():
+		t.Fatal("never fenced")
+	}
+	deaf.Store(false)
+	if err := h.Release(ctx); err != lockclient.ErrFenced {
+		t.Fatalf("Release of a fenced hold: %v, want ErrFenced", err)
+	}
+	s2 := devenvtest.Session(t, c, devenvtest.Fast.Name)
+	if s2.ID() == s.ID() {
+		t.Fatal("Session returned the fenced lease")
+	}
+	if lease, _ := holdOf(t, env, key); lease != s.ID() {
+		t.Fatalf("the key is held on lease %x, not the fenced one %x: it expired before the test could lock it", lease, s.ID())
+	}
+	if _, err := s2.TryLock(ctx, key, noFence); reason.Of(err) != lockv1.ErrorReason_CONTENDED || status.Code(err) != codes.Aborted {
+		t.Fatalf("TryLock of a key the fenced lease may still hold: %v, want ABORTED/CONTENDED", err)
+	}
+	h2, err := s2.Lock(ctx, key, noFence)
+	if err != nil {
+		t.Fatalf("Lock of a key the fenced lease may still hold: %v, want it granted once that lease expires", err)
+	}
+	if lease, rev := holdOf(t, env, key); lease != s2.ID() || rev != h2.Token().Revision() {
+		t.Fatalf("the key is held on lease %x, want the new session's %x", lease, s2.ID())
 	}
 }

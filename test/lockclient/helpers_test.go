@@ -18,12 +18,19 @@ func noFence(*lockclient.Hold) {}
 // closed with the test.
 func dialWith(t *testing.T, env *devenv.Env, name string, icpt grpc.UnaryClientInterceptor) *lockclient.Client {
 	t.Helper()
+	return dialOpts(t, env, name, grpc.WithUnaryInterceptor(icpt))
+}
+
+// dialOpts dials env as the named identity with dial options, closed with
+// the test.
+func dialOpts(t *testing.T, env *devenv.Env, name string, opts ...grpc.DialOption) *lockclient.Client {
+	t.Helper()
 	src, err := env.Profile.Source(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := lockclient.Dial(lockclient.Config{Target: env.Addr, Identity: src, ServerID: env.Profile.ServerID,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(icpt)}})
+		DialOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,11 @@
 // the key before the key can be locked on it again, so a grant whose answer
 // was lost does not stay held until the lease ends. A key held on a lease is
 // locked on it again only in the class it was locked in.
+//
+// A lease that ended locally (fenced or closed) may still hold keys at etcd
+// until it expires there, within a TTL. Its holds have ended, so a key it
+// still holds is contention, not a leak: for that long, the service's LEAKED
+// naming it makes TryLock fail with CONTENDED and Lock wait.
 package lockclient
 
 import (
@@ -80,6 +85,9 @@ type Client struct {
 	sessions map[string]*Session
 	// leases has the current lease of each TTL.
 	leases map[time.Duration]*lease
+	// retired has each lease c ended (fenced or closed), by ID, until the
+	// time by which etcd has surely expired it; pruned as entries pass.
+	retired map[int64]time.Time
 }
 
 // Dial connects to the arbiter with mTLS. The connection is made lazily; the
@@ -106,7 +114,7 @@ func Dial(cfg Config) (*Client, error) {
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
 	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
-		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}}
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, retired: map[int64]time.Time{}}
 }
 
 // newInstance draws the client's instance ID: 16 random hex digits, unique
@@ -196,6 +204,31 @@ func (c *Client) heldByAnother(l *lease, key string) *lease {
 		}
 	}
 	return nil
+}
+
+// retire records that l has ended, fenced or closed: its holds have ended,
+// but until etcd expires it (its TTL after its last keepalive, which was
+// sent before now; FenceMargin covers one still in transit) it may still
+// hold keys there.
+func (c *Client) retire(l *lease) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, until := range c.retired {
+		if !now.Before(until) {
+			delete(c.retired, id)
+		}
+	}
+	c.retired[l.id] = now.Add(l.ttl + FenceMargin)
+}
+
+// retiredLease reports whether session id is a lease c has ended that may
+// not have expired at etcd yet.
+func (c *Client) retiredLease(id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.retired[id]
+	return ok && time.Now().Before(until)
 }
 
 // Inspect reports who holds key, a key of class cls (the default class

@@ -36,7 +36,9 @@ func (s *Session) Lock(ctx context.Context, key string, onFence func(*Hold)) (*H
 	return s.lease.lock(ctx, s.class, key, onFence, true)
 }
 
-// TryLock acquires key once, failing with CONTENDED if it is held.
+// TryLock acquires key once, failing with CONTENDED if it is held
+// (including by a lease of this client that has ended but not yet expired
+// at etcd).
 func (s *Session) TryLock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
 	return s.lease.lock(ctx, s.class, key, onFence, false)
 }
@@ -146,11 +148,13 @@ func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, err
 
 // acquire calls Acquire. A waiting Lock outlasts what passes: a range
 // moving between shards, an arbiter draining, a region's shard map being
-// written.
+// written, a lease of this client that has ended expiring at etcd. The
+// last is contention: the service waits on no lease of the caller's own,
+// so the client does, and says CONTENDED if it cannot.
 func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
 	req := &lockv1.AcquireRequest{Key: hs.key, SessionId: l.id, Wait: wait, Class: hs.class, Instance: l.instance}
 	resp, err := l.api.Acquire(ctx, req)
-	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
+	for backoff := 100 * time.Millisecond; wait && (transient(err) || l.heldByRetired(err)); backoff = min(2*backoff, 2*time.Second) {
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
 		select {
 		case <-ctx.Done():
@@ -161,6 +165,14 @@ func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.
 			break
 		}
 		resp, err = l.api.Acquire(ctx, req)
+	}
+	if l.heldByRetired(err) {
+		code := codes.Aborted
+		if wait {
+			code = codes.DeadlineExceeded
+		}
+		err = reason.New(code, lockv1.ErrorReason_CONTENDED,
+			fmt.Sprintf("key %s is held by an ended session of this client until its lease expires", hs.key))
 	}
 	return resp, err
 }

@@ -3,11 +3,13 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/internal/testhook"
+	"github.com/lockplane/lockplane/services/client/reason"
 )
 
 // FenceMargin is subtracted from the TTL to get the local deadline: it
@@ -260,6 +262,7 @@ func (l *lease) fenceNow() {
 	}
 	l.mu.Unlock()
 	l.stop()
+	l.retire()
 	// Callbacks run on their own goroutine: one that closes the session or
 	// the client must not wait on the renewal loop that fenced it.
 	go func() {
@@ -268,6 +271,24 @@ func (l *lease) fenceNow() {
 		}
 		testhook.Fenced(l.id)
 	}()
+}
+
+// retire tells the owning Client the lease has ended.
+func (l *lease) retire() {
+	if l.owner != nil {
+		l.owner.retire(l)
+	}
+}
+
+// heldByRetired reports whether err is the service's LEAKED naming a lease
+// of the owning Client that has ended but may not have expired at etcd.
+func (l *lease) heldByRetired(err error) bool {
+	r, meta := reason.Info(err)
+	if r != lockv1.ErrorReason_LEAKED || l.owner == nil {
+		return false
+	}
+	id, perr := strconv.ParseInt(meta["holder_session"], 10, 64)
+	return perr == nil && l.owner.retiredLease(id)
 }
 
 // close revokes the lease, releasing every hold on it, and stops renewing.
@@ -283,6 +304,7 @@ func (l *lease) close(ctx context.Context) error {
 	l.mu.Unlock()
 	l.stop()
 	<-l.done
+	l.retire()
 	if already {
 		return nil
 	}
