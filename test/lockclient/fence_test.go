@@ -162,3 +162,30 @@ func TestARelockAfterAFenceWaitsForTheFencedLease(t *testing.T) {
 		t.Fatalf("the key is held on lease %x, want the new session's %x", lease, s2.ID())
 	}
 }
+
+// A fenced lease's holds ended with it: they are not this client's to
+// leak. Once the lease is gone at etcd (revoked here), a key it held is
+// granted through the client's lease of another TTL, not refused by the
+// client as held by its other session.
+func TestAKeyOfAFencedLeaseIsNotLeakedOnAnother(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	c := devenvtest.Client(t, env, "demo")
+	fast, def := devenvtest.Session(t, c, devenvtest.Fast.Name), devenvtest.Session(t, c, "")
+	const key = "team-a/fence/other-ttl"
+	fenced := make(chan struct{})
+	if _, err := fast.TryLock(ctx, key, func(*lockclient.Hold) { close(fenced) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(fast.ID())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fenced:
+	case <-ctx.Done():
+		t.Fatal("never fenced")
+	}
+	if _, err := def.TryLock(ctx, key, noFence); err != nil {
+		t.Fatalf("lock through another lease of a key only a fenced, revoked lease held: %v", err)
+	}
+}

@@ -83,8 +83,11 @@ type Client struct {
 	// sessions has each class's handle, by the name Session was given; the
 	// handle's lease TTL is the class's, so it is asked for only once.
 	sessions map[string]*Session
-	// leases has the current lease of each TTL.
+	// leases has the current lease of each TTL, the one Session hands out.
 	leases map[time.Duration]*lease
+	// running has every lease of c that has not ended: the current ones
+	// and any replaced while still running, whose holds are still c's.
+	running map[*lease]bool
 	// retired has each lease c ended (fenced or closed), by ID, until the
 	// time by which etcd has surely expired it; pruned as entries pass.
 	retired map[int64]time.Time
@@ -114,7 +117,7 @@ func Dial(cfg Config) (*Client, error) {
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
 	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
-		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, retired: map[int64]time.Time{}}
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, running: map[*lease]bool{}, retired: map[int64]time.Time{}}
 }
 
 // newInstance draws the client's instance ID: 16 random hex digits, unique
@@ -161,7 +164,7 @@ func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 	} else {
 		l = startLease(c.api, resp, sent, c.instance)
 		l.owner = c
-		c.leases[ttl] = l
+		c.leases[ttl], c.running[l] = l, true
 	}
 	return c.handle(class, l, resp.GetClass()), nil
 }
@@ -185,11 +188,15 @@ func (c *Client) handle(class string, l *lease, name string) *Session {
 }
 
 // heldByAnother returns c's lease other than l that holds key (or is
-// acquiring or releasing it), or nil.
+// acquiring or releasing it), or nil. It looks at every lease of c that
+// has not ended, current or replaced; not at ended ones (fenced or
+// closed), whose holds ended with them: what such a lease may still hold
+// at etcd frees when it expires there, and the service's LEAKED naming it
+// is treated as contention (lease.heldByRetired).
 func (c *Client) heldByAnother(l *lease, key string) *lease {
 	c.mu.Lock()
-	others := make([]*lease, 0, len(c.leases))
-	for _, o := range c.leases {
+	others := make([]*lease, 0, len(c.running))
+	for o := range c.running {
 		if o != l {
 			others = append(others, o)
 		}
@@ -198,6 +205,7 @@ func (c *Client) heldByAnother(l *lease, key string) *lease {
 	for _, o := range others {
 		o.mu.Lock()
 		_, ok := o.holds[key]
+		ok = ok && !o.fenced
 		o.mu.Unlock()
 		if ok {
 			return o
@@ -206,14 +214,18 @@ func (c *Client) heldByAnother(l *lease, key string) *lease {
 	return nil
 }
 
-// retire records that l has ended, fenced or closed: its holds have ended,
-// but until etcd expires it (its TTL after its last keepalive, which was
-// sent before now; FenceMargin covers one still in transit) it may still
-// hold keys there.
+// retire records that l has ended, fenced or closed: it is no longer
+// running, nor current, and its holds have ended, but until etcd expires it
+// (its TTL after its last keepalive, which was sent before now;
+// FenceMargin covers one still in transit) it may still hold keys there.
 func (c *Client) retire(l *lease) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.running, l)
+	if c.leases[l.ttl] == l {
+		delete(c.leases, l.ttl)
+	}
 	for id, until := range c.retired {
 		if !now.Before(until) {
 			delete(c.retired, id)
@@ -248,11 +260,11 @@ func firstOr(s []string, def string) string {
 // Close closes every lease, releasing their holds, and the connection.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
-	ls := c.leases
-	c.sessions, c.leases = map[string]*Session{}, map[time.Duration]*lease{}
+	ls := c.running
+	c.sessions, c.leases, c.running = map[string]*Session{}, map[time.Duration]*lease{}, map[*lease]bool{}
 	c.mu.Unlock()
 	var errs []error
-	for _, l := range ls {
+	for l := range ls {
 		errs = append(errs, l.close(ctx))
 	}
 	errs = append(errs, c.conn.Close())
