@@ -33,6 +33,16 @@ func fencedHook(t *testing.T, id func() int64) <-chan struct{} {
 	return done
 }
 
+// await waits for ch to close, failing the test if ctx ends first.
+func await(t *testing.T, ctx context.Context, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("%s never came", what)
+	}
+}
+
 // A Lock whose lease fences while its Acquire is in flight must fail with
 // ErrFenced: the fence has already run the holds' OnFence callbacks, so a
 // Hold returned now would never learn it must stop. The interceptor holds
@@ -41,16 +51,8 @@ func fencedHook(t *testing.T, id func() int64) <-chan struct{} {
 func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
-	var holdAnswer atomic.Bool
-	answered, goOn := make(chan struct{}), make(chan struct{})
-	c := dialWith(t, env, "demo", func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := inv(ctx, method, req, reply, cc, opts...)
-		if methodName(method) == "Acquire" && holdAnswer.CompareAndSwap(true, false) {
-			close(answered)
-			<-goOn
-		}
-		return err
-	})
+	acquire := newGate("Acquire", true)
+	c := dialWith(t, env, "demo", acquire.intercept)
 	s := devenvtest.Session(t, c, devenvtest.Fast.Name)
 	fenced := fencedHook(t, s.ID)
 	const key = "team-a/fence/acquiring"
@@ -59,21 +61,17 @@ func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 		err error
 	}
 	locked, onFence := make(chan result, 1), make(chan struct{}, 1)
-	holdAnswer.Store(true)
+	acquire.armed.Store(true)
 	go func() {
 		h, err := s.Lock(ctx, key, func(*lockclient.Hold) { onFence <- struct{}{} })
 		locked <- result{h, err}
 	}()
-	<-answered // granted at etcd, the answer held back
+	<-acquire.reached // granted at etcd, the answer held back
 	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-fenced:
-	case <-ctx.Done():
-		t.Fatal("the revoked lease never fenced")
-	}
-	close(goOn)
+	await(t, ctx, fenced, "the fence of the revoked lease")
+	close(acquire.open)
 	r := <-locked
 	if r.err != lockclient.ErrFenced {
 		fired := len(onFence) > 0
@@ -135,11 +133,7 @@ func TestARelockAfterAFenceWaitsForTheFencedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	deaf.Store(true)
-	select {
-	case <-fenced:
-	case <-ctx.Done():
-		t.Fatal("never fenced")
-	}
+	await(t, ctx, fenced, "the fence")
 	deaf.Store(false)
 	if err := h.Release(ctx); err != lockclient.ErrFenced {
 		t.Fatalf("Release of a fenced hold: %v, want ErrFenced", err)
@@ -180,11 +174,7 @@ func TestAKeyOfAFencedLeaseIsNotLeakedOnAnother(t *testing.T) {
 	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(fast.ID())); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-fenced:
-	case <-ctx.Done():
-		t.Fatal("never fenced")
-	}
+	await(t, ctx, fenced, "the fence")
 	if _, err := def.TryLock(ctx, key, noFence); err != nil {
 		t.Fatalf("lock through another lease of a key only a fenced, revoked lease held: %v", err)
 	}

@@ -216,23 +216,16 @@ func TestSessionsOfOneTTLRacingOpenOneLease(t *testing.T) {
 func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
-	var block atomic.Bool
-	opening, release := make(chan struct{}), make(chan struct{})
-	c := dialWith(t, env, "demo", func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if methodName(method) == "OpenSession" && block.CompareAndSwap(true, false) {
-			close(opening)
-			<-release
-		}
-		return inv(ctx, method, req, reply, cc, opts...)
-	})
+	open := newGate("OpenSession", false)
+	c := dialWith(t, env, "demo", open.intercept)
 	s := devenvtest.Session(t, c, "")
-	block.Store(true)
+	open.armed.Store(true)
 	opened := make(chan error, 1)
 	go func() {
 		_, err := c.Session(ctx, devenvtest.Fast.Name)
 		opened <- err
 	}()
-	<-opening
+	<-open.reached
 	unblocked := make(chan error, 2)
 	go func() {
 		_, err := s.TryLock(ctx, "team-a/open/1", noFence)
@@ -251,15 +244,15 @@ func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 		select {
 		case err := <-unblocked:
 			if err != nil {
-				close(release)
+				close(open.open)
 				t.Fatal(err)
 			}
 		case <-time.After(5 * time.Second):
-			close(release)
+			close(open.open)
 			t.Fatal("a Lock, or a Session's ctx, waited for another Session's OpenSession")
 		}
 	}
-	close(release)
+	close(open.open)
 	if err := <-opened; err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +290,7 @@ func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	var cut atomic.Int64
 	failed := make(chan struct{}, 1)
-	var holdAcquire atomic.Bool
-	acquiring, goOn := make(chan struct{}), make(chan struct{})
+	acquire := newGate("Acquire", false)
 	c := dialOpts(t, env, "demo",
 		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			cs, err := streamer(ctx, desc, cc, method, opts...)
@@ -307,23 +299,17 @@ func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
 			}
 			return failingStream{cs, &cut, failed}, nil
 		}),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			if methodName(method) == "Acquire" && holdAcquire.CompareAndSwap(true, false) {
-				close(acquiring)
-				<-goOn
-			}
-			return inv(ctx, method, req, reply, cc, opts...)
-		}))
+		grpc.WithUnaryInterceptor(acquire.intercept))
 	s := devenvtest.Session(t, c, slowFence.Name)
 	const key = "team-a/replaced/1"
-	holdAcquire.Store(true)
+	acquire.armed.Store(true)
 	locked := make(chan error, 1)
 	go func() {
 		_, err := s.Lock(ctx, key, noFence)
 		locked <- err
 	}()
-	<-acquiring // the Acquire is in flight, not yet sent
-	defer close(goOn)
+	<-acquire.reached // the Acquire is in flight, not yet sent
+	defer close(acquire.open)
 	cut.Store(s.ID())
 	// The second failed send follows the first failure, which made the
 	// lease not live; its deadline is still seconds away.
