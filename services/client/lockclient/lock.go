@@ -132,8 +132,9 @@ func (l *lease) grant(ctx context.Context, hs *holdState, wait bool, onFence fun
 // else a nested one (nil if the grant is gone); or fails with ErrFenced if
 // the lease has ended. It runs under l.mu, which fenceNow holds to mark the
 // lease fenced and list its holds: a fence either comes after the Hold
-// joined, and runs its OnFence, or before, and no Hold is returned. So a
-// Hold is only ever returned while its lease is live or will see OnFence.
+// joined, and runs its OnFence, or before, and no Hold is returned. So
+// every Hold returned is on a lease whose fence, when it comes, runs the
+// Hold's OnFence.
 func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -60,7 +60,7 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class, insta
 	if err != nil {
 		return nil, err
 	}
-	return &Session{lease: startLease(api, resp, sent, instance), class: resp.GetClass()}, nil
+	return &Session{lease: startLease(api, resp, sent, instance, nil), class: resp.GetClass()}, nil
 }
 
 // requestLease asks the service for a lease of class's TTL; sent is when
@@ -71,11 +71,12 @@ func requestLease(ctx context.Context, api lockv1.LockServiceClient, class, inst
 	return resp, sent, err
 }
 
-// startLease starts renewing the lease OpenSession answered with resp.
-func startLease(api lockv1.LockServiceClient, resp *lockv1.OpenSessionResponse, sent time.Time, instance string) *lease {
+// startLease starts renewing the lease OpenSession answered with resp, of
+// owner (nil in unit tests), which it tells when it ends.
+func startLease(api lockv1.LockServiceClient, resp *lockv1.OpenSessionResponse, sent time.Time, instance string, owner *Client) *lease {
 	kctx, stop := context.WithCancel(context.Background())
 	l := &lease{
-		api: api, id: resp.GetSessionId(), instance: instance, ttl: resp.GetTtl().AsDuration(),
+		api: api, id: resp.GetSessionId(), instance: instance, ttl: resp.GetTtl().AsDuration(), owner: owner,
 		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
 		holds: map[string]*holdState{},
 	}
