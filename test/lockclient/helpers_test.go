@@ -3,6 +3,7 @@ package lockclient_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,12 +19,19 @@ func noFence(*lockclient.Hold) {}
 // closed with the test.
 func dialWith(t *testing.T, env *devenv.Env, name string, icpt grpc.UnaryClientInterceptor) *lockclient.Client {
 	t.Helper()
+	return dialOpts(t, env, name, grpc.WithUnaryInterceptor(icpt))
+}
+
+// dialOpts dials env as the named identity with dial options, closed with
+// the test.
+func dialOpts(t *testing.T, env *devenv.Env, name string, opts ...grpc.DialOption) *lockclient.Client {
+	t.Helper()
 	src, err := env.Profile.Source(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := lockclient.Dial(lockclient.Config{Target: env.Addr, Identity: src, ServerID: env.Profile.ServerID,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(icpt)}})
+		DialOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,4 +60,34 @@ func holdOf(t *testing.T, env *devenv.Env, key string) (lease, rev int64) {
 		return 0, 0
 	}
 	return resp.Kvs[0].Lease, resp.Kvs[0].ModRevision
+}
+
+// gate holds back the next call of one method once armed: it closes
+// reached when the call arrives (once answered, if after is set) and lets
+// it go on when open is closed.
+type gate struct {
+	method        string
+	after         bool
+	armed         atomic.Bool
+	reached, open chan struct{}
+}
+
+func newGate(method string, after bool) *gate {
+	return &gate{method: method, after: after, reached: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if methodName(method) != g.method || !g.armed.CompareAndSwap(true, false) {
+		return inv(ctx, method, req, reply, cc, opts...)
+	}
+	var err error
+	if g.after {
+		err = inv(ctx, method, req, reply, cc, opts...)
+	}
+	close(g.reached)
+	<-g.open
+	if !g.after {
+		err = inv(ctx, method, req, reply, cc, opts...)
+	}
+	return err
 }

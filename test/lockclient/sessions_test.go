@@ -2,7 +2,10 @@ package lockclient_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // fastTwin has Fast's TTL under another name: its keys share Fast's lease.
@@ -156,5 +161,169 @@ func TestAnEndedSharedLeaseIsReplacedForEveryClass(t *testing.T) {
 	}
 	if n := leaseCount(t, ctx, env); n != 1 {
 		t.Fatalf("%d leases at etcd, want the new one only", n)
+	}
+}
+
+// Sessions of two classes of one TTL opened at once, each not knowing the
+// TTL, end with one lease: the second to be granted closes its own. The
+// interceptor lets neither OpenSession through until both have been sent,
+// which a Session holding the Client's lock through its call would never
+// allow.
+func TestSessionsOfOneTTLRacingOpenOneLease(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, fastTwin)})
+	ctx := ctxT(t, 30*time.Second)
+	var sent atomic.Int32
+	both := make(chan struct{})
+	c := dialWith(t, env, "demo", func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if methodName(method) == "OpenSession" {
+			if sent.Add(1) == 2 {
+				close(both)
+			}
+			select {
+			case <-both:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return inv(ctx, method, req, reply, cc, opts...)
+	})
+	classes := []string{devenvtest.Fast.Name, fastTwin.Name}
+	sessions, errs := make([]*lockclient.Session, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i, cls := range classes {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			sessions[i], errs[i] = c.Session(sctx, cls)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Session(%q) racing Session(%q): %v", classes[i], classes[1-i], err)
+		}
+	}
+	if sessions[0].ID() != sessions[1].ID() {
+		t.Fatalf("racing Sessions of one TTL got leases %x and %x, want one", sessions[0].ID(), sessions[1].ID())
+	}
+	if n := leaseCount(t, ctx, env); n != 1 {
+		t.Fatalf("%d leases at etcd after the race, want 1", n)
+	}
+}
+
+// A Session being opened holds up neither a Lock on an existing session
+// nor, beyond its own ctx, a Session of the same class waiting for it.
+func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	open := newGate("OpenSession", false)
+	c := dialWith(t, env, "demo", open.intercept)
+	s := devenvtest.Session(t, c, "")
+	open.armed.Store(true)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := c.Session(ctx, devenvtest.Fast.Name)
+		opened <- err
+	}()
+	<-open.reached
+	unblocked := make(chan error, 2)
+	go func() {
+		_, err := s.TryLock(ctx, "team-a/open/1", noFence)
+		unblocked <- err
+	}()
+	go func() {
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if _, err := c.Session(short, devenvtest.Fast.Name); !errors.Is(err, context.DeadlineExceeded) {
+			unblocked <- fmt.Errorf("a Session waiting for its class's open within a short deadline: %v, want its deadline", err)
+			return
+		}
+		unblocked <- nil
+	}()
+	for range 2 {
+		select {
+		case err := <-unblocked:
+			if err != nil {
+				close(open.open)
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			close(open.open)
+			t.Fatal("a Lock, or a Session's ctx, waited for another Session's OpenSession")
+		}
+	}
+	close(open.open)
+	if err := <-opened; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slowTwin has slowFence's TTL under another name.
+var slowTwin = class.Class{Name: "slow-twin", TTL: slowFence.TTL, Tier: class.TierCoord}
+
+// failingStream fails the KeepAlive sends of the session cut names,
+// reporting each on failed.
+type failingStream struct {
+	grpc.ClientStream
+	cut    *atomic.Int64
+	failed chan<- struct{}
+}
+
+func (f failingStream) SendMsg(m any) error {
+	if r, ok := m.(*lockv1.KeepAliveRequest); ok && r.GetSessionId() == f.cut.Load() {
+		select {
+		case f.failed <- struct{}{}:
+		default:
+		}
+		return status.Error(codes.Unavailable, "test: keepalive cut")
+	}
+	return f.ClientStream.SendMsg(m)
+}
+
+// A lease whose keepalives fail is not handed to a class opening a
+// session: a fresh lease is, and becomes the current one. The old lease
+// runs on until it ends, and its keys are still this client's: a key it is
+// acquiring is LEAKED to a Lock through the new lease, said by the client
+// before the service could grant it twice over.
+func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
+	ctx := ctxT(t, 30*time.Second)
+	var cut atomic.Int64
+	failed := make(chan struct{}, 1)
+	acquire := newGate("Acquire", false)
+	c := dialOpts(t, env, "demo",
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return failingStream{cs, &cut, failed}, nil
+		}),
+		grpc.WithUnaryInterceptor(acquire.intercept))
+	s := devenvtest.Session(t, c, slowFence.Name)
+	const key = "team-a/replaced/1"
+	acquire.armed.Store(true)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := s.Lock(ctx, key, noFence)
+		locked <- err
+	}()
+	<-acquire.reached // the Acquire is in flight, not yet sent
+	defer close(acquire.open)
+	cut.Store(s.ID())
+	// The second failed send follows the first failure, which made the
+	// lease not live; its deadline is still seconds away.
+	<-failed
+	<-failed
+	twin := devenvtest.Session(t, c, slowTwin.Name)
+	if twin.ID() == s.ID() {
+		t.Fatal("a new class was handed the lease whose keepalives fail, not a fresh one")
+	}
+	_, err := twin.TryLock(ctx, key, noFence)
+	if s.RemainingTTL() == 0 {
+		t.Fatal("the old lease fenced before the test could lock its key: too slow")
+	}
+	if reason.Of(err) != lockv1.ErrorReason_LEAKED {
+		t.Fatalf("Lock through the new lease of a key the replaced, running lease is acquiring: %v, want LEAKED", err)
 	}
 }

@@ -13,7 +13,7 @@
 // Session of a class therefore opens a lease; if the Client already has a
 // live lease of that TTL, it closes the new one at once and uses the old.
 // Later Sessions of the class find the TTL in the Client's cache and cost
-// no call.
+// no call while its lease lives.
 //
 // What a holder may rely on (ADR-12):
 //   - CanStart turns false at the first failed keepalive and true again at
@@ -37,6 +37,11 @@
 // the key before the key can be locked on it again, so a grant whose answer
 // was lost does not stay held until the lease ends. A key held on a lease is
 // locked on it again only in the class it was locked in.
+//
+// A lease that ended locally (fenced or closed) may still hold keys at etcd
+// until it expires there, within a TTL. Its holds have ended, so a key it
+// still holds is contention, not a leak: for that long, the service's LEAKED
+// naming it makes TryLock fail with CONTENDED and Lock wait.
 package lockclient
 
 import (
@@ -52,6 +57,8 @@ import (
 	"github.com/lockplane/lockplane/services/client/profile"
 	"google.golang.org/grpc"
 )
+
+var errClosed = errors.New("lockclient: the client is closed")
 
 // Config says where the arbiter is and who the caller is.
 type Config struct {
@@ -78,8 +85,18 @@ type Client struct {
 	// sessions has each class's handle, by the name Session was given; the
 	// handle's lease TTL is the class's, so it is asked for only once.
 	sessions map[string]*Session
-	// leases has the current lease of each TTL.
+	// leases has the current lease of each TTL, the one Session hands out.
 	leases map[time.Duration]*lease
+	// running has every lease of c that has not ended: the current ones
+	// and any replaced while still running, whose holds are still c's.
+	running map[*lease]bool
+	// opening has each class's open in flight, closed when it ends.
+	opening map[string]chan struct{}
+	// closed is set by Close: an open that ends after it hands out nothing.
+	closed bool
+	// retired has each lease c ended (fenced or closed), by ID, until the
+	// time by which etcd has surely expired it; pruned as entries pass.
+	retired map[int64]time.Time
 }
 
 // Dial connects to the arbiter with mTLS. The connection is made lazily; the
@@ -106,7 +123,7 @@ func Dial(cfg Config) (*Client, error) {
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
 	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
-		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}}
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, running: map[*lease]bool{}, opening: map[string]chan struct{}{}, retired: map[int64]time.Time{}}
 }
 
 // newInstance draws the client's instance ID: 16 random hex digits, unique
@@ -122,46 +139,100 @@ func (c *Client) Instance() string { return c.instance }
 // Conn is the underlying connection, for the admin API.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
-// Session returns the class's handle ("" is the default class) on the
-// client's live lease of the class's TTL, opening one if there is none.
-// Classes of one TTL share the lease: their Sessions have one ID, and
-// closing or losing the lease ends the holds of every one of them.
+// Session returns the class's handle ("" is the default class) on a lease
+// of the class's TTL: the client's current lease of it if that is live (its
+// keepalives succeed); failing that, the class's own lease until it ends
+// (its CanStart says when work may start); failing that, a new lease, which
+// becomes the current one unless by then another is live. Classes of one
+// TTL share the current lease: their Sessions have one ID, and closing or
+// losing it ends the holds of every one of them. A lease that stops being
+// current before it ends runs on for the handles and holds that have it.
+//
+// Session makes its calls without holding up the Client: Locks meanwhile
+// proceed, and concurrent Sessions of one class share one OpenSession,
+// each waiting for it within its own ctx.
 func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s, ok := c.sessions[class]; ok {
-		if !s.lease.isFenced() {
+	for {
+		c.mu.Lock()
+		if s := c.usable(class); s != nil {
+			c.mu.Unlock()
 			return s, nil
 		}
-		// The class's TTL is known: another class may have opened a lease
-		// of it since this one ended.
-		if l := c.liveLease(s.lease.ttl); l != nil {
-			return c.handle(class, l, s.class), nil
+		done, busy := c.opening[class]
+		if !busy {
+			done = make(chan struct{})
+			c.opening[class] = done
+		}
+		c.mu.Unlock()
+		if !busy {
+			return c.open(ctx, class, done)
+		}
+		select {
+		case <-done: // look again; if that open failed, try ours
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
+}
+
+// usable is the class's handle if it has one worth keeping, per Session,
+// else nil. Called with c.mu held.
+func (c *Client) usable(class string) *Session {
+	s := c.sessions[class]
+	if s == nil {
+		return nil
+	}
+	if l := c.liveLease(s.lease.ttl); l != nil && l != s.lease {
+		return c.handle(class, l, s.class)
+	}
+	if s.lease.isFenced() {
+		return nil
+	}
+	return s
+}
+
+// open opens a lease for class, the one open of it in flight, and hands
+// out the class's handle on it, or on the current lease of its TTL if that
+// is live by the time the lease is granted. It ends by closing done.
+func (c *Client) open(ctx context.Context, class string, done chan struct{}) (*Session, error) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.opening, class)
+		c.mu.Unlock()
+		close(done)
+	}()
 	resp, sent, err := requestLease(ctx, c.api, class, c.instance)
 	if err != nil {
 		return nil, err
 	}
 	ttl := resp.GetTtl().AsDuration()
-	l := c.liveLease(ttl)
-	if l != nil {
-		// Only now is the class's TTL known, and another class's lease has
-		// it: keep one lease per TTL. Not renewed, the new lease expires
-		// within its TTL even if this close is lost.
-		c.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: resp.GetSessionId()})
-	} else {
-		l = startLease(c.api, resp, sent, c.instance)
-		l.owner = c
-		c.leases[ttl] = l
+	c.mu.Lock()
+	if c.closed {
+		// Never renewed, the lease expires within its TTL.
+		c.mu.Unlock()
+		return nil, errClosed
 	}
-	return c.handle(class, l, resp.GetClass()), nil
+	l := c.liveLease(ttl)
+	fresh := l == nil
+	if fresh {
+		l = startLease(c.api, resp, sent, c.instance, c)
+		c.leases[ttl], c.running[l] = l, true
+	}
+	s := c.handle(class, l, resp.GetClass())
+	c.mu.Unlock()
+	if !fresh {
+		// Only now is the class's TTL known, and a live lease has it: keep
+		// one lease per TTL. Not renewed, the new lease expires within its
+		// TTL even if this close is lost.
+		c.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: resp.GetSessionId()})
+	}
+	return s, nil
 }
 
-// liveLease is c's lease of ttl unless there is none or it has ended.
-// Called with c.mu held.
+// liveLease is c's current lease of ttl if it is live, its keepalives
+// succeeding; else nil. Called with c.mu held.
 func (c *Client) liveLease(ttl time.Duration) *lease {
-	if l := c.leases[ttl]; l != nil && !l.isFenced() {
+	if l := c.leases[ttl]; l != nil && l.live() {
 		return l
 	}
 	return nil
@@ -177,11 +248,15 @@ func (c *Client) handle(class string, l *lease, name string) *Session {
 }
 
 // heldByAnother returns c's lease other than l that holds key (or is
-// acquiring or releasing it), or nil.
+// acquiring or releasing it), or nil. It looks at every lease of c that
+// has not ended, current or replaced; not at ended ones (fenced or
+// closed), whose holds ended with them: what such a lease may still hold
+// at etcd frees when it expires there, and the service's LEAKED naming it
+// is treated as contention (lease.heldByRetired).
 func (c *Client) heldByAnother(l *lease, key string) *lease {
 	c.mu.Lock()
-	others := make([]*lease, 0, len(c.leases))
-	for _, o := range c.leases {
+	others := make([]*lease, 0, len(c.running))
+	for o := range c.running {
 		if o != l {
 			others = append(others, o)
 		}
@@ -190,12 +265,42 @@ func (c *Client) heldByAnother(l *lease, key string) *lease {
 	for _, o := range others {
 		o.mu.Lock()
 		_, ok := o.holds[key]
+		ok = ok && !o.fenced
 		o.mu.Unlock()
 		if ok {
 			return o
 		}
 	}
 	return nil
+}
+
+// retire records that l has ended, fenced or closed: it is no longer
+// running, nor current, and its holds have ended, but until etcd expires it
+// (its TTL after its last keepalive, which was sent before now;
+// FenceMargin covers one still in transit) it may still hold keys there.
+func (c *Client) retire(l *lease) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.running, l)
+	if c.leases[l.ttl] == l {
+		delete(c.leases, l.ttl)
+	}
+	for id, until := range c.retired {
+		if !now.Before(until) {
+			delete(c.retired, id)
+		}
+	}
+	c.retired[l.id] = now.Add(l.ttl + FenceMargin)
+}
+
+// retiredLease reports whether session id is a lease c has ended that may
+// not have expired at etcd yet.
+func (c *Client) retiredLease(id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.retired[id]
+	return ok && time.Now().Before(until)
 }
 
 // Inspect reports who holds key, a key of class cls (the default class
@@ -215,11 +320,12 @@ func firstOr(s []string, def string) string {
 // Close closes every lease, releasing their holds, and the connection.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
-	ls := c.leases
-	c.sessions, c.leases = map[string]*Session{}, map[time.Duration]*lease{}
+	ls := c.running
+	c.closed = true
+	c.sessions, c.leases, c.running = map[string]*Session{}, map[time.Duration]*lease{}, map[*lease]bool{}
 	c.mu.Unlock()
 	var errs []error
-	for _, l := range ls {
+	for l := range ls {
 		errs = append(errs, l.close(ctx))
 	}
 	errs = append(errs, c.conn.Close())

@@ -28,12 +28,17 @@ import (
 
 // Lock acquires key on the session, waiting until ctx's deadline.
 // onFence is required: it runs once if the session reaches its deadline
-// while the key is held.
+// while the key is held. Lock fails with ErrFenced if the session's lease
+// has ended, even while its Acquire was in flight: a Hold returned with a
+// nil error was taken on a live lease, and its onFence runs if that lease
+// fences.
 func (s *Session) Lock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
 	return s.lease.lock(ctx, s.class, key, onFence, true)
 }
 
-// TryLock acquires key once, failing with CONTENDED if it is held.
+// TryLock acquires key once, failing with CONTENDED if it is held
+// (including by a lease of this client that has ended but not yet expired
+// at etcd).
 func (s *Session) TryLock(ctx context.Context, key string, onFence func(*Hold)) (*Hold, error) {
 	return s.lease.lock(ctx, s.class, key, onFence, false)
 }
@@ -81,8 +86,8 @@ func (l *lease) lock(ctx context.Context, class, key string, onFence func(*Hold)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if h := hs.nest(onFence); h != nil {
-			return h, nil
+		if h, err := l.join(hs, onFence, false); h != nil || err != nil {
+			return h, err
 		}
 		// The grant failed or is ending: wait until the service has
 		// answered for it, then acquire afresh.
@@ -100,28 +105,57 @@ func (l *lease) lock(ctx context.Context, class, key string, onFence func(*Hold)
 // Lock never finds the grant without holders.
 func (l *lease) grant(ctx context.Context, hs *holdState, wait bool, onFence func(*Hold)) (*Hold, error) {
 	resp, err := l.acquire(ctx, hs, wait)
+	var h *Hold
+	if err == nil {
+		hs.token = token.Token(resp.GetToken().GetValue())
+		h, err = l.join(hs, onFence, true)
+	}
 	if err != nil {
 		hs.failed = true
-		close(hs.ready)
+	}
+	close(hs.ready)
+	switch {
+	case err == ErrFenced:
+		// Fenced during the Acquire: the grant ends with the lease at
+		// etcd, and the lease has nothing left to clean up.
+		l.forget(hs)
+	case err != nil:
 		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
 			l.fenceNow()
 		}
 		l.settle(hs, err)
-		return nil, err
 	}
-	hs.token = token.Token(resp.GetToken().GetValue())
-	h := hs.newHold(onFence)
-	close(hs.ready)
-	return h, nil
+	return h, err
+}
+
+// join adds a Hold with onFence to hs's grant, the outermost one if first,
+// else a nested one (nil if the grant is gone); or fails with ErrFenced if
+// the lease has ended. It runs under l.mu, which fenceNow holds to mark the
+// lease fenced and list its holds: a fence either comes after the Hold
+// joined, and runs its OnFence, or before, and no Hold is returned. So
+// every Hold returned is on a lease whose fence, when it comes, runs the
+// Hold's OnFence.
+func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fenced {
+		return nil, ErrFenced
+	}
+	if first {
+		return hs.newHold(onFence), nil
+	}
+	return hs.nest(onFence), nil
 }
 
 // acquire calls Acquire. A waiting Lock outlasts what passes: a range
 // moving between shards, an arbiter draining, a region's shard map being
-// written.
+// written, a lease of this client that has ended expiring at etcd. The
+// last is contention: the service waits on no lease of the caller's own,
+// so the client does, and says CONTENDED if it cannot.
 func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
 	req := &lockv1.AcquireRequest{Key: hs.key, SessionId: l.id, Wait: wait, Class: hs.class, Instance: l.instance}
 	resp, err := l.api.Acquire(ctx, req)
-	for backoff := 100 * time.Millisecond; wait && transient(err); backoff = min(2*backoff, 2*time.Second) {
+	for backoff := 100 * time.Millisecond; wait && (transient(err) || l.heldByRetired(err)); backoff = min(2*backoff, 2*time.Second) {
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
 		select {
 		case <-ctx.Done():
@@ -132,6 +166,14 @@ func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.
 			break
 		}
 		resp, err = l.api.Acquire(ctx, req)
+	}
+	if l.heldByRetired(err) {
+		code := codes.Aborted
+		if wait {
+			code = codes.DeadlineExceeded
+		}
+		err = reason.New(code, lockv1.ErrorReason_CONTENDED,
+			fmt.Sprintf("key %s is held by an ended session of this client until its lease expires", hs.key))
 	}
 	return resp, err
 }

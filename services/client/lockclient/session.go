@@ -3,10 +3,13 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/internal/testhook"
+	"github.com/lockplane/lockplane/services/client/reason"
 )
 
 // FenceMargin is subtracted from the TTL to get the local deadline: it
@@ -57,7 +60,7 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class, insta
 	if err != nil {
 		return nil, err
 	}
-	return &Session{lease: startLease(api, resp, sent, instance), class: resp.GetClass()}, nil
+	return &Session{lease: startLease(api, resp, sent, instance, nil), class: resp.GetClass()}, nil
 }
 
 // requestLease asks the service for a lease of class's TTL; sent is when
@@ -68,11 +71,12 @@ func requestLease(ctx context.Context, api lockv1.LockServiceClient, class, inst
 	return resp, sent, err
 }
 
-// startLease starts renewing the lease OpenSession answered with resp.
-func startLease(api lockv1.LockServiceClient, resp *lockv1.OpenSessionResponse, sent time.Time, instance string) *lease {
+// startLease starts renewing the lease OpenSession answered with resp, of
+// owner (nil in unit tests), which it tells when it ends.
+func startLease(api lockv1.LockServiceClient, resp *lockv1.OpenSessionResponse, sent time.Time, instance string, owner *Client) *lease {
 	kctx, stop := context.WithCancel(context.Background())
 	l := &lease{
-		api: api, id: resp.GetSessionId(), instance: instance, ttl: resp.GetTtl().AsDuration(),
+		api: api, id: resp.GetSessionId(), instance: instance, ttl: resp.GetTtl().AsDuration(), owner: owner,
 		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
 		holds: map[string]*holdState{},
 	}
@@ -259,13 +263,33 @@ func (l *lease) fenceNow() {
 	}
 	l.mu.Unlock()
 	l.stop()
+	l.retire()
 	// Callbacks run on their own goroutine: one that closes the session or
 	// the client must not wait on the renewal loop that fenced it.
 	go func() {
 		for _, h := range hs {
 			h.fenceOnce()
 		}
+		testhook.Fenced(l.id)
 	}()
+}
+
+// retire tells the owning Client the lease has ended.
+func (l *lease) retire() {
+	if l.owner != nil {
+		l.owner.retire(l)
+	}
+}
+
+// heldByRetired reports whether err is the service's LEAKED naming a lease
+// of the owning Client that has ended but may not have expired at etcd.
+func (l *lease) heldByRetired(err error) bool {
+	r, meta := reason.Info(err)
+	if r != lockv1.ErrorReason_LEAKED || l.owner == nil {
+		return false
+	}
+	id, perr := strconv.ParseInt(meta["holder_session"], 10, 64)
+	return perr == nil && l.owner.retiredLease(id)
 }
 
 // close revokes the lease, releasing every hold on it, and stops renewing.
@@ -281,6 +305,7 @@ func (l *lease) close(ctx context.Context) error {
 	l.mu.Unlock()
 	l.stop()
 	<-l.done
+	l.retire()
 	if already {
 		return nil
 	}

@@ -13,6 +13,9 @@ type Hooks struct {
 	// CleanupRetry runs when a cleanup's try did not settle the key and
 	// another will follow.
 	CleanupRetry func(key string)
+	// Fenced runs when a lease has fenced and its holds' OnFence
+	// callbacks have returned.
+	Fenced func(session int64)
 }
 
 var current atomic.Pointer[Hooks]
@@ -31,5 +34,12 @@ func AwaitingKey(key string) {
 func CleanupRetry(key string) {
 	if h := current.Load(); h != nil && h.CleanupRetry != nil {
 		h.CleanupRetry(key)
+	}
+}
+
+// Fenced calls the Fenced hook, if any.
+func Fenced(session int64) {
+	if h := current.Load(); h != nil && h.Fenced != nil {
+		h.Fenced(session)
 	}
 }
