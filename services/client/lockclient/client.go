@@ -215,7 +215,7 @@ func (c *Client) open(ctx context.Context, class string, done chan struct{}) (*S
 	l := c.liveLease(ttl)
 	fresh := l == nil
 	if fresh {
-		l = startLease(c.api, resp, sent, c.instance, c)
+		l = startLease(c.api, resp, sent, c)
 		c.leases[ttl], c.running[l] = l, true
 	}
 	s := c.handle(class, l, resp.GetClass())

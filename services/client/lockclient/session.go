@@ -31,8 +31,9 @@ type Session struct {
 type lease struct {
 	api lockv1.LockServiceClient
 	id  int64
-	// instance is the owning Client's, sent with every Acquire: the grant
-	// checks it against the session record.
+	// instance is what the session record stores, as OpenSession echoed
+	// it (the Client's; empty from an arbiter without instances), sent
+	// with every Acquire: the grant checks it against the record.
 	instance string
 	ttl      time.Duration
 	stop     context.CancelFunc
@@ -60,7 +61,7 @@ func openSession(ctx context.Context, api lockv1.LockServiceClient, class, insta
 	if err != nil {
 		return nil, err
 	}
-	return &Session{lease: startLease(api, resp, sent, instance, nil), class: resp.GetClass()}, nil
+	return &Session{lease: startLease(api, resp, sent, nil), class: resp.GetClass()}, nil
 }
 
 // requestLease asks the service for a lease of class's TTL; sent is when
@@ -73,10 +74,10 @@ func requestLease(ctx context.Context, api lockv1.LockServiceClient, class, inst
 
 // startLease starts renewing the lease OpenSession answered with resp, of
 // owner (nil in unit tests), which it tells when it ends.
-func startLease(api lockv1.LockServiceClient, resp *lockv1.OpenSessionResponse, sent time.Time, instance string, owner *Client) *lease {
+func startLease(api lockv1.LockServiceClient, resp *lockv1.OpenSessionResponse, sent time.Time, owner *Client) *lease {
 	kctx, stop := context.WithCancel(context.Background())
 	l := &lease{
-		api: api, id: resp.GetSessionId(), instance: instance, ttl: resp.GetTtl().AsDuration(), owner: owner,
+		api: api, id: resp.GetSessionId(), instance: resp.GetInstance(), ttl: resp.GetTtl().AsDuration(), owner: owner,
 		stop: stop, done: make(chan struct{}), life: kctx, canStart: true,
 		holds: map[string]*holdState{},
 	}
