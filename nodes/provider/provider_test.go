@@ -259,7 +259,16 @@ func TestServiceRunsRestartsAndStops(t *testing.T) {
 	if outputs(t, up.Properties)["pid"] == pid {
 		t.Fatal("update did not restart the service")
 	}
-	if got := sleeps(h, "n1"); len(got) != 1 || !slices.Contains(slices.Collect(maps.Values(got)), "/bin/sleep 700") {
+	// The update returns once the new loop runs; its command may start a
+	// moment later (polled: no event for a process start).
+	var got map[int]string
+	for i := 0; i < 100; i++ {
+		if got = sleeps(h, "n1"); len(got) == 1 && slices.Contains(slices.Collect(maps.Values(got)), "/bin/sleep 700") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(got) != 1 || !slices.Contains(slices.Collect(maps.Values(got)), "/bin/sleep 700") {
 		t.Fatalf("after the update the service runs %v, want only /bin/sleep 700", got)
 	}
 	if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("Service", "s"), Id: created.Id, Properties: up.Properties, OldInputs: props(t, in)}); err != nil {
