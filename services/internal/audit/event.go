@@ -46,9 +46,9 @@ type Event struct {
 	Revision  int64  `json:"revision"`
 	Key       string `json:"key"` // the lock key; empty for cluster events
 	Kind      Kind   `json:"kind"`
-	// At is when it happened: the hold's grant time for grants and
-	// handoffs, the arbiter's time for releases and closes, the tailer's
-	// observation for expiries (within its lag).
+	// At is when it happened: the hold's grant time (the arbiter's clock)
+	// for grants and handoffs; for the rest, when the tailer read the
+	// revision, which trails it by the tailer's lag. etcd keeps no time.
 	At        time.Time `json:"at"`
 	Namespace string    `json:"namespace"`
 	Class     string    `json:"class"`

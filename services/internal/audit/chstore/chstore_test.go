@@ -1,0 +1,260 @@
+package chstore_test
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/internal/audit/chstore"
+	"github.com/lockplane/lockplane/services/resourcetest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	resourcetest.StopClickHouse()
+	os.Exit(code)
+}
+
+// store is a migrated store on a fresh database.
+func store(t *testing.T) (*chstore.Store, context.Context) {
+	t.Helper()
+	ch := resourcetest.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	s := chstore.New(ch.URL(), ch.Database(t))
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, ctx
+}
+
+var t0 = time.Date(2026, 11, 30, 23, 59, 59, 987_000_000, time.UTC) // the next month is a second away
+
+// history is every kind of event, oldest first: one key's holds ending
+// every way, another namespace's expiry, and cluster events.
+func history() []audit.Event {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	hold := func(rev int64, ms int, kind audit.Kind, id string, sess int64) audit.Event {
+		return audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: rev, Key: "payments/ledger/42", Kind: kind,
+			At: at(ms), Namespace: "payments", Class: "ledger", Identity: id, Instance: id + "-pod-1", Session: sess, Epoch: 3}
+	}
+	handoff := hold(11, 5, audit.Handoff, "bob", 202)
+	handoff.PrevIdentity, handoff.PrevSession = "alice", 101
+	return []audit.Event{
+		{ClusterID: "c0ffee", Cluster: "coord", Revision: 9, Key: "/s/0000000000000065", Kind: audit.SessionOpen,
+			At: at(0), Identity: "alice", Instance: "alice-pod-1", Session: 101, Epoch: 3},
+		hold(10, 1, audit.Grant, "alice", 101),
+		handoff,
+		hold(12, 1500, audit.Expiry, "bob", 202),  // the next month
+		hold(13, 1500, audit.Grant, "carol", 303), // same time: revision orders
+		hold(14, 1600, audit.Release, "carol", 303),
+		hold(15, 1700, audit.Grant, "alice", 404),
+		hold(16, 1800, audit.SessionClose, "alice", 404),
+		hold(17, 1900, audit.Grant, "dave", 505),
+		hold(18, 2000, audit.ForceRelease, "dave", 505),
+		{ClusterID: "c0ffee", Cluster: "coord", Revision: 19, Kind: audit.EpochAdvance, At: at(2100), Epoch: 4, Detail: "epoch 4"},
+		{ClusterID: "c0ffee", Cluster: "coord", Revision: 20, Kind: audit.ShardMove, At: at(2200), Epoch: 4, Detail: "shard map v7"},
+		{ClusterID: "beef", Cluster: "shard-a", Revision: 500, Kind: audit.Gap, At: at(2300), Detail: "revisions 100-499 compacted"},
+		{ClusterID: "beef", Cluster: "shard-a", Revision: 501, Key: "team-a/orders/7", Kind: audit.Expiry,
+			At: at(2400), Namespace: "team-a", Class: "entity", Identity: "bob", Instance: "bob-pod-2", Session: 606, Epoch: 1},
+	}
+}
+
+func filter(evs []audit.Event, keep func(audit.Event) bool) []audit.Event {
+	var out []audit.Event
+	for _, e := range evs {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func same(t *testing.T, what string, got, want []audit.Event) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: got %d events, want %d", what, len(got), len(want))
+		for i := range max(len(got), len(want)) {
+			if i >= len(got) || i >= len(want) || !reflect.DeepEqual(got[i], want[i]) {
+				t.Errorf("  #%d\n   got  %+v\n   want %+v", i, at(got, i), at(want, i))
+			}
+		}
+	}
+}
+
+func at(evs []audit.Event, i int) any {
+	if i < len(evs) {
+		return evs[i]
+	}
+	return "none"
+}
+
+// Every field of every kind comes back as written, once, in order, though
+// every event was inserted twice (in shuffled order).
+func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
+	s, ctx := store(t)
+	all := history()
+	for range 2 {
+		shuffled := slices.Clone(all)
+		rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if err := s.Insert(ctx, shuffled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kinds := map[audit.Kind]bool{}
+	for _, e := range all {
+		kinds[e.Kind] = true
+	}
+	if len(kinds) != 10 {
+		t.Fatalf("history covers %d kinds, want all 10", len(kinds))
+	}
+
+	got, err := s.ByKey(ctx, "payments/ledger/42", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ByKey", got, filter(all, func(e audit.Event) bool { return e.Key == "payments/ledger/42" }))
+
+	got, err = s.ByIdentity(ctx, "bob", time.Time{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ByIdentity", got, filter(all, func(e audit.Event) bool { return e.Identity == "bob" }))
+
+	got, err = s.ByNamespaceClass(ctx, "team-a", "entity", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ByNamespaceClass", got, filter(all, func(e audit.Event) bool { return e.Namespace == "team-a" }))
+	got, err = s.ByNamespaceClass(ctx, "payments", "", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ByNamespaceClass, every class", got, filter(all, func(e audit.Event) bool { return e.Namespace == "payments" }))
+	if got, err = s.ByNamespaceClass(ctx, "payments", "entity", t0, 100); err != nil || len(got) != 0 {
+		t.Errorf("ByNamespaceClass(payments, entity) = %d events, %v; want none", len(got), err)
+	}
+
+	expiries := filter(all, func(e audit.Event) bool { return e.Kind == audit.Expiry })
+	got, err = s.ExpiriesList(ctx, t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ExpiriesList", got, expiries)
+	counts, err := s.Expiries(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []chstore.ExpiryCount{{"payments", "ledger", 1}, {"team-a", "entity", 1}}
+	if !reflect.DeepEqual(counts, want) {
+		t.Errorf("Expiries = %+v, want %+v", counts, want)
+	}
+
+	for cluster, want := range map[string]int64{"c0ffee": 20, "beef": 501, "none": 0} {
+		if rev, err := s.LastRevision(ctx, cluster); err != nil || rev != want {
+			t.Errorf("LastRevision(%s) = %d, %v; want %d", cluster, rev, err, want)
+		}
+	}
+}
+
+// since selects to the millisecond, across a month's partition boundary.
+func TestSinceIsExactToTheMillisecond(t *testing.T) {
+	s, ctx := store(t)
+	all := history()
+	if err := s.Insert(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	expiry := all[3] // the first event of the next month
+	for _, c := range []struct {
+		since time.Time
+		want  int
+	}{{expiry.At, 2}, {expiry.At.Add(time.Millisecond), 1}, {expiry.At.Add(-time.Millisecond), 2}} {
+		got, err := s.ExpiriesList(ctx, c.since, 100)
+		if err != nil || len(got) != c.want {
+			t.Errorf("ExpiriesList(since %v) = %d events, %v; want %d", c.since, len(got), err, c.want)
+		}
+	}
+	counts, err := s.Expiries(ctx, expiry.At.Add(time.Millisecond))
+	if want := []chstore.ExpiryCount{{"team-a", "entity", 1}}; err != nil || !reflect.DeepEqual(counts, want) {
+		t.Errorf("Expiries after the first = %+v, %v; want %+v", counts, err, want)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	s, ctx := store(t)
+	all := history()
+	if err := s.Insert(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ByKey(ctx, "payments/ledger/42", t0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ByKey, limit 2", got, all[1:3])
+	if got, err := s.ByIdentity(ctx, "alice", t0, chstore.MaxLimit+1); err != nil || len(got) != 4 {
+		t.Errorf("ByIdentity beyond MaxLimit = %d events, %v; want 4", len(got), err)
+	}
+	if _, err := s.ExpiriesList(ctx, t0, 0); err == nil {
+		t.Error("a limit of 0 was accepted")
+	}
+}
+
+// Values that would break out of a naively quoted literal select nothing
+// and break nothing; a key made of them is found exactly.
+func TestInjectionSelectsNothing(t *testing.T) {
+	s, ctx := store(t)
+	nasty := `x\' ) OR 1=1 -- ` + "\n'\\"
+	evs := append(history(), audit.Event{ClusterID: "c0ffee", Revision: 99, Key: nasty, Kind: audit.Grant,
+		At: t0, Namespace: nasty, Class: nasty, Identity: nasty, Detail: nasty})
+	if err := s.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, attack := range []string{`') OR 1=1 --`, `' OR 1=1 --`, `\' OR 1=1 --`, `x\' ) OR 1=1 -- `, "' OR '1'='1"} {
+		for name, q := range map[string]func() ([]audit.Event, error){
+			"ByKey":            func() ([]audit.Event, error) { return s.ByKey(ctx, attack, time.Time{}, 100) },
+			"ByIdentity":       func() ([]audit.Event, error) { return s.ByIdentity(ctx, attack, time.Time{}, 100) },
+			"ByNamespaceClass": func() ([]audit.Event, error) { return s.ByNamespaceClass(ctx, "payments", attack, time.Time{}, 100) },
+		} {
+			if got, err := q(); err != nil || len(got) != 0 {
+				t.Errorf("%s(%q) = %d events, %v; want none", name, attack, len(got), err)
+			}
+		}
+		if rev, err := s.LastRevision(ctx, attack); err != nil || rev != 0 {
+			t.Errorf("LastRevision(%q) = %d, %v; want 0", attack, rev, err)
+		}
+	}
+	got, err := s.ByKey(ctx, nasty, time.Time{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "ByKey(nasty)", got, evs[len(evs)-1:])
+	if got, err := s.ByNamespaceClass(ctx, nasty, nasty, time.Time{}, 100); err != nil || len(got) != 1 {
+		t.Errorf("ByNamespaceClass(nasty) = %d events, %v; want 1", len(got), err)
+	}
+	if got, err := s.ByKey(ctx, "payments/ledger/42", time.Time{}, 100); err != nil || len(got) != 9 {
+		t.Errorf("after the attempts, ByKey = %d events, %v; want 9", len(got), err)
+	}
+}
+
+// ClickHouse's refusals come back as errors carrying its message.
+func TestErrorsCarryClickHouseMessage(t *testing.T) {
+	ch := resourcetest.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := chstore.New(ch.URL(), "no_such_database")
+	err := s.Insert(ctx, history())
+	var chErr *chstore.Error
+	if !errors.As(err, &chErr) || chErr.Status == 200 || !strings.Contains(chErr.Message, "no_such_database") {
+		t.Fatalf("Insert into a missing database: %v; want a chstore.Error naming it", err)
+	}
+	if _, err := s.ByKey(ctx, "k", t0, 1); !errors.As(err, &chErr) {
+		t.Errorf("ByKey in a missing database: %v; want a chstore.Error", err)
+	}
+}
