@@ -37,7 +37,8 @@ func (s *Store) do(ctx context.Context, query string, body io.Reader, row func(d
 	params.Set("output_format_json_quote_64bit_integers", "0")
 	if d, ok := ctx.Deadline(); ok {
 		// The server stops work the client has given up on.
-		params.Set("max_execution_time", fmt.Sprint(int(math.Ceil(time.Until(d).Seconds()))))
+		// (0 would mean no limit.)
+		params.Set("max_execution_time", fmt.Sprint(max(1, int(math.Ceil(time.Until(d).Seconds())))))
 	}
 	if body != nil {
 		params.Set("query", query)
@@ -57,7 +58,10 @@ func (s *Store) do(ctx context.Context, query string, body io.Reader, row func(d
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorLen))
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorLen+1))
+		if len(msg) > maxErrorLen {
+			msg = append(msg[:maxErrorLen], "…"...)
+		}
 		return &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(msg))}
 	}
 	if row == nil {
