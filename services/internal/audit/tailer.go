@@ -91,9 +91,11 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Logger.Info("audit: tailing", "cluster", cfg.Cluster, "tailer", cfg.Name)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	deposed := make(chan struct{})
 	go func() {
 		select {
-		case <-sess.Done():
+		case <-sess.Done(): // the election lease is gone
+			close(deposed)
 			cancel()
 		case <-lctx.Done():
 		}
@@ -103,8 +105,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	if errors.Is(err, ErrDeposed) || sess.Ctx().Err() != nil {
+	select {
+	case <-deposed:
 		return ErrDeposed
+	default:
 	}
 	return err
 }
