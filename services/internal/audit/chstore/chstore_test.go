@@ -152,7 +152,7 @@ func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []chstore.ExpiryCount{{"payments", "ledger", 1}, {"team-a", "entity", 1}}
+	want := []audit.ExpiryCount{{Namespace: "payments", Class: "ledger", Count: 1}, {Namespace: "team-a", Class: "entity", Count: 1}}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("Expiries = %+v, want %+v", counts, want)
 	}
@@ -182,7 +182,7 @@ func TestSinceIsExactToTheMillisecond(t *testing.T) {
 		}
 	}
 	counts, err := s.Expiries(ctx, expiry.At.Add(time.Millisecond))
-	if want := []chstore.ExpiryCount{{"team-a", "entity", 1}}; err != nil || !reflect.DeepEqual(counts, want) {
+	if want := []audit.ExpiryCount{{Namespace: "team-a", Class: "entity", Count: 1}}; err != nil || !reflect.DeepEqual(counts, want) {
 		t.Errorf("Expiries after the first = %+v, %v; want %+v", counts, err, want)
 	}
 }

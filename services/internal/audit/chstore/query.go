@@ -39,17 +39,10 @@ func (s *Store) ExpiriesList(ctx context.Context, since time.Time, limit int) ([
 	return s.events(ctx, "kind = "+quote(string(audit.Expiry)), since, limit)
 }
 
-// ExpiryCount is how many holds of a namespace and class ended by expiry.
-type ExpiryCount struct {
-	Namespace string `json:"namespace"`
-	Class     string `json:"class"`
-	Count     int64  `json:"count"`
-}
-
 // Expiries counts the holds that ended by lease expiry at or after since,
 // per namespace and class, most expiries first (then by namespace, class).
-func (s *Store) Expiries(ctx context.Context, since time.Time) ([]ExpiryCount, error) {
-	return query[ExpiryCount](ctx, s, fmt.Sprintf(`SELECT namespace, class, count() AS count
+func (s *Store) Expiries(ctx context.Context, since time.Time) ([]audit.ExpiryCount, error) {
+	return query[audit.ExpiryCount](ctx, s, fmt.Sprintf(`SELECT namespace, class, count() AS count
 		FROM events FINAL WHERE kind = %s AND %s
 		GROUP BY namespace, class ORDER BY count DESC, namespace, class`,
 		quote(string(audit.Expiry)), sinceCond(since)))
@@ -93,3 +86,4 @@ func sinceCond(t time.Time) string {
 	ms := max(t.UnixMilli(), 0)
 	return fmt.Sprintf("at >= toDateTime(%d) AND at_ms >= %d", ms/1000, ms)
 }
+var _ audit.Reader = (*Store)(nil)

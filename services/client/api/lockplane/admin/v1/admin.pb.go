@@ -13,6 +13,7 @@ package adminv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -25,6 +26,486 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AuditRequest names exactly one of key, identity or namespace.
+type AuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// A SPIFFE ID.
+	Identity  string `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	Namespace string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// With namespace: only this class's holds.
+	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	// Events at or after this time; 24 hours ago when unset.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many events (1 to 10000; 1000 when 0).
+	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRequest) Reset() {
+	*x = AuditRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRequest) ProtoMessage() {}
+
+func (x *AuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
+func (*AuditRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AuditRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *AuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// AuditEvent is one event of a key's history. Never a token: a grant's
+// token is epoch × 2^48 + revision, from the fields here, and only the
+// holder was ever told it.
+type AuditEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd cluster ID (hex) and its name in the region.
+	ClusterId string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Cluster   string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Revision  int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Key       string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// grant, handoff, release, session_close, expiry, force_release,
+	// epoch_advance, shard_move, session_open or gap.
+	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A grant's or handoff's time by the arbiter; otherwise when the audit
+	// tailer read the revision.
+	At            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	Namespace     string                 `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class         string                 `protobuf:"bytes,8,opt,name=class,proto3" json:"class,omitempty"`
+	Identity      string                 `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
+	Instance      string                 `protobuf:"bytes,10,opt,name=instance,proto3" json:"instance,omitempty"`
+	Session       int64                  `protobuf:"varint,11,opt,name=session,proto3" json:"session,omitempty"`
+	PrevIdentity  string                 `protobuf:"bytes,12,opt,name=prev_identity,json=prevIdentity,proto3" json:"prev_identity,omitempty"`
+	PrevSession   int64                  `protobuf:"varint,13,opt,name=prev_session,json=prevSession,proto3" json:"prev_session,omitempty"`
+	Epoch         uint32                 `protobuf:"varint,14,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Detail        string                 `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEvent) Reset() {
+	*x = AuditEvent{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEvent) ProtoMessage() {}
+
+func (x *AuditEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
+func (*AuditEvent) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AuditEvent) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEvent) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetSession() int64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetPrevIdentity() string {
+	if x != nil {
+		return x.PrevIdentity
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetPrevSession() int64 {
+	if x != nil {
+		return x.PrevSession
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type AuditResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// True when the limit cut the answer short.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditResponse) Reset() {
+	*x = AuditResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditResponse) ProtoMessage() {}
+
+func (x *AuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
+func (*AuditResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AuditResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *AuditResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type AuditExpiriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Expiries at or after this time; an hour ago when unset.
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many events listed (1 to 10000; 100 when 0).
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditExpiriesRequest) Reset() {
+	*x = AuditExpiriesRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditExpiriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditExpiriesRequest) ProtoMessage() {}
+
+func (x *AuditExpiriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditExpiriesRequest.ProtoReflect.Descriptor instead.
+func (*AuditExpiriesRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AuditExpiriesRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *AuditExpiriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ExpiryCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class         string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	Count         int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpiryCount) Reset() {
+	*x = ExpiryCount{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpiryCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpiryCount) ProtoMessage() {}
+
+func (x *ExpiryCount) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpiryCount.ProtoReflect.Descriptor instead.
+func (*ExpiryCount) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ExpiryCount) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ExpiryCount) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ExpiryCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type AuditExpiriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Counts        []*ExpiryCount         `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	Events        []*AuditEvent          `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditExpiriesResponse) Reset() {
+	*x = AuditExpiriesResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditExpiriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditExpiriesResponse) ProtoMessage() {}
+
+func (x *AuditExpiriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditExpiriesResponse.ProtoReflect.Descriptor instead.
+func (*AuditExpiriesResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AuditExpiriesResponse) GetCounts() []*ExpiryCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *AuditExpiriesResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *AuditExpiriesResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 type ShardMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -33,7 +514,7 @@ type ShardMapRequest struct {
 
 func (x *ShardMapRequest) Reset() {
 	*x = ShardMapRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +526,7 @@ func (x *ShardMapRequest) String() string {
 func (*ShardMapRequest) ProtoMessage() {}
 
 func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +539,7 @@ func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapRequest.ProtoReflect.Descriptor instead.
 func (*ShardMapRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 type ShardMapResponse struct {
@@ -75,7 +556,7 @@ type ShardMapResponse struct {
 
 func (x *ShardMapResponse) Reset() {
 	*x = ShardMapResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -87,7 +568,7 @@ func (x *ShardMapResponse) String() string {
 func (*ShardMapResponse) ProtoMessage() {}
 
 func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -100,7 +581,7 @@ func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapResponse.ProtoReflect.Descriptor instead.
 func (*ShardMapResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ShardMapResponse) GetVersion() int64 {
@@ -140,7 +621,7 @@ type AddShardRequest struct {
 
 func (x *AddShardRequest) Reset() {
 	*x = AddShardRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +633,7 @@ func (x *AddShardRequest) String() string {
 func (*AddShardRequest) ProtoMessage() {}
 
 func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +646,7 @@ func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
 func (*AddShardRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AddShardRequest) GetShard() string {
@@ -186,7 +667,7 @@ type AddShardResponse struct {
 
 func (x *AddShardResponse) Reset() {
 	*x = AddShardResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +679,7 @@ func (x *AddShardResponse) String() string {
 func (*AddShardResponse) ProtoMessage() {}
 
 func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +692,7 @@ func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
 func (*AddShardResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddShardResponse) GetPhase() string {
@@ -239,7 +720,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +732,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +745,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatusRequest) GetCluster() string {
@@ -311,7 +792,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +804,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +817,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -446,7 +927,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +939,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +952,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Member) GetId() string {
@@ -545,7 +1026,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +1038,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +1051,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AdvanceEpochRequest) GetExpectedEpoch() uint32 {
@@ -616,7 +1097,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +1109,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +1122,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -690,7 +1171,47 @@ var File_lockplane_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\"\x11\n" +
+	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n" +
+	"\fAuditRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\"\xaf\x03\n" +
+	"\n" +
+	"AuditEvent\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12*\n" +
+	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1c\n" +
+	"\tnamespace\x18\a \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\b \x01(\tR\x05class\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\x12\x1a\n" +
+	"\binstance\x18\n" +
+	" \x01(\tR\binstance\x12\x18\n" +
+	"\asession\x18\v \x01(\x03R\asession\x12#\n" +
+	"\rprev_identity\x18\f \x01(\tR\fprevIdentity\x12!\n" +
+	"\fprev_session\x18\r \x01(\x03R\vprevSession\x12\x14\n" +
+	"\x05epoch\x18\x0e \x01(\rR\x05epoch\x12\x16\n" +
+	"\x06detail\x18\x0f \x01(\tR\x06detail\"e\n" +
+	"\rAuditResponse\x126\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.lockplane.admin.v1.AuditEventR\x06events\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"^\n" +
+	"\x14AuditExpiriesRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"W\n" +
+	"\vExpiryCount\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xa6\x01\n" +
+	"\x15AuditExpiriesResponse\x127\n" +
+	"\x06counts\x18\x01 \x03(\v2\x1f.lockplane.admin.v1.ExpiryCountR\x06counts\x126\n" +
+	"\x06events\x18\x02 \x03(\v2\x1e.lockplane.admin.v1.AuditEventR\x06events\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x11\n" +
 	"\x0fShardMapRequest\"|\n" +
 	"\x10ShardMapResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
@@ -746,12 +1267,14 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rdeleted_holds\x18\x03 \x01(\x03R\fdeletedHolds\x12'\n" +
 	"\x0fdeleted_waiters\x18\x04 \x01(\x03R\x0edeletedWaiters\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision2\xf2\x02\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision2\xa6\x04\n" +
 	"\fAdminService\x12O\n" +
 	"\x06Status\x12!.lockplane.admin.v1.StatusRequest\x1a\".lockplane.admin.v1.StatusResponse\x12a\n" +
 	"\fAdvanceEpoch\x12'.lockplane.admin.v1.AdvanceEpochRequest\x1a(.lockplane.admin.v1.AdvanceEpochResponse\x12U\n" +
 	"\bShardMap\x12#.lockplane.admin.v1.ShardMapRequest\x1a$.lockplane.admin.v1.ShardMapResponse\x12W\n" +
-	"\bAddShard\x12#.lockplane.admin.v1.AddShardRequest\x1a$.lockplane.admin.v1.AddShardResponse0\x01BOZMgithub.com/lockplane/lockplane/services/client/api/lockplane/admin/v1;adminv1b\x06proto3"
+	"\bAddShard\x12#.lockplane.admin.v1.AddShardRequest\x1a$.lockplane.admin.v1.AddShardResponse0\x01\x12L\n" +
+	"\x05Audit\x12 .lockplane.admin.v1.AuditRequest\x1a!.lockplane.admin.v1.AuditResponse\x12d\n" +
+	"\rAuditExpiries\x12(.lockplane.admin.v1.AuditExpiriesRequest\x1a).lockplane.admin.v1.AuditExpiriesResponseBOZMgithub.com/lockplane/lockplane/services/client/api/lockplane/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_lockplane_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -765,33 +1288,50 @@ func file_lockplane_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lockplane_admin_v1_admin_proto_rawDescData
 }
 
-var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lockplane_admin_v1_admin_proto_goTypes = []any{
-	(*ShardMapRequest)(nil),      // 0: lockplane.admin.v1.ShardMapRequest
-	(*ShardMapResponse)(nil),     // 1: lockplane.admin.v1.ShardMapResponse
-	(*AddShardRequest)(nil),      // 2: lockplane.admin.v1.AddShardRequest
-	(*AddShardResponse)(nil),     // 3: lockplane.admin.v1.AddShardResponse
-	(*StatusRequest)(nil),        // 4: lockplane.admin.v1.StatusRequest
-	(*StatusResponse)(nil),       // 5: lockplane.admin.v1.StatusResponse
-	(*Member)(nil),               // 6: lockplane.admin.v1.Member
-	(*AdvanceEpochRequest)(nil),  // 7: lockplane.admin.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil), // 8: lockplane.admin.v1.AdvanceEpochResponse
+	(*AuditRequest)(nil),          // 0: lockplane.admin.v1.AuditRequest
+	(*AuditEvent)(nil),            // 1: lockplane.admin.v1.AuditEvent
+	(*AuditResponse)(nil),         // 2: lockplane.admin.v1.AuditResponse
+	(*AuditExpiriesRequest)(nil),  // 3: lockplane.admin.v1.AuditExpiriesRequest
+	(*ExpiryCount)(nil),           // 4: lockplane.admin.v1.ExpiryCount
+	(*AuditExpiriesResponse)(nil), // 5: lockplane.admin.v1.AuditExpiriesResponse
+	(*ShardMapRequest)(nil),       // 6: lockplane.admin.v1.ShardMapRequest
+	(*ShardMapResponse)(nil),      // 7: lockplane.admin.v1.ShardMapResponse
+	(*AddShardRequest)(nil),       // 8: lockplane.admin.v1.AddShardRequest
+	(*AddShardResponse)(nil),      // 9: lockplane.admin.v1.AddShardResponse
+	(*StatusRequest)(nil),         // 10: lockplane.admin.v1.StatusRequest
+	(*StatusResponse)(nil),        // 11: lockplane.admin.v1.StatusResponse
+	(*Member)(nil),                // 12: lockplane.admin.v1.Member
+	(*AdvanceEpochRequest)(nil),   // 13: lockplane.admin.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),  // 14: lockplane.admin.v1.AdvanceEpochResponse
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_lockplane_admin_v1_admin_proto_depIdxs = []int32{
-	6, // 0: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
-	4, // 1: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
-	7, // 2: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
-	0, // 3: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
-	2, // 4: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
-	5, // 5: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
-	8, // 6: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
-	1, // 7: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
-	3, // 8: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	15, // 0: lockplane.admin.v1.AuditRequest.since:type_name -> google.protobuf.Timestamp
+	15, // 1: lockplane.admin.v1.AuditEvent.at:type_name -> google.protobuf.Timestamp
+	1,  // 2: lockplane.admin.v1.AuditResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	15, // 3: lockplane.admin.v1.AuditExpiriesRequest.since:type_name -> google.protobuf.Timestamp
+	4,  // 4: lockplane.admin.v1.AuditExpiriesResponse.counts:type_name -> lockplane.admin.v1.ExpiryCount
+	1,  // 5: lockplane.admin.v1.AuditExpiriesResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	12, // 6: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
+	10, // 7: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
+	13, // 8: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
+	6,  // 9: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
+	8,  // 10: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
+	0,  // 11: lockplane.admin.v1.AdminService.Audit:input_type -> lockplane.admin.v1.AuditRequest
+	3,  // 12: lockplane.admin.v1.AdminService.AuditExpiries:input_type -> lockplane.admin.v1.AuditExpiriesRequest
+	11, // 13: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
+	14, // 14: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
+	7,  // 15: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
+	9,  // 16: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
+	2,  // 17: lockplane.admin.v1.AdminService.Audit:output_type -> lockplane.admin.v1.AuditResponse
+	5,  // 18: lockplane.admin.v1.AdminService.AuditExpiries:output_type -> lockplane.admin.v1.AuditExpiriesResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_lockplane_admin_v1_admin_proto_init() }
@@ -799,14 +1339,14 @@ func file_lockplane_admin_v1_admin_proto_init() {
 	if File_lockplane_admin_v1_admin_proto != nil {
 		return
 	}
-	file_lockplane_admin_v1_admin_proto_msgTypes[7].OneofWrappers = []any{}
+	file_lockplane_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_admin_v1_admin_proto_rawDesc), len(file_lockplane_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
