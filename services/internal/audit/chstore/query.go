@@ -86,4 +86,5 @@ func sinceCond(t time.Time) string {
 	ms := max(t.UnixMilli(), 0)
 	return fmt.Sprintf("at >= toDateTime(%d) AND at_ms >= %d", ms/1000, ms)
 }
+
 var _ audit.Reader = (*Store)(nil)
