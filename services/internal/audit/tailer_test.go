@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -263,3 +264,5 @@ func TestACompactedRangeIsRecordedAsAGap(t *testing.T) {
 	}
 	_ = after
 }
+
+func raw(c *lockclient.Client) lockv1.LockServiceClient { return lockv1.NewLockServiceClient(c.Conn()) }
