@@ -258,3 +258,23 @@ func TestErrorsCarryClickHouseMessage(t *testing.T) {
 		t.Errorf("ByKey in a missing database: %v; want a chstore.Error", err)
 	}
 }
+
+// A replayed event whose time is when the tailer read it keeps its first
+// reading: the earliest time, nearest the truth, whatever order the
+// copies arrive in.
+func TestAReplayKeepsTheEarliestReading(t *testing.T) {
+	s, ctx := store(t)
+	e := audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: 30, Key: "team-a/replay/1", Kind: audit.Expiry,
+		At: t0, Namespace: "team-a", Class: "default", Identity: "x", Session: 7}
+	later, earlier := e, e
+	later.At, earlier.At = t0.Add(time.Minute), t0.Add(-time.Second)
+	for _, batch := range [][]audit.Event{{e}, {later}, {earlier}, {later}} {
+		if err := s.Insert(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ByKey(ctx, e.Key, t0.Add(-time.Hour), 10)
+	if err != nil || len(got) != 1 || !got[0].At.Equal(earlier.At) {
+		t.Fatalf("got %+v, %v; want one event at %s", got, err, earlier.At)
+	}
+}

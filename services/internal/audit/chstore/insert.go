@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/lockplane/lockplane/services/internal/audit"
@@ -24,15 +25,20 @@ func (s *Store) Insert(ctx context.Context, events []audit.Event) error {
 }
 
 func (s *Store) insert(ctx context.Context, events []audit.Event) error {
-	// The version ReplacingMergeTree keeps the latest of.
-	ingested := uint64(time.Now().UnixNano())
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body) // one JSON object per line
 	enc.SetEscapeHTML(false)
 	for _, e := range events {
-		if err := enc.Encode(toRow(e, ingested)); err != nil {
+		if err := enc.Encode(toRow(e, earliestWins(e.At))); err != nil {
 			return err
 		}
 	}
 	return s.post(ctx, "INSERT INTO events FORMAT JSONEachRow", body.Bytes())
+}
+
+// earliestWins is the version ReplacingMergeTree keeps the highest of: a
+// replay of an event whose time is when the tailer read it (a release, an
+// expiry) has a later time, and the first reading, nearest the truth, stays.
+func earliestWins(at time.Time) uint64 {
+	return math.MaxUint64 - uint64(at.UnixMilli())
 }
