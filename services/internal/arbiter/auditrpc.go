@@ -2,6 +2,8 @@ package arbiter
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
@@ -145,4 +147,84 @@ func auditEvents(evs []audit.Event, limit int) ([]*adminv1.AuditEvent, bool) {
 		}
 	}
 	return out, truncated
+}
+
+// ClassFact is what the register reports of a class beyond its grants.
+type ClassFact struct {
+	Name, Namespace, Enforcement, Purpose, RiskOwner string
+	WaiverExpires                                    time.Time
+}
+
+// ClassFacts is implemented by a class registry that knows the register's
+// facts (the policy set's); other registries report names only.
+type ClassFacts interface {
+	ClassFacts() []ClassFact
+}
+
+// Report implements adminv1.AdminServiceServer.
+func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*adminv1.ReportResponse, error) {
+	r, err := s.auditReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	defer cancel()
+	since, _, err := auditWindow(req.GetSince(), 7*24*time.Hour, 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	out := &adminv1.ReportResponse{}
+	switch req.GetKind() {
+	case "register":
+		grants, err := r.GrantsByClass(ctx, since)
+		if err != nil {
+			return nil, s.auditFailure(err)
+		}
+		out.Register = s.register(grants)
+	case "contention":
+		rows, err := r.Contention(ctx, since)
+		if err != nil {
+			return nil, s.auditFailure(err)
+		}
+		for _, c := range rows {
+			out.Contention = append(out.Contention, &adminv1.ContentionRow{Namespace: c.Namespace, Class: c.Class,
+				Grants: c.Grants, Handoffs: c.Handoffs, Releases: c.Releases, Expiries: c.Expiries,
+				Holds: c.Holds, HoldP50Ms: c.HoldP50ms, HoldP99Ms: c.HoldP99ms, HoldMaxMs: c.HoldMaxms})
+		}
+	case "cost":
+		rows, err := r.Cost(ctx, since)
+		if err != nil {
+			return nil, s.auditFailure(err)
+		}
+		for _, c := range rows {
+			out.Cost = append(out.Cost, &adminv1.CostRow{Identity: c.Identity, Sessions: c.Sessions, Holds: c.Holds, Writes: c.Writes})
+		}
+	default:
+		return nil, invalidArgument("kind", "must be register, contention or cost")
+	}
+	return out, nil
+}
+
+// register lists every class the registry knows, with its grants, and any
+// class with grants it no longer knows.
+func (s *adminServer) register(grants map[string]int64) []*adminv1.RegisterRow {
+	var out []*adminv1.RegisterRow
+	seen := map[string]bool{}
+	if f, ok := s.a.cfg.Classes.(ClassFacts); ok {
+		for _, c := range f.ClassFacts() {
+			row := &adminv1.RegisterRow{Class: c.Name, Namespace: c.Namespace, Enforcement: c.Enforcement,
+				Purpose: c.Purpose, RiskOwner: c.RiskOwner, Grants: grants[c.Name]}
+			if !c.WaiverExpires.IsZero() {
+				row.WaiverExpires = timestamppb.New(c.WaiverExpires)
+			}
+			out, seen[c.Name] = append(out, row), true
+		}
+	}
+	for name, n := range grants {
+		if !seen[name] {
+			out = append(out, &adminv1.RegisterRow{Class: name, Grants: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b *adminv1.RegisterRow) int { return strings.Compare(a.Class, b.Class) })
+	return out
 }

@@ -278,3 +278,37 @@ func TestAReplayKeepsTheEarliestReading(t *testing.T) {
 		t.Fatalf("got %+v, %v; want one event at %s", got, err, earlier.At)
 	}
 }
+
+// Contention times each hold from its grant or handoff to its key's next
+// event; cost counts each identity's sessions, holds and writes.
+func TestReportsContentionAndCost(t *testing.T) {
+	s, ctx := store(t)
+	if err := s.Insert(ctx, history()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Contention(ctx, t0.Add(-time.Hour))
+	want := []audit.Contention{
+		// Holds of 4 ms (to the handoff), 1495 (to the expiry), and 100
+		// each to the release, the close and the force-release.
+		{Namespace: "payments", Class: "ledger", Grants: 4, Handoffs: 1, Releases: 1, Expiries: 1,
+			Holds: 5, HoldP50ms: 100, HoldP99ms: 1495, HoldMaxms: 1495},
+		{Namespace: "team-a", Class: "entity", Expiries: 1},
+	}
+	if err != nil || !reflect.DeepEqual(rows, want) {
+		t.Fatalf("contention %+v, %v\nwant %+v", rows, err, want)
+	}
+	costs, err := s.Cost(ctx, t0.Add(-time.Hour))
+	wantCost := []audit.Cost{
+		{Identity: "alice", Sessions: 1, Holds: 2, Writes: 4},
+		{Identity: "bob", Holds: 1, Writes: 3},
+		{Identity: "carol", Holds: 1, Writes: 2},
+		{Identity: "dave", Holds: 1, Writes: 2},
+	}
+	if err != nil || !reflect.DeepEqual(costs, wantCost) {
+		t.Fatalf("cost %+v, %v\nwant %+v", costs, err, wantCost)
+	}
+	byClass, err := s.GrantsByClass(ctx, t0.Add(-time.Hour))
+	if err != nil || !reflect.DeepEqual(byClass, map[string]int64{"ledger": 5}) {
+		t.Fatalf("grants by class %v, %v; want ledger: 5", byClass, err)
+	}
+}

@@ -29,6 +29,7 @@ const (
 	AdminService_AddShard_FullMethodName      = "/lockplane.admin.v1.AdminService/AddShard"
 	AdminService_Audit_FullMethodName         = "/lockplane.admin.v1.AdminService/Audit"
 	AdminService_AuditExpiries_FullMethodName = "/lockplane.admin.v1.AdminService/AuditExpiries"
+	AdminService_Report_FullMethodName        = "/lockplane.admin.v1.AdminService/Report"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -67,6 +68,11 @@ type AdminServiceClient interface {
 	// release, per namespace and class, and the latest of them: holders that
 	// stopped renewing (ADR-22). Only operators may call it.
 	AuditExpiries(ctx context.Context, in *AuditExpiriesRequest, opts ...grpc.CallOption) (*AuditExpiriesResponse, error)
+	// Report computes one of the operators' reports from audit history:
+	// the register of classes (ADR-01: advisory correctness classes with
+	// their risk owner and waiver, and every class's grants), contention per
+	// namespace and class, or cost per identity. Only operators may call it.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
 type adminServiceClient struct {
@@ -146,6 +152,16 @@ func (c *adminServiceClient) AuditExpiries(ctx context.Context, in *AuditExpirie
 	return out, nil
 }
 
+func (c *adminServiceClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, AdminService_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -182,6 +198,11 @@ type AdminServiceServer interface {
 	// release, per namespace and class, and the latest of them: holders that
 	// stopped renewing (ADR-22). Only operators may call it.
 	AuditExpiries(context.Context, *AuditExpiriesRequest) (*AuditExpiriesResponse, error)
+	// Report computes one of the operators' reports from audit history:
+	// the register of classes (ADR-01: advisory correctness classes with
+	// their risk owner and waiver, and every class's grants), contention per
+	// namespace and class, or cost per identity. Only operators may call it.
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -209,6 +230,9 @@ func (UnimplementedAdminServiceServer) Audit(context.Context, *AuditRequest) (*A
 }
 func (UnimplementedAdminServiceServer) AuditExpiries(context.Context, *AuditExpiriesRequest) (*AuditExpiriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AuditExpiries not implemented")
+}
+func (UnimplementedAdminServiceServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -332,6 +356,24 @@ func _AdminService_AuditExpiries_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -358,6 +400,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AuditExpiries",
 			Handler:    _AdminService_AuditExpiries_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _AdminService_Report_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
