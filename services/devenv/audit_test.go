@@ -80,13 +80,36 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 		}
 	}
 
+	// The reports count what the history holds: both grants, one per
+	// cluster, each ended by a release; the demo identity's cost.
+	rep, err := admin.Report(ctx, &adminv1.ReportRequest{Kind: "contention"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grants, releases, holds int64
+	for _, r := range rep.GetContention() {
+		if r.GetNamespace() == "team-a" {
+			grants, releases, holds = grants+r.GetGrants(), releases+r.GetReleases(), holds+r.GetHolds()
+		}
+	}
+	if grants != 2 || releases != 2 || holds != 2 {
+		t.Fatalf("contention %v: want 2 grants, 2 releases, 2 timed holds in team-a", rep.GetContention())
+	}
+	rep, err = admin.Report(ctx, &adminv1.ReportRequest{Kind: "cost"})
+	if err != nil || len(rep.GetCost()) == 0 || rep.GetCost()[0].GetIdentity() != env.Profile.Identities["demo"].SPIFFEID || rep.GetCost()[0].GetHolds() != 2 {
+		t.Fatalf("cost %v, %v: want demo first, with 2 holds", rep.GetCost(), err)
+	}
+	if _, err := admin.Report(ctx, &adminv1.ReportRequest{Kind: "nonsense"}); reason.Of(err) != lockv1.ErrorReason_INVALID_ARGUMENT {
+		t.Fatalf("an unknown report: %v, want INVALID_ARGUMENT", err)
+	}
+
 	// Only operators read history.
 	other := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "other").Conn())
 	if _, err := other.Audit(ctx, &adminv1.AuditRequest{Key: key}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
 		t.Fatalf("a workload's audit query: %v, want PERMISSION_DENIED", err)
 	}
 	// One question at a time, and the refusal names the field.
-	_, err := admin.Audit(ctx, &adminv1.AuditRequest{Key: key, Identity: env.Profile.Identities["demo"].SPIFFEID})
+	_, err = admin.Audit(ctx, &adminv1.AuditRequest{Key: key, Identity: env.Profile.Identities["demo"].SPIFFEID})
 	r, meta := reason.Info(err)
 	if r != lockv1.ErrorReason_INVALID_ARGUMENT || meta["field"] == "" || !strings.Contains(err.Error(), meta["field"]) {
 		t.Fatalf("key and identity together: %v (reason %s, %v), want INVALID_ARGUMENT naming the field", err, r, meta)
