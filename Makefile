@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := tools/build
 
-.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse infra-tools up down bench-core bench-fsync gate gate-short clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse infra-tools up down bench-core bench-audit bench-fsync gate gate-short clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -93,6 +93,11 @@ bench-fsync:
 
 # Raw etcd Txn vs Lockplane vs concurrency.Mutex on one embedded cluster,
 # then a hot key with 8 contenders (Lockplane vs concurrency.Mutex handoffs).
+# The audit tailer on the embedded default with a real ClickHouse: catch-up
+# throughput and live lag (make clickhouse first).
+bench-audit:
+	$(GO) run ./benchmarks/audit $(BENCH_ARGS)
+
 bench-core: build
 	$(GO) run ./benchmarks/core -hot 8 -shards 2 $(BENCH_ARGS)
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit/chserver"
+	"github.com/lockplane/lockplane/services/audit/chserver"
 )
 
 // ClickHouseBin is where Debian's clickhouse-server package (18.16) puts

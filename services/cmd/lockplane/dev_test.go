@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lockplane/lockplane/services/internal/audit/chserver"
+	"github.com/lockplane/lockplane/services/audit/chserver"
 )
 
 // The quick start's first command, as a user runs it: serve (with its

@@ -9,8 +9,8 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/audit"
-	"github.com/lockplane/lockplane/services/internal/audit/audittest"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/audittest"
 )
 
 // The log says how every hold ended, with nothing written beside it: the

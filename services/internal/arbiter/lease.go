@@ -23,7 +23,7 @@ func (a *Arbiter) revoke(ctx context.Context, lease int64) error {
 // closeLease ends a session's lease on this cluster as a close: it first
 // puts the closing mark on the lease, so the revoke that follows deletes
 // it with the holds and the log says the session was closed, not expired
-// (services/internal/audit). If the mark fails for any reason but a lease
+// (services/audit). If the mark fails for any reason but a lease
 // already gone, nothing is revoked and the caller may retry; a mark with
 // no revoke after it still ends as a close when the lease expires.
 func (a *Arbiter) closeLease(ctx context.Context, lease int64) error {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/audit"
-	"github.com/lockplane/lockplane/services/internal/audit/audittest"
-	"github.com/lockplane/lockplane/services/internal/audit/tailers"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/audittest"
+	"github.com/lockplane/lockplane/services/audit/tailers"
 )
 
 // A store that is not ready yet delays the tailers, never stops them: the

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/audit"
 )
 
 // Insert stores events, MaxBatch per request. Inserting an event again

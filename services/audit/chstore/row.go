@@ -3,7 +3,7 @@ package chstore
 import (
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/audit"
 )
 
 // row is an event as the events table holds it (JSONEachRow, both ways):

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/audit"
 )
 
 // Contention reports, per namespace and class, how holds began (grants,

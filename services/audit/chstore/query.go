@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/audit"
 )
 
 // ByKey returns the events of one lock key at or after since, oldest

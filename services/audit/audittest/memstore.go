@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/audit"
 )
 
 // Store keeps events by (cluster ID, revision, key), as the ClickHouse

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
+	"github.com/lockplane/lockplane/services/audit"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/audit"
-	"github.com/lockplane/lockplane/services/internal/audit/chstore"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 )
 
