@@ -198,46 +198,80 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 				return err
 			}
 		case resp, ok := <-wch:
-			if !ok {
-				if ctx.Err() != nil {
-					return ctx.Err()
+			// Store what has arrived in one insert: the store pays per
+			// insert, and the watch keeps delivering while it runs.
+			var b batch
+			for {
+				if !ok || resp.CompactRevision > 0 || resp.Err() != nil {
+					if err := t.flush(ctx, &b); err != nil {
+						return err
+					}
+					return t.interrupted(ctx, resp, ok)
 				}
-				return t.pause(ctx)
-			}
-			if resp.CompactRevision > 0 {
-				// Revisions before the compaction are gone: record the gap,
-				// never skip it silently, and go on from there.
-				g := t.gap(t.done+1, resp.CompactRevision-1, "compacted before the tailer read them")
-				if err := t.insert(ctx, []Event{g}); err != nil {
-					return err
+				t.cfg.Metrics.head(t.cfg.Cluster, resp.Header.Revision)
+				t.collect(&b, resp)
+				if len(b.events) >= maxBatch {
+					break
 				}
-				t.done, t.dirty = resp.CompactRevision-1, true
-				return nil
+				select {
+				case resp, ok = <-wch:
+					continue
+				default:
+				}
+				break
 			}
-			if err := resp.Err(); err != nil {
-				t.cfg.Logger.Warn("audit: watch failed; watching again", "cluster", t.cfg.Cluster, "err", err)
-				return t.pause(ctx)
-			}
-			t.cfg.Metrics.head(t.cfg.Cluster, resp.Header.Revision)
-			if err := t.apply(ctx, resp); err != nil {
+			if err := t.flush(ctx, &b); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// apply stores one watch response's revisions and moves t.done past them.
-func (t *tailer) apply(ctx context.Context, resp clientv3.WatchResponse) error {
+// maxBatch bounds the events one insert carries.
+const maxBatch = 5000
+
+// batch is the events of consecutive watch responses, and the revision
+// the tailer is done with once they are stored.
+type batch struct {
+	events []Event
+	done   int64
+}
+
+// interrupted handles a watch response that ends the watch: a compaction
+// (a gap event, then on from the compaction), an error or a closed channel
+// (watch again after a pause).
+func (t *tailer) interrupted(ctx context.Context, resp clientv3.WatchResponse, ok bool) error {
+	switch {
+	case !ok:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return t.pause(ctx)
+	case resp.CompactRevision > 0:
+		// Revisions before the compaction are gone: record the gap,
+		// never skip it silently, and go on from there.
+		g := t.gap(t.done+1, resp.CompactRevision-1, "compacted before the tailer read them")
+		if err := t.insert(ctx, []Event{g}); err != nil {
+			return err
+		}
+		t.done, t.dirty = resp.CompactRevision-1, true
+		return nil
+	default:
+		t.cfg.Logger.Warn("audit: watch failed; watching again", "cluster", t.cfg.Cluster, "err", resp.Err())
+		return t.pause(ctx)
+	}
+}
+
+// collect adds one watch response's revisions to b.
+func (t *tailer) collect(b *batch, resp clientv3.WatchResponse) {
+	b.done = max(b.done, t.done)
 	if resp.IsProgressNotify() {
 		// Every event up to the header's revision has been sent.
-		t.done = max(t.done, resp.Header.Revision)
+		b.done = max(b.done, resp.Header.Revision)
 		t.dirty = true
-		t.cfg.Metrics.stored(t.cfg.Cluster, t.done, 0)
-		return nil
+		return
 	}
 	now := time.Now().UTC()
-	var out []Event
-	last := t.done
 	for i := 0; i < len(resp.Events); {
 		r := revision{rev: resp.Events[i].Kv.ModRevision}
 		for ; i < len(resp.Events) && resp.Events[i].Kv.ModRevision == r.rev; i++ {
@@ -252,14 +286,21 @@ func (t *tailer) apply(ctx context.Context, resp clientv3.WatchResponse) error {
 			}
 		}
 		t.dirty = t.dirty || !ownBookkeeping(r)
-		out = append(out, evs...)
-		last = r.rev
+		b.events = append(b.events, evs...)
+		b.done = r.rev
 	}
-	if err := t.insert(ctx, out); err != nil {
+}
+
+// flush stores b's events and moves t.done past them.
+func (t *tailer) flush(ctx context.Context, b *batch) error {
+	if err := t.insert(ctx, b.events); err != nil {
 		return err
 	}
-	t.done = last
-	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, len(out))
+	if b.done > t.done {
+		t.done = b.done
+	}
+	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, len(b.events))
+	*b = batch{}
 	return nil
 }
 

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/services/devenv"
-	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/audittest"
 	"github.com/lockplane/lockplane/services/audit/tailers"
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 )
 
 // A store that is not ready yet delays the tailers, never stops them: the
