@@ -106,7 +106,11 @@ func main() {
 	}
 	fmt.Printf("%-9s %8s %8s %10s %10s %10s\n", "phase", "events", "seconds", "events/s", "lag p50", "lag p99")
 	for _, r := range results {
-		fmt.Printf("%-9s %8d %8.2f %10.0f %9.1fms %9.1fms\n", r.Phase, r.Events, r.Seconds, r.EventsSec, r.LagP50ms, r.LagP99ms)
+		lag := fmt.Sprintf("%9.1fms %9.1fms", r.LagP50ms, r.LagP99ms)
+		if r.Phase == "catch-up" {
+			lag = fmt.Sprintf("%11s %11s", "-", "-")
+		}
+		fmt.Printf("%-9s %8d %8.2f %10.0f %s\n", r.Phase, r.Events, r.Seconds, r.EventsSec, lag)
 	}
 }
 
@@ -175,10 +179,14 @@ type timedStore struct {
 }
 
 func (s *timedStore) Insert(ctx context.Context, evs []audit.Event) error {
+	t0 := time.Now()
 	if err := s.Store.Insert(ctx, evs); err != nil {
 		return err
 	}
 	now := time.Now()
+	if os.Getenv("DEBUG_AUDIT") != "" {
+		log.Printf("insert %d events in %s", len(evs), now.Sub(t0))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range evs {

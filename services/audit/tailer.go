@@ -143,7 +143,8 @@ type tailer struct {
 	saved  int64 // the checkpointed revision
 	// dirty is set when done passes a revision that is not the tailers'
 	// own bookkeeping: checkpoints alone never cause another checkpoint.
-	dirty bool
+	dirty  bool
+	linger *time.Timer
 }
 
 // source is the tailed cluster as its events name it.
@@ -210,15 +211,9 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 				}
 				t.cfg.Metrics.head(t.cfg.Cluster, resp.Header.Revision)
 				t.collect(&b, resp)
-				if len(b.events) >= maxBatch {
+				if len(b.events) >= maxBatch || !t.next(wch, &resp, &ok) {
 					break
 				}
-				select {
-				case resp, ok = <-wch:
-					continue
-				default:
-				}
-				break
 			}
 			if err := t.flush(ctx, &b); err != nil {
 				return err
@@ -227,8 +222,32 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 	}
 }
 
-// maxBatch bounds the events one insert carries.
-const maxBatch = 5000
+// maxBatch bounds the events one insert carries; linger is how long a
+// batch waits for the watch's next response. The watch hands buffered
+// responses over one at a time from its own goroutine, so a batch that
+// stopped at the first empty receive would carry one revision each and
+// fall behind any store that pays per insert.
+const (
+	maxBatch = 5000
+	linger   = 2 * time.Millisecond
+)
+
+// next receives the watch's next response into resp and ok if one comes
+// within linger.
+func (t *tailer) next(wch clientv3.WatchChan, resp *clientv3.WatchResponse, ok *bool) bool {
+	if t.linger == nil {
+		t.linger = time.NewTimer(linger)
+	} else {
+		t.linger.Reset(linger)
+	}
+	select {
+	case *resp, *ok = <-wch:
+		t.linger.Stop()
+		return true
+	case <-t.linger.C:
+		return false
+	}
+}
 
 // batch is the events of consecutive watch responses, and the revision
 // the tailer is done with once they are stored.
