@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/audittest"
 	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 )
@@ -37,35 +38,9 @@ func store(t *testing.T) (*chstore.Store, context.Context) {
 
 var t0 = time.Date(2026, 11, 30, 23, 59, 59, 987_000_000, time.UTC) // the next month is a second away
 
-// history is every kind of event, oldest first: one key's holds ending
-// every way, another namespace's expiry, and cluster events.
-func history() []audit.Event {
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	hold := func(rev int64, ms int, kind audit.Kind, id string, sess int64) audit.Event {
-		return audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: rev, Key: "payments/ledger/42", Kind: kind,
-			At: at(ms), Namespace: "payments", Class: "ledger", Identity: id, Instance: id + "-pod-1", Session: sess, Epoch: 3}
-	}
-	handoff := hold(11, 5, audit.Handoff, "bob", 202)
-	handoff.PrevIdentity, handoff.PrevSession = "alice", 101
-	return []audit.Event{
-		{ClusterID: "c0ffee", Cluster: "coord", Revision: 9, Key: "/s/0000000000000065", Kind: audit.SessionOpen,
-			At: at(0), Identity: "alice", Instance: "alice-pod-1", Session: 101, Epoch: 3},
-		hold(10, 1, audit.Grant, "alice", 101),
-		handoff,
-		hold(12, 1500, audit.Expiry, "bob", 202),  // the next month
-		hold(13, 1500, audit.Grant, "carol", 303), // same time: revision orders
-		hold(14, 1600, audit.Release, "carol", 303),
-		hold(15, 1700, audit.Grant, "alice", 404),
-		hold(16, 1800, audit.SessionClose, "alice", 404),
-		hold(17, 1900, audit.Grant, "dave", 505),
-		hold(18, 2000, audit.ForceRelease, "dave", 505),
-		{ClusterID: "c0ffee", Cluster: "coord", Revision: 19, Kind: audit.EpochAdvance, At: at(2100), Epoch: 4, Detail: "epoch 4"},
-		{ClusterID: "c0ffee", Cluster: "coord", Revision: 20, Kind: audit.ShardMove, At: at(2200), Epoch: 4, Detail: "shard map v7"},
-		{ClusterID: "beef", Cluster: "shard-a", Revision: 500, Kind: audit.Gap, At: at(2300), Detail: "revisions 100-499 compacted"},
-		{ClusterID: "beef", Cluster: "shard-a", Revision: 501, Key: "team-a/orders/7", Kind: audit.Expiry,
-			At: at(2400), Namespace: "team-a", Class: "entity", Identity: "bob", Instance: "bob-pod-2", Session: 606, Epoch: 1},
-	}
-}
+// history is every kind of event, oldest first; the expiry at index 3
+// is in the next month.
+func history() []audit.Event { return audittest.EveryKind(t0) }
 
 func filter(evs []audit.Event, keep func(audit.Event) bool) []audit.Event {
 	var out []audit.Event
@@ -75,25 +50,6 @@ func filter(evs []audit.Event, keep func(audit.Event) bool) []audit.Event {
 		}
 	}
 	return out
-}
-
-func same(t *testing.T, what string, got, want []audit.Event) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("%s: got %d events, want %d", what, len(got), len(want))
-		for i := range max(len(got), len(want)) {
-			if i >= len(got) || i >= len(want) || !reflect.DeepEqual(got[i], want[i]) {
-				t.Errorf("  #%d\n   got  %+v\n   want %+v", i, at(got, i), at(want, i))
-			}
-		}
-	}
-}
-
-func at(evs []audit.Event, i int) any {
-	if i < len(evs) {
-		return evs[i]
-	}
-	return "none"
 }
 
 // Every field of every kind comes back as written, once, in order, though
@@ -120,24 +76,24 @@ func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ByKey", got, filter(all, func(e audit.Event) bool { return e.Key == "payments/ledger/42" }))
+	audittest.Same(t, "ByKey", got, filter(all, func(e audit.Event) bool { return e.Key == "payments/ledger/42" }))
 
 	got, err = s.ByIdentity(ctx, "bob", time.Time{}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ByIdentity", got, filter(all, func(e audit.Event) bool { return e.Identity == "bob" }))
+	audittest.Same(t, "ByIdentity", got, filter(all, func(e audit.Event) bool { return e.Identity == "bob" }))
 
 	got, err = s.ByNamespaceClass(ctx, "team-a", "entity", t0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ByNamespaceClass", got, filter(all, func(e audit.Event) bool { return e.Namespace == "team-a" }))
+	audittest.Same(t, "ByNamespaceClass", got, filter(all, func(e audit.Event) bool { return e.Namespace == "team-a" }))
 	got, err = s.ByNamespaceClass(ctx, "payments", "", t0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ByNamespaceClass, every class", got, filter(all, func(e audit.Event) bool { return e.Namespace == "payments" }))
+	audittest.Same(t, "ByNamespaceClass, every class", got, filter(all, func(e audit.Event) bool { return e.Namespace == "payments" }))
 	if got, err = s.ByNamespaceClass(ctx, "payments", "entity", t0, 100); err != nil || len(got) != 0 {
 		t.Errorf("ByNamespaceClass(payments, entity) = %d events, %v; want none", len(got), err)
 	}
@@ -147,7 +103,7 @@ func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ExpiriesList", got, expiries)
+	audittest.Same(t, "ExpiriesList", got, expiries)
 	counts, err := s.Expiries(ctx, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +153,7 @@ func TestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ByKey, limit 2", got, all[1:3])
+	audittest.Same(t, "ByKey, limit 2", got, all[1:3])
 	if got, err := s.ByIdentity(ctx, "alice", t0, chstore.MaxLimit+1); err != nil || len(got) != 4 {
 		t.Errorf("ByIdentity beyond MaxLimit = %d events, %v; want 4", len(got), err)
 	}
@@ -234,7 +190,7 @@ func TestInjectionSelectsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "ByKey(nasty)", got, evs[len(evs)-1:])
+	audittest.Same(t, "ByKey(nasty)", got, evs[len(evs)-1:])
 	if got, err := s.ByNamespaceClass(ctx, nasty, nasty, time.Time{}, 100); err != nil || len(got) != 1 {
 		t.Errorf("ByNamespaceClass(nasty) = %d events, %v; want 1", len(got), err)
 	}

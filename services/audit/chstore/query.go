@@ -12,14 +12,14 @@ import (
 // ByKey returns the events of one lock key at or after since, oldest
 // first (by time, then revision), at most limit.
 func (s *Store) ByKey(ctx context.Context, key string, since time.Time, limit int) ([]audit.Event, error) {
-	return s.events(ctx, "key = "+quote(key), since, limit)
+	return s.since(ctx, "key = "+quote(key), since, limit)
 }
 
 // ByIdentity returns the events whose holder is identity (the new holder
 // of a grant or handoff, the ending hold's otherwise) at or after since,
 // oldest first, at most limit.
 func (s *Store) ByIdentity(ctx context.Context, identity string, since time.Time, limit int) ([]audit.Event, error) {
-	return s.events(ctx, "identity = "+quote(identity), since, limit)
+	return s.since(ctx, "identity = "+quote(identity), since, limit)
 }
 
 // ByNamespaceClass returns the events of namespace ns and class (every
@@ -30,13 +30,13 @@ func (s *Store) ByNamespaceClass(ctx context.Context, ns, class string, since ti
 	if class != "" {
 		where += " AND class = " + quote(class)
 	}
-	return s.events(ctx, where, since, limit)
+	return s.since(ctx, where, since, limit)
 }
 
 // ExpiriesList returns the holds that ended by lease expiry at or after
 // since, oldest first, at most limit.
 func (s *Store) ExpiriesList(ctx context.Context, since time.Time, limit int) ([]audit.Event, error) {
-	return s.events(ctx, "kind = "+quote(string(audit.Expiry)), since, limit)
+	return s.since(ctx, "kind = "+quote(string(audit.Expiry)), since, limit)
 }
 
 // Expiries counts the holds that ended by lease expiry at or after since,
@@ -60,15 +60,21 @@ func (s *Store) LastRevision(ctx context.Context, clusterID string) (int64, erro
 	return rows[0].Revision, nil
 }
 
-// events runs the query every event lookup shares. where must be built
-// from quote and numbers only.
-func (s *Store) events(ctx context.Context, where string, since time.Time, limit int) ([]audit.Event, error) {
+// since runs the query every lookup by key, holder or namespace shares:
+// the events at or after since, by time, then revision.
+func (s *Store) since(ctx context.Context, where string, since time.Time, limit int) ([]audit.Event, error) {
+	return s.events(ctx, where+" AND "+sinceCond(since), "at_ms, revision, cluster_id, key", limit)
+}
+
+// events returns the events where holds, in the order orderBy, at most
+// limit (lowered to MaxLimit), one row per event (FINAL). where and
+// orderBy must be built from quote and numbers only.
+func (s *Store) events(ctx context.Context, where, orderBy string, limit int) ([]audit.Event, error) {
 	if limit <= 0 {
 		return nil, errors.New("chstore: limit must be positive")
 	}
-	rows, err := query[row](ctx, s, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE %s AND %s
-		ORDER BY at_ms, revision, cluster_id, key LIMIT %d`,
-		columns, where, sinceCond(since), min(limit, MaxLimit)))
+	rows, err := query[row](ctx, s, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE %s
+		ORDER BY %s LIMIT %d`, columns, where, orderBy, min(limit, MaxLimit)))
 	if err != nil {
 		return nil, err
 	}
