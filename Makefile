@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := tools/build
 
-.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio infra-tools up down bench-core bench-fsync gate gate-short clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse infra-tools up down bench-core bench-audit bench-fsync gate gate-short clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -42,6 +42,12 @@ tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 minio: $(BIN)/minio
 $(BIN)/minio: $(TOOLS)/go.mod
 	cd $(TOOLS) && $(GO) build -o $(BIN)/minio github.com/minio/minio
+
+# ClickHouse, the audit store the audit tests run against: Debian's 18.16,
+# run by the tests on loopback with their own config (never the service).
+clickhouse:
+	@test -x /usr/sbin/clickhouse-server || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clickhouse-server; }
 
 # The Pulumi CLI, built from its own tools module (the Go language host is
 # not served, so the program runs inline through the Automation API), and
@@ -88,6 +94,11 @@ bench-fsync:
 
 # Raw etcd Txn vs Lockplane vs concurrency.Mutex on one embedded cluster,
 # then a hot key with 8 contenders (Lockplane vs concurrency.Mutex handoffs).
+# The audit tailer on the embedded default with a real ClickHouse: catch-up
+# throughput and live lag (make clickhouse first).
+bench-audit:
+	$(GO) run ./benchmarks/audit $(BENCH_ARGS)
+
 bench-core: build
 	$(GO) run ./benchmarks/core -hot 8 -shards 2 $(BENCH_ARGS)
 

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
@@ -26,6 +27,8 @@ import (
 	"github.com/lockplane/lockplane/services/devca"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +98,17 @@ type Options struct {
 	// WrapEtcd, when set, wraps the coord cluster's client as the arbiter
 	// sees it, for tests that act between two of the arbiter's etcd calls.
 	WrapEtcd func(arbiter.Etcd) arbiter.Etcd
+	// Audit, when set, is the audit store: a tailer of the coord cluster
+	// and of each shard runs into it for the environment's lifetime, and the
+	// admin API's audit queries read it. The caller migrates it first.
+	Audit AuditStore
+}
+
+// AuditStore is where the embedded tailers write and the admin API reads:
+// the ClickHouse store (chstore) is one.
+type AuditStore interface {
+	audit.Store
+	audit.Reader
 }
 
 // Env is a running embedded environment.
@@ -107,6 +121,9 @@ type Env struct {
 	Profile     *profile.Profile
 	ProfilePath string
 	Registry    *prometheus.Registry
+	// AuditRegistry has the audit tailers' series (Options.Audit), which
+	// outlive an arbiter's restart; /metrics serves both registries.
+	AuditRegistry *prometheus.Registry
 	// Router serves the lock service when Options.Shards is set; Arbiter is
 	// then its coord cluster's arbiter.
 	Router *arbiter.Router
@@ -119,6 +136,8 @@ type Env struct {
 	server  *grpc.Server
 	metrics *http.Server
 	lis     net.Listener
+	// stopAudit stops the tailers and returns once they have ended.
+	stopAudit func()
 }
 
 // Start brings the environment up and returns once the arbiter serves.
@@ -163,6 +182,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
+	e.startAudit()
 	if err := e.StartArbiter(); err != nil {
 		return nil, err
 	}
@@ -232,6 +252,9 @@ func (e *Env) StartArbiter() error {
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 		Quotas: e.opts.Quotas,
 	}
+	if e.opts.Audit != nil {
+		cfg.Audit = e.opts.Audit
+	}
 	var srv server
 	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {
 		shards := map[string]arbiter.Etcd{}
@@ -298,7 +321,9 @@ func (e *Env) StartArbiter() error {
 }
 
 // Gather serves the current arbiter's metrics across arbiter restarts.
-func (e *Env) Gather() ([]*dto.MetricFamily, error) { return e.Registry.Gather() }
+func (e *Env) Gather() ([]*dto.MetricFamily, error) {
+	return prometheus.Gatherers{e.Registry, e.AuditRegistry}.Gather()
+}
 
 // StopArbiter stops the arbiter hard, as a crash would: open streams break
 // and no session is closed. Its waits end as in a drain: a crashed arbiter
@@ -324,6 +349,9 @@ func (e *Env) Client(name string) (*lockclient.Client, error) {
 
 // Close stops everything.
 func (e *Env) Close() {
+	if e.stopAudit != nil {
+		e.stopAudit()
+	}
 	e.StopArbiter()
 	if e.metrics != nil {
 		e.metrics.Close()
@@ -356,6 +384,23 @@ func (p plain) coordArbiter() *arbiter.Arbiter { return p.Arbiter }
 type routed struct{ *arbiter.Router }
 
 func (r routed) coordArbiter() *arbiter.Arbiter { return r.Coord() }
+
+// startAudit runs the tailers of Options.Audit until Close.
+func (e *Env) startAudit() {
+	e.AuditRegistry = prometheus.NewRegistry()
+	if e.opts.Audit == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tailers.Run(ctx, tailers.Config{CoordName: e.coordName(), Coord: e.Etcd, Shards: e.ShardEtcd, Store: e.opts.Audit,
+			Metrics: audit.NewMetrics(e.AuditRegistry), Logger: e.opts.Logger})
+	}()
+	e.stopAudit = func() { cancel(); wg.Wait() }
+}
 
 // startShards starts the entity shards' clusters and a client of each.
 func (e *Env) startShards(ctx context.Context) error {

@@ -84,6 +84,7 @@ const (
 	HoldPrefix    = "/l/"
 	WaitPrefix    = "/q/"
 	SessionPrefix = "/s/"
+	ClosingPrefix = "/sc/"
 	EpochKey      = "/sys/epoch"
 )
 
@@ -116,3 +117,8 @@ func ShardLeaseOwner(shard string, lease int64) string {
 
 // SessionKey is the etcd key that records a session's owner, on its lease.
 func SessionKey(id int64) string { return fmt.Sprintf("%s%016x", SessionPrefix, uint64(id)) }
+
+// ClosingKey marks, on a lease, that its session is being closed: the
+// lease's end then deletes it with the holds, which is how the log tells a
+// closed session from an expired one.
+func ClosingKey(id int64) string { return fmt.Sprintf("%s%016x", ClosingPrefix, uint64(id)) }

@@ -110,3 +110,15 @@ func (l *Live) LimitsFor(id spiffeid.ID) arbiter.Limits {
 func (l *Live) RegionOf(namespace string) string {
 	return l.current.Load().set.Regions[namespace]
 }
+
+// ClassFacts implements the arbiter's ClassFacts: the register's view of
+// every class of the serving set.
+func (l *Live) ClassFacts() []arbiter.ClassFact {
+	set := l.Set()
+	out := make([]arbiter.ClassFact, 0, len(set.Classes))
+	for _, c := range set.Classes {
+		out = append(out, arbiter.ClassFact{Name: c.Name, Namespace: c.Spec.Namespace, Enforcement: c.Spec.Enforcement,
+			Purpose: c.Spec.Purpose, RiskOwner: c.Spec.RiskOwner, WaiverExpires: c.WaiverExpires})
+	}
+	return out
+}

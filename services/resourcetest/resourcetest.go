@@ -1,6 +1,7 @@
-// Package resourcetest starts the real servers that fences are tested
-// against: PostgreSQL 15 from Debian and MinIO built from the tools module,
-// each on a free loopback port, torn down when the test binary ends.
+// Package resourcetest starts the real servers that fences and the audit
+// store are tested against: PostgreSQL 15 and ClickHouse 18.16 from Debian
+// and MinIO built from the tools module, each on free loopback ports, torn
+// down when the test binary ends.
 //
 // In CI (CI=true) a missing server fails the test loudly; elsewhere the
 // test is skipped with a message saying how to install it.

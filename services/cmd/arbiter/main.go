@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,6 +22,9 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,6 +48,7 @@ type flags struct {
 	policyReload                      time.Duration
 	region                            string
 	shards                            map[string]string
+	auditStore, auditDatabase         string
 }
 
 func main() {
@@ -94,26 +99,34 @@ func main() {
 		f.shards[name] = eps
 		return nil
 	})
+	flag.StringVar(&f.auditStore, "audit-store", "", "ClickHouse HTTP base URL of the audit store (e.g. http://clickhouse:8123): tail every cluster of this arbiter into it and answer the admin API's audit queries from it; an unreachable store is logged and retried, never fatal")
+	flag.StringVar(&f.auditDatabase, "audit-database", "lockplane", "the audit store's ClickHouse database (created by the migrations)")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(f, log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, f, log); err != nil {
 		log.Error("arbiter stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(f flags, log *slog.Logger) error {
+// run serves until ctx ends.
+func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err := f.authorization(); err != nil {
 		return err
 	}
 	if f.endpoints == "" {
 		return errors.New("--etcd-endpoints: required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	store, err := f.audit()
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
 	var src identity.Source
-	var err error
 	switch {
 	case f.spiffeSocket != "":
 		src, err = identity.FromWorkloadAPI(ctx, f.spiffeSocket)
@@ -180,15 +193,35 @@ func run(f flags, log *slog.Logger) error {
 			homes, cfg.Quotas = live, live
 		}
 	}
-	shards := map[string]arbiter.Etcd{}
+	shards, shardClients := map[string]arbiter.Etcd{}, map[string]*clientv3.Client{}
 	for name, eps := range f.shards {
 		sc, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(eps, ","), TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return fmt.Errorf("--shard %s: etcd client: %w", name, err)
 		}
 		defer sc.Close()
-		shards[name] = sc
+		shards[name], shardClients[name] = sc, sc
 	}
+	auditDone := make(chan struct{})
+	if store != nil {
+		cfg.Audit = store
+		go func() {
+			defer close(auditDone)
+			tailers.Run(ctx, tailers.Config{CoordName: f.cluster, Coord: cli, Shards: shardClients, Store: store,
+				Migrate: store.Migrate, Metrics: audit.NewMetrics(reg), Logger: log})
+		}()
+		log.Info("audit on: tailing every cluster into the audit store", "store", redacted(f.auditStore), "database", f.auditDatabase)
+	} else {
+		close(auditDone)
+	}
+	// The tailers end (and leave their elections) before the clients close.
+	defer func() {
+		stop()
+		select {
+		case <-auditDone:
+		case <-time.After(10 * time.Second):
+		}
+	}()
 	var a interface {
 		Run(context.Context)
 		Ready(context.Context) error
@@ -236,6 +269,31 @@ func run(f flags, log *slog.Logger) error {
 		srv.GracefulStop()
 	}()
 	return srv.Serve(lis)
+}
+
+// audit is the audit store of --audit-store, nil without it. It only
+// checks the URL: the store may be down now and answer later.
+func (f flags) audit() (*chstore.Store, error) {
+	if f.auditStore == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(f.auditStore)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--audit-store: want ClickHouse's HTTP base URL, e.g. http://clickhouse:8123, got %q", redacted(f.auditStore))
+	}
+	if f.auditDatabase == "" {
+		return nil, errors.New("--audit-database: required with --audit-store")
+	}
+	return chstore.New(strings.TrimSuffix(f.auditStore, "/"), f.auditDatabase), nil
+}
+
+// redacted is a URL as logs may show it: without a password.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func etcdTLS(f flags) (*tls.Config, error) {

@@ -17,6 +17,8 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -25,6 +27,7 @@ import (
 func devCmd() *cobra.Command {
 	var dir, listen, metrics, output string
 	var shards int
+	var noAudit bool
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the embedded default: a 3-member etcd cluster, the arbiter and a dev trust domain, on loopback",
@@ -35,7 +38,11 @@ until interrupted. Each start is fresh: etcd data does not survive it.
 
 With --shards N it also starts N single-member entity shards and adds the
 class "entity" (tier entity, 15 s TTL), whose keys the arbiter routes to
-them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...`,
+them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...
+
+When ClickHouse is installed (make clickhouse), it also starts one on
+loopback under --dir, fresh each start, and runs the audit tailers into it:
+operators read the history with bin/lockctl audit. --no-audit leaves it out.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -44,7 +51,7 @@ them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...`,
 			if shards < 0 || shards > 16 {
 				return fmt.Errorf("--shards: %d must be between 0 and 16", shards)
 			}
-			return runDev(dir, listen, metrics, output == "json", shards)
+			return runDev(dir, listen, metrics, output == "json", shards, !noAudit)
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", filepath.Dir(profile.DevPath), "state directory")
@@ -52,10 +59,11 @@ them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...`,
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", "arbiter /metrics address")
 	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (one JSON line once serving)")
 	c.Flags().IntVar(&shards, "shards", 0, "also start this many entity shards and the class \"entity\" routed to them")
+	c.Flags().BoolVar(&noAudit, "no-audit", false, "do not start ClickHouse and the audit tailers, even when ClickHouse is installed")
 	return c
 }
 
-func runDev(dir, listen, metrics string, asJSON bool, shards int) error {
+func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -89,6 +97,16 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int) error {
 		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
 		say("lockplane dev: and %d entity shard(s) %s", shards, strings.Join(opts.Shards, ", "))
 	}
+	auditURL := ""
+	if !withAudit {
+		say("lockplane dev: audit: off (--no-audit)")
+	} else if srv, store, off := startAuditStore(ctx, filepath.Join(dir, "clickhouse")); srv == nil {
+		say("lockplane dev: audit: off (%s)", off)
+	} else {
+		defer srv.Stop() // after env.Close: the tailers stop first
+		opts.Audit, auditURL = store, srv.URL()
+		say("lockplane dev: audit: on (ClickHouse at %s, database %s, in %s)", srv.URL(), devAuditDatabase, srv.Dir())
+	}
 	env, err := devenv.Start(ctx, opts)
 	if err != nil {
 		return err
@@ -96,7 +114,7 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int) error {
 	defer env.Close()
 	if asJSON {
 		out := map[string]any{"arbiter": env.Addr, "metrics": env.Profile.Metrics, "profile": env.ProfilePath,
-			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid()}
+			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid(), "audit": auditURL}
 		if shards > 0 {
 			byName := map[string][]string{}
 			for name, c := range env.ShardClusters {
@@ -127,6 +145,34 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int) error {
 	<-ctx.Done()
 	say("lockplane dev: stopping")
 	return nil
+}
+
+// devAuditDatabase is the embedded default's ClickHouse database.
+const devAuditDatabase = "lockplane"
+
+// startAuditStore starts a fresh ClickHouse under dir, as etcd's data is
+// fresh each start, and migrates its audit database. Audit is an addition
+// to the embedded default, never a condition of it: without ClickHouse, or
+// when it does not start, the server is nil and off says why.
+func startAuditStore(ctx context.Context, dir string) (_ *chserver.Server, _ *chstore.Store, off string) {
+	if !chserver.Installed() {
+		return nil, nil, "ClickHouse is not installed; run make clickhouse"
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	srv, err := chserver.Start(ctx, dir)
+	if err != nil {
+		return nil, nil, "ClickHouse did not start: " + err.Error()
+	}
+	store := chstore.New(srv.URL(), devAuditDatabase)
+	if err := store.Migrate(ctx); err != nil {
+		srv.Stop()
+		return nil, nil, "the audit store's migration failed: " + err.Error()
+	}
+	return srv, store, ""
 }
 
 // lockDir makes a second `lockplane dev` on the same directory say so

@@ -3,16 +3,20 @@ package main_test
 import (
 	"bufio"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/lockplane/lockplane/services/audit/chserver"
 )
 
-// The quick start's first command, as a user runs it: serve, refuse a
-// second instance clearly, stop on SIGINT.
+// The quick start's first command, as a user runs it: serve (with its
+// audit store when ClickHouse is installed), refuse a second instance
+// clearly, stop on SIGINT, and ClickHouse with it.
 func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lockplane")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -34,9 +38,20 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 		Arbiter string   `json:"arbiter"`
 		Profile string   `json:"profile"`
 		Etcd    []string `json:"etcd"`
+		Audit   string   `json:"audit"`
 	}
 	if err := json.Unmarshal(line.Bytes(), &ready); err != nil || ready.Arbiter == "" || len(ready.Etcd) != 3 {
 		t.Fatalf("ready line %q: %v", line.Text(), err)
+	}
+	if (ready.Audit != "") != chserver.Installed() {
+		t.Fatalf("ready line %q: audit %q with ClickHouse installed %v", line.Text(), ready.Audit, chserver.Installed())
+	}
+	if ready.Audit != "" {
+		resp, err := http.Get(ready.Audit + "/ping")
+		if err != nil {
+			t.Fatalf("the audit store does not answer: %v", err)
+		}
+		resp.Body.Close()
 	}
 	if _, err := os.Stat(ready.Profile); err != nil {
 		t.Fatalf("profile: %v", err)
@@ -51,6 +66,12 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 	if err := first.Wait(); err != nil {
 		t.Fatalf("dev did not stop cleanly on SIGINT: %v", err)
 	}
+	if ready.Audit != "" {
+		if resp, err := http.Get(ready.Audit + "/ping"); err == nil {
+			resp.Body.Close()
+			t.Fatal("ClickHouse outlived dev")
+		}
+	}
 }
 
 // --shards adds entity shards the arbiter routes the "entity" class to.
@@ -60,7 +81,7 @@ func TestDevWithShardsRoutesTheEntityClass(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	dev := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "state"), "--shards", "2", "-o", "json")
+	dev := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "state"), "--shards", "2", "--no-audit", "-o", "json")
 	stdout, _ := dev.StdoutPipe()
 	dev.Stderr = os.Stderr
 	if err := dev.Start(); err != nil {
@@ -74,8 +95,9 @@ func TestDevWithShardsRoutesTheEntityClass(t *testing.T) {
 	var ready struct {
 		Profile string              `json:"profile"`
 		Shards  map[string][]string `json:"entity_shards"`
+		Audit   *string             `json:"audit"`
 	}
-	if err := json.Unmarshal(line.Bytes(), &ready); err != nil || len(ready.Shards) != 2 {
+	if err := json.Unmarshal(line.Bytes(), &ready); err != nil || len(ready.Shards) != 2 || ready.Audit == nil || *ready.Audit != "" {
 		t.Fatalf("ready line %q: %v", line.Text(), err)
 	}
 	lockctl := filepath.Join(dir, "lockctl")

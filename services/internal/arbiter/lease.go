@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,4 +18,23 @@ func (a *Arbiter) revoke(ctx context.Context, lease int64) error {
 		return a.etcdFailure(ctx, err)
 	}
 	return nil
+}
+
+// closeLease ends a session's lease on this cluster as a close: it first
+// puts the closing mark on the lease, so the revoke that follows deletes
+// it with the holds and the log says the session was closed, not expired
+// (services/audit). If the mark fails for any reason but a lease
+// already gone, nothing is revoked and the caller may retry; a mark with
+// no revoke after it still ends as a close when the lease expires.
+func (a *Arbiter) closeLease(ctx context.Context, lease int64) error {
+	octx, cancel := a.opCtx(ctx)
+	_, err := a.etcd.Put(octx, lockkey.ClosingKey(lease), "", clientv3.WithLease(clientv3.LeaseID(lease)))
+	cancel()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	if err != nil {
+		return a.etcdFailure(ctx, err)
+	}
+	return a.revoke(ctx, lease)
 }

@@ -63,7 +63,7 @@ type sessionLeases interface {
 	openLease(ctx context.Context, caller spiffeid.ID, ttl time.Duration, instance string) (int64, error)
 	discardLease(lease clientv3.LeaseID)
 	renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse
-	revoke(ctx context.Context, lease int64) error
+	closeLease(ctx context.Context, lease int64) error
 }
 
 // coordCluster is the coord cluster's arbiter: a cluster that also opens

@@ -245,11 +245,11 @@ func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 	}
 	defer ro.forget(session)
 	for shard, lease := range leases {
-		if err := ro.shards[shard].revoke(ctx, lease); err != nil {
+		if err := ro.shards[shard].closeLease(ctx, lease); err != nil {
 			return nil, err
 		}
 	}
-	if err := ro.coord.revoke(ctx, session); err != nil {
+	if err := ro.coord.closeLease(ctx, session); err != nil {
 		return nil, err
 	}
 	return &lockv1.CloseSessionResponse{}, nil

@@ -24,6 +24,7 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/audit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
@@ -43,8 +44,11 @@ type Config struct {
 	Classes class.Registry
 	// Authorizer decides who may lock what; AllowTrustDomain when nil.
 	Authorizer Authorizer
-	// IsOperator decides who may call the admin RPCs that change state.
+	// IsOperator decides who may call the admin RPCs that change state,
+	// and read audit history.
 	IsOperator func(spiffeid.ID) bool
+	// Audit answers the admin API's audit queries; none when nil.
+	Audit audit.Reader
 	// OpTimeout bounds every etcd call: past it the arbiter answers
 	// NO_QUORUM rather than hang. 2 s when zero.
 	OpTimeout time.Duration

@@ -225,7 +225,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 		}
 		return nil, err
 	}
-	if err := a.revoke(ctx, req.GetSessionId()); err != nil {
+	if err := a.closeLease(ctx, req.GetSessionId()); err != nil {
 		return nil, err
 	}
 	return &lockv1.CloseSessionResponse{}, nil

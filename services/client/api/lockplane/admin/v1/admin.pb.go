@@ -13,6 +13,7 @@ package adminv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -25,6 +26,884 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// register, contention or cost.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// From this time; 7 days ago when unset.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReportRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+type RegisterRow struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Class     string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// fenced or advisory; empty for a class not from the policy set.
+	Enforcement string `protobuf:"bytes,3,opt,name=enforcement,proto3" json:"enforcement,omitempty"`
+	// correctness or efficiency.
+	Purpose   string `protobuf:"bytes,4,opt,name=purpose,proto3" json:"purpose,omitempty"`
+	RiskOwner string `protobuf:"bytes,5,opt,name=risk_owner,json=riskOwner,proto3" json:"risk_owner,omitempty"`
+	// Set for advisory correctness classes.
+	WaiverExpires *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=waiver_expires,json=waiverExpires,proto3" json:"waiver_expires,omitempty"`
+	// Holds begun (grants and handoffs) in the report's window.
+	Grants        int64 `protobuf:"varint,7,opt,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterRow) Reset() {
+	*x = RegisterRow{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterRow) ProtoMessage() {}
+
+func (x *RegisterRow) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterRow.ProtoReflect.Descriptor instead.
+func (*RegisterRow) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RegisterRow) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *RegisterRow) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RegisterRow) GetEnforcement() string {
+	if x != nil {
+		return x.Enforcement
+	}
+	return ""
+}
+
+func (x *RegisterRow) GetPurpose() string {
+	if x != nil {
+		return x.Purpose
+	}
+	return ""
+}
+
+func (x *RegisterRow) GetRiskOwner() string {
+	if x != nil {
+		return x.RiskOwner
+	}
+	return ""
+}
+
+func (x *RegisterRow) GetWaiverExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaiverExpires
+	}
+	return nil
+}
+
+func (x *RegisterRow) GetGrants() int64 {
+	if x != nil {
+		return x.Grants
+	}
+	return 0
+}
+
+type ContentionRow struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class     string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	Grants    int64                  `protobuf:"varint,3,opt,name=grants,proto3" json:"grants,omitempty"`
+	// Holds handed to a waiter in the releasing transaction.
+	Handoffs int64 `protobuf:"varint,4,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
+	Releases int64 `protobuf:"varint,5,opt,name=releases,proto3" json:"releases,omitempty"`
+	Expiries int64 `protobuf:"varint,6,opt,name=expiries,proto3" json:"expiries,omitempty"`
+	// Holds that ended in the window, and how long they were held.
+	Holds         int64 `protobuf:"varint,7,opt,name=holds,proto3" json:"holds,omitempty"`
+	HoldP50Ms     int64 `protobuf:"varint,8,opt,name=hold_p50_ms,json=holdP50Ms,proto3" json:"hold_p50_ms,omitempty"`
+	HoldP99Ms     int64 `protobuf:"varint,9,opt,name=hold_p99_ms,json=holdP99Ms,proto3" json:"hold_p99_ms,omitempty"`
+	HoldMaxMs     int64 `protobuf:"varint,10,opt,name=hold_max_ms,json=holdMaxMs,proto3" json:"hold_max_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContentionRow) Reset() {
+	*x = ContentionRow{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentionRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentionRow) ProtoMessage() {}
+
+func (x *ContentionRow) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentionRow.ProtoReflect.Descriptor instead.
+func (*ContentionRow) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ContentionRow) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ContentionRow) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ContentionRow) GetGrants() int64 {
+	if x != nil {
+		return x.Grants
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetHandoffs() int64 {
+	if x != nil {
+		return x.Handoffs
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetReleases() int64 {
+	if x != nil {
+		return x.Releases
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetExpiries() int64 {
+	if x != nil {
+		return x.Expiries
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetHolds() int64 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetHoldP50Ms() int64 {
+	if x != nil {
+		return x.HoldP50Ms
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetHoldP99Ms() int64 {
+	if x != nil {
+		return x.HoldP99Ms
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetHoldMaxMs() int64 {
+	if x != nil {
+		return x.HoldMaxMs
+	}
+	return 0
+}
+
+type CostRow struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Sessions int64                  `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Holds    int64                  `protobuf:"varint,3,opt,name=holds,proto3" json:"holds,omitempty"`
+	// Revisions its locks wrote. Keepalives write none: the arbiter's
+	// lockplane_renewals_total counts them.
+	Writes        int64 `protobuf:"varint,4,opt,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CostRow) Reset() {
+	*x = CostRow{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CostRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CostRow) ProtoMessage() {}
+
+func (x *CostRow) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CostRow.ProtoReflect.Descriptor instead.
+func (*CostRow) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CostRow) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *CostRow) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *CostRow) GetHolds() int64 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
+func (x *CostRow) GetWrites() int64 {
+	if x != nil {
+		return x.Writes
+	}
+	return 0
+}
+
+type ReportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Register      []*RegisterRow         `protobuf:"bytes,1,rep,name=register,proto3" json:"register,omitempty"`
+	Contention    []*ContentionRow       `protobuf:"bytes,2,rep,name=contention,proto3" json:"contention,omitempty"`
+	Cost          []*CostRow             `protobuf:"bytes,3,rep,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReportResponse) GetRegister() []*RegisterRow {
+	if x != nil {
+		return x.Register
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetContention() []*ContentionRow {
+	if x != nil {
+		return x.Contention
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetCost() []*CostRow {
+	if x != nil {
+		return x.Cost
+	}
+	return nil
+}
+
+// AuditRequest names exactly one of key, identity or namespace.
+type AuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// A SPIFFE ID.
+	Identity  string `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	Namespace string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// With namespace: only this class's holds.
+	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	// Events at or after this time; 24 hours ago when unset.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many events (1 to 10000; 1000 when 0).
+	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRequest) Reset() {
+	*x = AuditRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRequest) ProtoMessage() {}
+
+func (x *AuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
+func (*AuditRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AuditRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *AuditRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *AuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// AuditEvent is one event of a key's history. Never a token: a grant's
+// token is epoch × 2^48 + revision, from the fields here, and only the
+// holder was ever told it.
+type AuditEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd cluster ID (hex) and its name in the region.
+	ClusterId string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Cluster   string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Revision  int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Key       string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// grant, handoff, release, session_close, expiry, force_release,
+	// epoch_advance, shard_move, session_open or gap.
+	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A grant's or handoff's time by the arbiter; otherwise when the audit
+	// tailer read the revision.
+	At            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	Namespace     string                 `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class         string                 `protobuf:"bytes,8,opt,name=class,proto3" json:"class,omitempty"`
+	Identity      string                 `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
+	Instance      string                 `protobuf:"bytes,10,opt,name=instance,proto3" json:"instance,omitempty"`
+	Session       int64                  `protobuf:"varint,11,opt,name=session,proto3" json:"session,omitempty"`
+	PrevIdentity  string                 `protobuf:"bytes,12,opt,name=prev_identity,json=prevIdentity,proto3" json:"prev_identity,omitempty"`
+	PrevSession   int64                  `protobuf:"varint,13,opt,name=prev_session,json=prevSession,proto3" json:"prev_session,omitempty"`
+	Epoch         uint32                 `protobuf:"varint,14,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Detail        string                 `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEvent) Reset() {
+	*x = AuditEvent{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEvent) ProtoMessage() {}
+
+func (x *AuditEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
+func (*AuditEvent) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AuditEvent) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEvent) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetSession() int64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetPrevIdentity() string {
+	if x != nil {
+		return x.PrevIdentity
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetPrevSession() int64 {
+	if x != nil {
+		return x.PrevSession
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type AuditResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// True when the limit cut the answer short.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditResponse) Reset() {
+	*x = AuditResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditResponse) ProtoMessage() {}
+
+func (x *AuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
+func (*AuditResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AuditResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *AuditResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type AuditExpiriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Expiries at or after this time; an hour ago when unset.
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many events listed (1 to 10000; 100 when 0).
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditExpiriesRequest) Reset() {
+	*x = AuditExpiriesRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditExpiriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditExpiriesRequest) ProtoMessage() {}
+
+func (x *AuditExpiriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditExpiriesRequest.ProtoReflect.Descriptor instead.
+func (*AuditExpiriesRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AuditExpiriesRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *AuditExpiriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ExpiryCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class         string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	Count         int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpiryCount) Reset() {
+	*x = ExpiryCount{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpiryCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpiryCount) ProtoMessage() {}
+
+func (x *ExpiryCount) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpiryCount.ProtoReflect.Descriptor instead.
+func (*ExpiryCount) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExpiryCount) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ExpiryCount) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ExpiryCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type AuditExpiriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Counts        []*ExpiryCount         `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	Events        []*AuditEvent          `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	Truncated     bool                   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditExpiriesResponse) Reset() {
+	*x = AuditExpiriesResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditExpiriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditExpiriesResponse) ProtoMessage() {}
+
+func (x *AuditExpiriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditExpiriesResponse.ProtoReflect.Descriptor instead.
+func (*AuditExpiriesResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AuditExpiriesResponse) GetCounts() []*ExpiryCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *AuditExpiriesResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *AuditExpiriesResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 type ShardMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -33,7 +912,7 @@ type ShardMapRequest struct {
 
 func (x *ShardMapRequest) Reset() {
 	*x = ShardMapRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +924,7 @@ func (x *ShardMapRequest) String() string {
 func (*ShardMapRequest) ProtoMessage() {}
 
 func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +937,7 @@ func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapRequest.ProtoReflect.Descriptor instead.
 func (*ShardMapRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type ShardMapResponse struct {
@@ -75,7 +954,7 @@ type ShardMapResponse struct {
 
 func (x *ShardMapResponse) Reset() {
 	*x = ShardMapResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -87,7 +966,7 @@ func (x *ShardMapResponse) String() string {
 func (*ShardMapResponse) ProtoMessage() {}
 
 func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -100,7 +979,7 @@ func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapResponse.ProtoReflect.Descriptor instead.
 func (*ShardMapResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShardMapResponse) GetVersion() int64 {
@@ -140,7 +1019,7 @@ type AddShardRequest struct {
 
 func (x *AddShardRequest) Reset() {
 	*x = AddShardRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +1031,7 @@ func (x *AddShardRequest) String() string {
 func (*AddShardRequest) ProtoMessage() {}
 
 func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +1044,7 @@ func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
 func (*AddShardRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AddShardRequest) GetShard() string {
@@ -186,7 +1065,7 @@ type AddShardResponse struct {
 
 func (x *AddShardResponse) Reset() {
 	*x = AddShardResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +1077,7 @@ func (x *AddShardResponse) String() string {
 func (*AddShardResponse) ProtoMessage() {}
 
 func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +1090,7 @@ func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
 func (*AddShardResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddShardResponse) GetPhase() string {
@@ -239,7 +1118,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +1130,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +1143,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusRequest) GetCluster() string {
@@ -311,7 +1190,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +1202,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +1215,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -446,7 +1325,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +1337,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +1350,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Member) GetId() string {
@@ -545,7 +1424,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +1436,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +1449,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AdvanceEpochRequest) GetExpectedEpoch() uint32 {
@@ -616,7 +1495,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +1507,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +1520,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -690,7 +1569,82 @@ var File_lockplane_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\"\x11\n" +
+	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"U\n" +
+	"\rReportRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xf7\x01\n" +
+	"\vRegisterRow\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12 \n" +
+	"\venforcement\x18\x03 \x01(\tR\venforcement\x12\x18\n" +
+	"\apurpose\x18\x04 \x01(\tR\apurpose\x12\x1d\n" +
+	"\n" +
+	"risk_owner\x18\x05 \x01(\tR\triskOwner\x12A\n" +
+	"\x0ewaiver_expires\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rwaiverExpires\x12\x16\n" +
+	"\x06grants\x18\a \x01(\x03R\x06grants\"\xa5\x02\n" +
+	"\rContentionRow\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x16\n" +
+	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
+	"\bhandoffs\x18\x04 \x01(\x03R\bhandoffs\x12\x1a\n" +
+	"\breleases\x18\x05 \x01(\x03R\breleases\x12\x1a\n" +
+	"\bexpiries\x18\x06 \x01(\x03R\bexpiries\x12\x14\n" +
+	"\x05holds\x18\a \x01(\x03R\x05holds\x12\x1e\n" +
+	"\vhold_p50_ms\x18\b \x01(\x03R\tholdP50Ms\x12\x1e\n" +
+	"\vhold_p99_ms\x18\t \x01(\x03R\tholdP99Ms\x12\x1e\n" +
+	"\vhold_max_ms\x18\n" +
+	" \x01(\x03R\tholdMaxMs\"o\n" +
+	"\aCostRow\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
+	"\bsessions\x18\x02 \x01(\x03R\bsessions\x12\x14\n" +
+	"\x05holds\x18\x03 \x01(\x03R\x05holds\x12\x16\n" +
+	"\x06writes\x18\x04 \x01(\x03R\x06writes\"\xc1\x01\n" +
+	"\x0eReportResponse\x12;\n" +
+	"\bregister\x18\x01 \x03(\v2\x1f.lockplane.admin.v1.RegisterRowR\bregister\x12A\n" +
+	"\n" +
+	"contention\x18\x02 \x03(\v2!.lockplane.admin.v1.ContentionRowR\n" +
+	"contention\x12/\n" +
+	"\x04cost\x18\x03 \x03(\v2\x1b.lockplane.admin.v1.CostRowR\x04cost\"\xb8\x01\n" +
+	"\fAuditRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\"\xaf\x03\n" +
+	"\n" +
+	"AuditEvent\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12*\n" +
+	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1c\n" +
+	"\tnamespace\x18\a \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\b \x01(\tR\x05class\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\x12\x1a\n" +
+	"\binstance\x18\n" +
+	" \x01(\tR\binstance\x12\x18\n" +
+	"\asession\x18\v \x01(\x03R\asession\x12#\n" +
+	"\rprev_identity\x18\f \x01(\tR\fprevIdentity\x12!\n" +
+	"\fprev_session\x18\r \x01(\x03R\vprevSession\x12\x14\n" +
+	"\x05epoch\x18\x0e \x01(\rR\x05epoch\x12\x16\n" +
+	"\x06detail\x18\x0f \x01(\tR\x06detail\"e\n" +
+	"\rAuditResponse\x126\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.lockplane.admin.v1.AuditEventR\x06events\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"^\n" +
+	"\x14AuditExpiriesRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"W\n" +
+	"\vExpiryCount\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xa6\x01\n" +
+	"\x15AuditExpiriesResponse\x127\n" +
+	"\x06counts\x18\x01 \x03(\v2\x1f.lockplane.admin.v1.ExpiryCountR\x06counts\x126\n" +
+	"\x06events\x18\x02 \x03(\v2\x1e.lockplane.admin.v1.AuditEventR\x06events\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x11\n" +
 	"\x0fShardMapRequest\"|\n" +
 	"\x10ShardMapResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
@@ -746,12 +1700,15 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rdeleted_holds\x18\x03 \x01(\x03R\fdeletedHolds\x12'\n" +
 	"\x0fdeleted_waiters\x18\x04 \x01(\x03R\x0edeletedWaiters\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision2\xf2\x02\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision2\xf7\x04\n" +
 	"\fAdminService\x12O\n" +
 	"\x06Status\x12!.lockplane.admin.v1.StatusRequest\x1a\".lockplane.admin.v1.StatusResponse\x12a\n" +
 	"\fAdvanceEpoch\x12'.lockplane.admin.v1.AdvanceEpochRequest\x1a(.lockplane.admin.v1.AdvanceEpochResponse\x12U\n" +
 	"\bShardMap\x12#.lockplane.admin.v1.ShardMapRequest\x1a$.lockplane.admin.v1.ShardMapResponse\x12W\n" +
-	"\bAddShard\x12#.lockplane.admin.v1.AddShardRequest\x1a$.lockplane.admin.v1.AddShardResponse0\x01BOZMgithub.com/lockplane/lockplane/services/client/api/lockplane/admin/v1;adminv1b\x06proto3"
+	"\bAddShard\x12#.lockplane.admin.v1.AddShardRequest\x1a$.lockplane.admin.v1.AddShardResponse0\x01\x12L\n" +
+	"\x05Audit\x12 .lockplane.admin.v1.AuditRequest\x1a!.lockplane.admin.v1.AuditResponse\x12d\n" +
+	"\rAuditExpiries\x12(.lockplane.admin.v1.AuditExpiriesRequest\x1a).lockplane.admin.v1.AuditExpiriesResponse\x12O\n" +
+	"\x06Report\x12!.lockplane.admin.v1.ReportRequest\x1a\".lockplane.admin.v1.ReportResponseBOZMgithub.com/lockplane/lockplane/services/client/api/lockplane/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_lockplane_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -765,33 +1722,62 @@ func file_lockplane_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lockplane_admin_v1_admin_proto_rawDescData
 }
 
-var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_lockplane_admin_v1_admin_proto_goTypes = []any{
-	(*ShardMapRequest)(nil),      // 0: lockplane.admin.v1.ShardMapRequest
-	(*ShardMapResponse)(nil),     // 1: lockplane.admin.v1.ShardMapResponse
-	(*AddShardRequest)(nil),      // 2: lockplane.admin.v1.AddShardRequest
-	(*AddShardResponse)(nil),     // 3: lockplane.admin.v1.AddShardResponse
-	(*StatusRequest)(nil),        // 4: lockplane.admin.v1.StatusRequest
-	(*StatusResponse)(nil),       // 5: lockplane.admin.v1.StatusResponse
-	(*Member)(nil),               // 6: lockplane.admin.v1.Member
-	(*AdvanceEpochRequest)(nil),  // 7: lockplane.admin.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil), // 8: lockplane.admin.v1.AdvanceEpochResponse
+	(*ReportRequest)(nil),         // 0: lockplane.admin.v1.ReportRequest
+	(*RegisterRow)(nil),           // 1: lockplane.admin.v1.RegisterRow
+	(*ContentionRow)(nil),         // 2: lockplane.admin.v1.ContentionRow
+	(*CostRow)(nil),               // 3: lockplane.admin.v1.CostRow
+	(*ReportResponse)(nil),        // 4: lockplane.admin.v1.ReportResponse
+	(*AuditRequest)(nil),          // 5: lockplane.admin.v1.AuditRequest
+	(*AuditEvent)(nil),            // 6: lockplane.admin.v1.AuditEvent
+	(*AuditResponse)(nil),         // 7: lockplane.admin.v1.AuditResponse
+	(*AuditExpiriesRequest)(nil),  // 8: lockplane.admin.v1.AuditExpiriesRequest
+	(*ExpiryCount)(nil),           // 9: lockplane.admin.v1.ExpiryCount
+	(*AuditExpiriesResponse)(nil), // 10: lockplane.admin.v1.AuditExpiriesResponse
+	(*ShardMapRequest)(nil),       // 11: lockplane.admin.v1.ShardMapRequest
+	(*ShardMapResponse)(nil),      // 12: lockplane.admin.v1.ShardMapResponse
+	(*AddShardRequest)(nil),       // 13: lockplane.admin.v1.AddShardRequest
+	(*AddShardResponse)(nil),      // 14: lockplane.admin.v1.AddShardResponse
+	(*StatusRequest)(nil),         // 15: lockplane.admin.v1.StatusRequest
+	(*StatusResponse)(nil),        // 16: lockplane.admin.v1.StatusResponse
+	(*Member)(nil),                // 17: lockplane.admin.v1.Member
+	(*AdvanceEpochRequest)(nil),   // 18: lockplane.admin.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),  // 19: lockplane.admin.v1.AdvanceEpochResponse
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_lockplane_admin_v1_admin_proto_depIdxs = []int32{
-	6, // 0: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
-	4, // 1: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
-	7, // 2: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
-	0, // 3: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
-	2, // 4: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
-	5, // 5: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
-	8, // 6: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
-	1, // 7: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
-	3, // 8: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	20, // 0: lockplane.admin.v1.ReportRequest.since:type_name -> google.protobuf.Timestamp
+	20, // 1: lockplane.admin.v1.RegisterRow.waiver_expires:type_name -> google.protobuf.Timestamp
+	1,  // 2: lockplane.admin.v1.ReportResponse.register:type_name -> lockplane.admin.v1.RegisterRow
+	2,  // 3: lockplane.admin.v1.ReportResponse.contention:type_name -> lockplane.admin.v1.ContentionRow
+	3,  // 4: lockplane.admin.v1.ReportResponse.cost:type_name -> lockplane.admin.v1.CostRow
+	20, // 5: lockplane.admin.v1.AuditRequest.since:type_name -> google.protobuf.Timestamp
+	20, // 6: lockplane.admin.v1.AuditEvent.at:type_name -> google.protobuf.Timestamp
+	6,  // 7: lockplane.admin.v1.AuditResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	20, // 8: lockplane.admin.v1.AuditExpiriesRequest.since:type_name -> google.protobuf.Timestamp
+	9,  // 9: lockplane.admin.v1.AuditExpiriesResponse.counts:type_name -> lockplane.admin.v1.ExpiryCount
+	6,  // 10: lockplane.admin.v1.AuditExpiriesResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	17, // 11: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
+	15, // 12: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
+	18, // 13: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
+	11, // 14: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
+	13, // 15: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
+	5,  // 16: lockplane.admin.v1.AdminService.Audit:input_type -> lockplane.admin.v1.AuditRequest
+	8,  // 17: lockplane.admin.v1.AdminService.AuditExpiries:input_type -> lockplane.admin.v1.AuditExpiriesRequest
+	0,  // 18: lockplane.admin.v1.AdminService.Report:input_type -> lockplane.admin.v1.ReportRequest
+	16, // 19: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
+	19, // 20: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
+	12, // 21: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
+	14, // 22: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
+	7,  // 23: lockplane.admin.v1.AdminService.Audit:output_type -> lockplane.admin.v1.AuditResponse
+	10, // 24: lockplane.admin.v1.AdminService.AuditExpiries:output_type -> lockplane.admin.v1.AuditExpiriesResponse
+	4,  // 25: lockplane.admin.v1.AdminService.Report:output_type -> lockplane.admin.v1.ReportResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_lockplane_admin_v1_admin_proto_init() }
@@ -799,14 +1785,14 @@ func file_lockplane_admin_v1_admin_proto_init() {
 	if File_lockplane_admin_v1_admin_proto != nil {
 		return
 	}
-	file_lockplane_admin_v1_admin_proto_msgTypes[7].OneofWrappers = []any{}
+	file_lockplane_admin_v1_admin_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_admin_v1_admin_proto_rawDesc), len(file_lockplane_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

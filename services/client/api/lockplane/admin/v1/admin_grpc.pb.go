@@ -23,10 +23,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_Status_FullMethodName       = "/lockplane.admin.v1.AdminService/Status"
-	AdminService_AdvanceEpoch_FullMethodName = "/lockplane.admin.v1.AdminService/AdvanceEpoch"
-	AdminService_ShardMap_FullMethodName     = "/lockplane.admin.v1.AdminService/ShardMap"
-	AdminService_AddShard_FullMethodName     = "/lockplane.admin.v1.AdminService/AddShard"
+	AdminService_Status_FullMethodName        = "/lockplane.admin.v1.AdminService/Status"
+	AdminService_AdvanceEpoch_FullMethodName  = "/lockplane.admin.v1.AdminService/AdvanceEpoch"
+	AdminService_ShardMap_FullMethodName      = "/lockplane.admin.v1.AdminService/ShardMap"
+	AdminService_AddShard_FullMethodName      = "/lockplane.admin.v1.AdminService/AddShard"
+	AdminService_Audit_FullMethodName         = "/lockplane.admin.v1.AdminService/Audit"
+	AdminService_AuditExpiries_FullMethodName = "/lockplane.admin.v1.AdminService/AuditExpiries"
+	AdminService_Report_FullMethodName        = "/lockplane.admin.v1.AdminService/Report"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -56,6 +59,20 @@ type AdminServiceClient interface {
 	// interrupted add resumes when called again for the same shard. Only
 	// operators may call it.
 	AddShard(ctx context.Context, in *AddShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AddShardResponse], error)
+	// Audit reads the history of holds from the audit store: every event of
+	// one key, one identity, or one namespace (and class), oldest first.
+	// Only operators may call it; FAILED_PRECONDITION when the arbiter has
+	// no audit store.
+	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error)
+	// AuditExpiries reports the holds that ended by lease expiry rather than
+	// release, per namespace and class, and the latest of them: holders that
+	// stopped renewing (ADR-22). Only operators may call it.
+	AuditExpiries(ctx context.Context, in *AuditExpiriesRequest, opts ...grpc.CallOption) (*AuditExpiriesResponse, error)
+	// Report computes one of the operators' reports from audit history:
+	// the register of classes (ADR-01: advisory correctness classes with
+	// their risk owner and waiver, and every class's grants), contention per
+	// namespace and class, or cost per identity. Only operators may call it.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
 type adminServiceClient struct {
@@ -115,6 +132,36 @@ func (c *adminServiceClient) AddShard(ctx context.Context, in *AddShardRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_AddShardClient = grpc.ServerStreamingClient[AddShardResponse]
 
+func (c *adminServiceClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuditResponse)
+	err := c.cc.Invoke(ctx, AdminService_Audit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AuditExpiries(ctx context.Context, in *AuditExpiriesRequest, opts ...grpc.CallOption) (*AuditExpiriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuditExpiriesResponse)
+	err := c.cc.Invoke(ctx, AdminService_AuditExpiries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, AdminService_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -142,6 +189,20 @@ type AdminServiceServer interface {
 	// interrupted add resumes when called again for the same shard. Only
 	// operators may call it.
 	AddShard(*AddShardRequest, grpc.ServerStreamingServer[AddShardResponse]) error
+	// Audit reads the history of holds from the audit store: every event of
+	// one key, one identity, or one namespace (and class), oldest first.
+	// Only operators may call it; FAILED_PRECONDITION when the arbiter has
+	// no audit store.
+	Audit(context.Context, *AuditRequest) (*AuditResponse, error)
+	// AuditExpiries reports the holds that ended by lease expiry rather than
+	// release, per namespace and class, and the latest of them: holders that
+	// stopped renewing (ADR-22). Only operators may call it.
+	AuditExpiries(context.Context, *AuditExpiriesRequest) (*AuditExpiriesResponse, error)
+	// Report computes one of the operators' reports from audit history:
+	// the register of classes (ADR-01: advisory correctness classes with
+	// their risk owner and waiver, and every class's grants), contention per
+	// namespace and class, or cost per identity. Only operators may call it.
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -163,6 +224,15 @@ func (UnimplementedAdminServiceServer) ShardMap(context.Context, *ShardMapReques
 }
 func (UnimplementedAdminServiceServer) AddShard(*AddShardRequest, grpc.ServerStreamingServer[AddShardResponse]) error {
 	return status.Error(codes.Unimplemented, "method AddShard not implemented")
+}
+func (UnimplementedAdminServiceServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Audit not implemented")
+}
+func (UnimplementedAdminServiceServer) AuditExpiries(context.Context, *AuditExpiriesRequest) (*AuditExpiriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuditExpiries not implemented")
+}
+func (UnimplementedAdminServiceServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -250,6 +320,60 @@ func _AdminService_AddShard_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_AddShardServer = grpc.ServerStreamingServer[AddShardResponse]
 
+func _AdminService_Audit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Audit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Audit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Audit(ctx, req.(*AuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AuditExpiries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuditExpiriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AuditExpiries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AuditExpiries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AuditExpiries(ctx, req.(*AuditExpiriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -268,6 +392,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShardMap",
 			Handler:    _AdminService_ShardMap_Handler,
+		},
+		{
+			MethodName: "Audit",
+			Handler:    _AdminService_Audit_Handler,
+		},
+		{
+			MethodName: "AuditExpiries",
+			Handler:    _AdminService_AuditExpiries_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _AdminService_Report_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

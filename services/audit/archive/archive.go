@@ -1,0 +1,172 @@
+// Package archive keeps audit history beyond the ClickHouse store, in
+// MinIO (issue 14):
+//
+//   - every UTC day's events as one Parquet file,
+//     history/YYYY/MM/DD/events.parquet in the history bucket, whose
+//     lifecycle rule expires objects a year after they were written;
+//   - every epoch advance and force release as a small JSON object,
+//     records/<kind>/<cluster_id>/<revision>.json in the records bucket,
+//     which has object lock on: each record is retained (compliance mode
+//     in production) for seven years, and MinIO refuses to delete it
+//     before then.
+//
+// An Archive reads ClickHouse a page at a time, so a day of any size is
+// exported in bounded memory (the Parquet file is built in a temporary
+// file). Exporting a day again overwrites it with the same bytes; copying
+// records again copies only the missing ones. RunDaily does both once a
+// day for a scheduler that has nothing else to do.
+package archive
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/minio/minio-go/v7"
+)
+
+// Source is where the archive reads events: the ClickHouse store.
+type Source interface {
+	// Between is chstore.Store.Between: a page of the events with
+	// from <= At < to (no bound when to is zero) after the cursor, of
+	// the kinds given (every kind when none).
+	Between(ctx context.Context, from, to time.Time, after chstore.Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error)
+}
+
+var _ Source = (*chstore.Store)(nil)
+
+// Clock is the time source of an Archive; tests replace it.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Defaults of Config.
+const (
+	DefaultHistoryDays     = 365
+	DefaultRecordsYears    = 7
+	DefaultRowGroupRows    = 100_000
+	DefaultDelay           = time.Hour
+	DefaultRecordsLookback = 7 * 24 * time.Hour
+	DefaultRetryEvery      = 10 * time.Minute
+)
+
+// Config is an archive: where it reads, where it writes, and how long
+// what it writes is kept.
+type Config struct {
+	Store  Source
+	Client *minio.Client
+	// HistoryBucket holds the daily Parquet files; RecordsBucket the
+	// locked records. They must differ: object lock is a bucket's.
+	HistoryBucket string
+	RecordsBucket string
+	// HistoryDays is how long a history object lives (365 when zero).
+	HistoryDays int
+	// RecordsMode is the records' retention mode: minio.Compliance when
+	// empty (nobody, root included, can delete or shorten it), or
+	// minio.Governance (a user with s3:BypassGovernanceRetention can).
+	RecordsMode minio.RetentionMode
+	// RecordsYears is how long a record is retained (7 when zero).
+	RecordsYears uint
+	// PageSize is how many events one query reads (chstore.MaxLimit when
+	// zero); RowGroupRows how many rows a Parquet row group has.
+	PageSize     int
+	RowGroupRows int64
+	// TempDir is where Parquet files are built (os.TempDir when empty).
+	TempDir string
+	// RunDaily: a day is exported Delay after it ended (1h when zero: the
+	// tailer's lag, and replays, settle first); records are copied from
+	// RecordsLookback before that day (7 days when zero), so a scheduler
+	// that was down a few days misses none; a failed run is tried again
+	// after RetryEvery (10m when zero).
+	Delay           time.Duration
+	RecordsLookback time.Duration
+	RetryEvery      time.Duration
+	Clock           Clock
+	Logger          *slog.Logger
+}
+
+// Archive exports audit history from the store to MinIO.
+type Archive struct{ cfg Config }
+
+// New returns an archive of cfg, with its defaults filled in. It does
+// not connect; EnsureBuckets creates the buckets.
+func New(cfg Config) (*Archive, error) {
+	switch {
+	case cfg.Store == nil || cfg.Client == nil:
+		return nil, errors.New("archive: a store and a MinIO client are required")
+	case cfg.HistoryBucket == "" || cfg.RecordsBucket == "" || cfg.HistoryBucket == cfg.RecordsBucket:
+		return nil, errors.New("archive: two distinct buckets are required")
+	case cfg.RecordsMode != "" && !cfg.RecordsMode.IsValid():
+		return nil, errors.New("archive: records mode must be GOVERNANCE or COMPLIANCE")
+	}
+	if cfg.HistoryDays <= 0 {
+		cfg.HistoryDays = DefaultHistoryDays
+	}
+	if cfg.RecordsMode == "" {
+		cfg.RecordsMode = minio.Compliance
+	}
+	if cfg.RecordsYears == 0 {
+		cfg.RecordsYears = DefaultRecordsYears
+	}
+	if cfg.PageSize <= 0 || cfg.PageSize > chstore.MaxLimit {
+		cfg.PageSize = chstore.MaxLimit
+	}
+	if cfg.RowGroupRows <= 0 {
+		cfg.RowGroupRows = DefaultRowGroupRows
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.Delay <= 0 {
+		cfg.Delay = DefaultDelay
+	}
+	if cfg.RecordsLookback <= 0 {
+		cfg.RecordsLookback = DefaultRecordsLookback
+	}
+	if cfg.RetryEvery <= 0 {
+		cfg.RetryEvery = DefaultRetryEvery
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Archive{cfg: cfg}, nil
+}
+
+// each calls f with every event of the kinds given (every kind when none)
+// with from <= At < to (no bound when to is zero), in the order (time,
+// cluster ID, revision, key), reading a page at a time.
+func (a *Archive) each(ctx context.Context, from, to time.Time, f func([]audit.Event) error, kinds ...audit.Kind) error {
+	var after chstore.Cursor
+	for {
+		page, err := a.cfg.Store.Between(ctx, from, to, after, a.cfg.PageSize, kinds...)
+		if err != nil {
+			return err
+		}
+		if len(page) > 0 {
+			if err := f(page); err != nil {
+				return err
+			}
+		}
+		if len(page) < a.cfg.PageSize {
+			return nil
+		}
+		after = chstore.CursorOf(page[len(page)-1])
+	}
+}
+
+// ChecksumKey is the user metadata key of an object's SHA-256 (hex), as
+// minio-go returns it in ObjectInfo.UserMetadata.
+const ChecksumKey = "Sha256"

@@ -1,0 +1,202 @@
+// Package chserver starts a local ClickHouse server (Debian's
+// clickhouse-server 18.16) on free loopback ports, with its configuration,
+// data and logs under one directory: the audit store of `lockplane dev`
+// and of the tests. Clients reach it through its HTTP interface.
+package chserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Bin is where Debian's clickhouse-server package puts the server.
+const Bin = "/usr/sbin/clickhouse-server"
+
+// startTimeout bounds the wait for a server to answer when ctx has no
+// deadline; stopGrace is how long Stop lets it shut down before killing it.
+const (
+	startTimeout = 60 * time.Second
+	stopGrace    = 10 * time.Second
+)
+
+// Installed reports whether the server binary is installed.
+func Installed() bool {
+	fi, err := os.Stat(Bin)
+	return err == nil && !fi.IsDir()
+}
+
+// Server is a running ClickHouse server.
+type Server struct {
+	url  string
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process exits
+}
+
+// Start starts a server whose configuration, data and logs live under dir
+// (created when missing; an earlier server's data there is kept), and
+// returns once it answers /ping. ctx bounds the start only, 60 s when it
+// has no deadline; the server runs until Stop.
+func Start(ctx context.Context, dir string) (*Server, error) {
+	if !Installed() {
+		return nil, fmt.Errorf("chserver: %s is not installed", Bin)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3) // HTTP, native TCP, interserver
+	if err != nil {
+		return nil, err
+	}
+	config := filepath.Join(dir, "config.xml")
+	if err := os.WriteFile(config, []byte(serverConfig(dir, ports)), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(users), 0o644); err != nil {
+		return nil, err
+	}
+	out, err := os.Create(filepath.Join(dir, "stdout.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close() // the child has its own descriptor
+	s := &Server{url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{})}
+	s.cmd = exec.Command(Bin, "--config-file="+config)
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	// The server does not outlive a process that dies without Stop.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("chserver: %w", err)
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+	}
+	if err := s.awaitPing(ctx); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("chserver: %v; see %s", err, filepath.Join(dir, "log"))
+	}
+	return s, nil
+}
+
+// URL is the base URL of the server's HTTP interface.
+func (s *Server) URL() string { return s.url }
+
+// Dir is the server's directory.
+func (s *Server) Dir() string { return s.dir }
+
+// Stop asks the server to shut down, kills it if it has not within a few
+// seconds, and returns once it has exited. Its directory stays.
+func (s *Server) Stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		return
+	case <-time.After(stopGrace):
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// awaitPing polls GET /ping until it answers, the server exits, or ctx
+// ends.
+func (s *Server) awaitPing(ctx context.Context) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-s.done:
+			return fmt.Errorf("clickhouse-server exited: %v", s.cmd.ProcessState)
+		case <-ctx.Done():
+			return fmt.Errorf("clickhouse-server did not answer /ping: %w", ctx.Err())
+		case <-tick.C:
+			resp, err := client.Get(s.url + "/ping")
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+}
+
+// freePorts reserves n distinct free loopback ports, released before the
+// server binds them: a clash in that window fails Start loudly.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(errors.New("chserver: reserve a port"), err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// serverConfig is the server configuration: the few settings of
+// /etc/clickhouse-server/config.xml a single local server needs, every
+// port on loopback and every path under dir.
+func serverConfig(dir string, ports []int) string {
+	return fmt.Sprintf(`<?xml version="1.0"?>
+<yandex>
+    <logger>
+        <level>warning</level>
+        <log>%[1]s/log/server.log</log>
+        <errorlog>%[1]s/log/server.err.log</errorlog>
+        <size>10M</size>
+        <count>1</count>
+    </logger>
+    <listen_host>127.0.0.1</listen_host>
+    <http_port>%[2]d</http_port>
+    <tcp_port>%[3]d</tcp_port>
+    <interserver_http_port>%[4]d</interserver_http_port>
+    <interserver_http_host>127.0.0.1</interserver_http_host>
+    <max_concurrent_queries>100</max_concurrent_queries>
+    <mark_cache_size>268435456</mark_cache_size>
+    <path>%[1]s/data/</path>
+    <tmp_path>%[1]s/tmp/</tmp_path>
+    <user_files_path>%[1]s/user_files/</user_files_path>
+    <format_schema_path>%[1]s/format_schemas/</format_schema_path>
+    <users_config>users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <timezone>UTC</timezone>
+    <mlock_executable>false</mlock_executable>
+</yandex>
+`, dir, ports[0], ports[1], ports[2])
+}
+
+// users has the one user, default, without a password, from loopback only.
+const users = `<?xml version="1.0"?>
+<yandex>
+    <profiles><default></default></profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks><ip>127.0.0.1</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas><default></default></quotas>
+</yandex>
+`

@@ -1,0 +1,270 @@
+package chstore_test
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/audittest"
+	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/lockplane/lockplane/services/resourcetest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	resourcetest.StopClickHouse()
+	os.Exit(code)
+}
+
+// store is a migrated store on a fresh database.
+func store(t *testing.T) (*chstore.Store, context.Context) {
+	t.Helper()
+	ch := resourcetest.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	s := chstore.New(ch.URL(), ch.Database(t))
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, ctx
+}
+
+var t0 = time.Date(2026, 11, 30, 23, 59, 59, 987_000_000, time.UTC) // the next month is a second away
+
+// history is every kind of event, oldest first; the expiry at index 3
+// is in the next month.
+func history() []audit.Event { return audittest.EveryKind(t0) }
+
+func filter(evs []audit.Event, keep func(audit.Event) bool) []audit.Event {
+	var out []audit.Event
+	for _, e := range evs {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Every field of every kind comes back as written, once, in order, though
+// every event was inserted twice (in shuffled order).
+func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
+	s, ctx := store(t)
+	all := history()
+	for range 2 {
+		shuffled := slices.Clone(all)
+		rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if err := s.Insert(ctx, shuffled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kinds := map[audit.Kind]bool{}
+	for _, e := range all {
+		kinds[e.Kind] = true
+	}
+	if len(kinds) != 10 {
+		t.Fatalf("history covers %d kinds, want all 10", len(kinds))
+	}
+
+	got, err := s.ByKey(ctx, "payments/ledger/42", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByKey", got, filter(all, func(e audit.Event) bool { return e.Key == "payments/ledger/42" }))
+
+	got, err = s.ByIdentity(ctx, "bob", time.Time{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByIdentity", got, filter(all, func(e audit.Event) bool { return e.Identity == "bob" }))
+
+	got, err = s.ByNamespaceClass(ctx, "team-a", "entity", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByNamespaceClass", got, filter(all, func(e audit.Event) bool { return e.Namespace == "team-a" }))
+	got, err = s.ByNamespaceClass(ctx, "payments", "", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByNamespaceClass, every class", got, filter(all, func(e audit.Event) bool { return e.Namespace == "payments" }))
+	if got, err = s.ByNamespaceClass(ctx, "payments", "entity", t0, 100); err != nil || len(got) != 0 {
+		t.Errorf("ByNamespaceClass(payments, entity) = %d events, %v; want none", len(got), err)
+	}
+
+	expiries := filter(all, func(e audit.Event) bool { return e.Kind == audit.Expiry })
+	got, err = s.ExpiriesList(ctx, t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ExpiriesList", got, expiries)
+	counts, err := s.Expiries(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []audit.ExpiryCount{{Namespace: "payments", Class: "ledger", Count: 1}, {Namespace: "team-a", Class: "entity", Count: 1}}
+	if !reflect.DeepEqual(counts, want) {
+		t.Errorf("Expiries = %+v, want %+v", counts, want)
+	}
+
+	for cluster, want := range map[string]int64{"c0ffee": 20, "beef": 501, "none": 0} {
+		if rev, err := s.LastRevision(ctx, cluster); err != nil || rev != want {
+			t.Errorf("LastRevision(%s) = %d, %v; want %d", cluster, rev, err, want)
+		}
+	}
+}
+
+// since selects to the millisecond, across a month's partition boundary.
+func TestSinceIsExactToTheMillisecond(t *testing.T) {
+	s, ctx := store(t)
+	all := history()
+	if err := s.Insert(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	expiry := all[3] // the first event of the next month
+	for _, c := range []struct {
+		since time.Time
+		want  int
+	}{{expiry.At, 2}, {expiry.At.Add(time.Millisecond), 1}, {expiry.At.Add(-time.Millisecond), 2}} {
+		got, err := s.ExpiriesList(ctx, c.since, 100)
+		if err != nil || len(got) != c.want {
+			t.Errorf("ExpiriesList(since %v) = %d events, %v; want %d", c.since, len(got), err, c.want)
+		}
+	}
+	counts, err := s.Expiries(ctx, expiry.At.Add(time.Millisecond))
+	if want := []audit.ExpiryCount{{Namespace: "team-a", Class: "entity", Count: 1}}; err != nil || !reflect.DeepEqual(counts, want) {
+		t.Errorf("Expiries after the first = %+v, %v; want %+v", counts, err, want)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	s, ctx := store(t)
+	all := history()
+	if err := s.Insert(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ByKey(ctx, "payments/ledger/42", t0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByKey, limit 2", got, all[1:3])
+	if got, err := s.ByIdentity(ctx, "alice", t0, chstore.MaxLimit+1); err != nil || len(got) != 4 {
+		t.Errorf("ByIdentity beyond MaxLimit = %d events, %v; want 4", len(got), err)
+	}
+	if _, err := s.ExpiriesList(ctx, t0, 0); err == nil {
+		t.Error("a limit of 0 was accepted")
+	}
+}
+
+// Values that would break out of a naively quoted literal select nothing
+// and break nothing; a key made of them is found exactly.
+func TestInjectionSelectsNothing(t *testing.T) {
+	s, ctx := store(t)
+	nasty := `x\' ) OR 1=1 -- ` + "\n'\\"
+	evs := append(history(), audit.Event{ClusterID: "c0ffee", Revision: 99, Key: nasty, Kind: audit.Grant,
+		At: t0, Namespace: nasty, Class: nasty, Identity: nasty, Detail: nasty})
+	if err := s.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, attack := range []string{`') OR 1=1 --`, `' OR 1=1 --`, `\' OR 1=1 --`, `x\' ) OR 1=1 -- `, "' OR '1'='1"} {
+		for name, q := range map[string]func() ([]audit.Event, error){
+			"ByKey":            func() ([]audit.Event, error) { return s.ByKey(ctx, attack, time.Time{}, 100) },
+			"ByIdentity":       func() ([]audit.Event, error) { return s.ByIdentity(ctx, attack, time.Time{}, 100) },
+			"ByNamespaceClass": func() ([]audit.Event, error) { return s.ByNamespaceClass(ctx, "payments", attack, time.Time{}, 100) },
+		} {
+			if got, err := q(); err != nil || len(got) != 0 {
+				t.Errorf("%s(%q) = %d events, %v; want none", name, attack, len(got), err)
+			}
+		}
+		if rev, err := s.LastRevision(ctx, attack); err != nil || rev != 0 {
+			t.Errorf("LastRevision(%q) = %d, %v; want 0", attack, rev, err)
+		}
+	}
+	got, err := s.ByKey(ctx, nasty, time.Time{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByKey(nasty)", got, evs[len(evs)-1:])
+	if got, err := s.ByNamespaceClass(ctx, nasty, nasty, time.Time{}, 100); err != nil || len(got) != 1 {
+		t.Errorf("ByNamespaceClass(nasty) = %d events, %v; want 1", len(got), err)
+	}
+	if got, err := s.ByKey(ctx, "payments/ledger/42", time.Time{}, 100); err != nil || len(got) != 9 {
+		t.Errorf("after the attempts, ByKey = %d events, %v; want 9", len(got), err)
+	}
+}
+
+// ClickHouse's refusals come back as errors carrying its message.
+func TestErrorsCarryClickHouseMessage(t *testing.T) {
+	ch := resourcetest.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := chstore.New(ch.URL(), "no_such_database")
+	err := s.Insert(ctx, history())
+	var chErr *chstore.Error
+	if !errors.As(err, &chErr) || chErr.Status == 200 || !strings.Contains(chErr.Message, "no_such_database") {
+		t.Fatalf("Insert into a missing database: %v; want a chstore.Error naming it", err)
+	}
+	if _, err := s.ByKey(ctx, "k", t0, 1); !errors.As(err, &chErr) {
+		t.Errorf("ByKey in a missing database: %v; want a chstore.Error", err)
+	}
+}
+
+// A replayed event whose time is when the tailer read it keeps its first
+// reading: the earliest time, nearest the truth, whatever order the
+// copies arrive in.
+func TestAReplayKeepsTheEarliestReading(t *testing.T) {
+	s, ctx := store(t)
+	e := audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: 30, Key: "team-a/replay/1", Kind: audit.Expiry,
+		At: t0, Namespace: "team-a", Class: "default", Identity: "x", Session: 7}
+	later, earlier := e, e
+	later.At, earlier.At = t0.Add(time.Minute), t0.Add(-time.Second)
+	for _, batch := range [][]audit.Event{{e}, {later}, {earlier}, {later}} {
+		if err := s.Insert(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ByKey(ctx, e.Key, t0.Add(-time.Hour), 10)
+	if err != nil || len(got) != 1 || !got[0].At.Equal(earlier.At) {
+		t.Fatalf("got %+v, %v; want one event at %s", got, err, earlier.At)
+	}
+}
+
+// Contention times each hold from its grant or handoff to its key's next
+// event; cost counts each identity's sessions, holds and writes.
+func TestReportsContentionAndCost(t *testing.T) {
+	s, ctx := store(t)
+	if err := s.Insert(ctx, history()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Contention(ctx, t0.Add(-time.Hour))
+	want := []audit.Contention{
+		// Holds of 4 ms (to the handoff), 1495 (to the expiry), and 100
+		// each to the release, the close and the force-release.
+		{Namespace: "payments", Class: "ledger", Grants: 4, Handoffs: 1, Releases: 1, Expiries: 1,
+			Holds: 5, HoldP50ms: 100, HoldP99ms: 1495, HoldMaxms: 1495},
+		{Namespace: "team-a", Class: "entity", Expiries: 1},
+	}
+	if err != nil || !reflect.DeepEqual(rows, want) {
+		t.Fatalf("contention %+v, %v\nwant %+v", rows, err, want)
+	}
+	costs, err := s.Cost(ctx, t0.Add(-time.Hour))
+	wantCost := []audit.Cost{
+		{Identity: "alice", Sessions: 1, Holds: 2, Writes: 4},
+		{Identity: "bob", Holds: 1, Writes: 3},
+		{Identity: "carol", Holds: 1, Writes: 2},
+		{Identity: "dave", Holds: 1, Writes: 2},
+	}
+	if err != nil || !reflect.DeepEqual(costs, wantCost) {
+		t.Fatalf("cost %+v, %v\nwant %+v", costs, err, wantCost)
+	}
+	byClass, err := s.GrantsByClass(ctx, t0.Add(-time.Hour))
+	if err != nil || !reflect.DeepEqual(byClass, map[string]int64{"ledger": 5}) {
+		t.Fatalf("grants by class %v, %v; want ledger: 5", byClass, err)
+	}
+}

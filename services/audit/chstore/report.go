@@ -1,0 +1,72 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockplane/lockplane/services/audit"
+)
+
+// Contention reports, per namespace and class, how holds began (grants,
+// handoffs to a waiter) and ended (releases, expiries), and how long they
+// were held: each hold runs from its grant or handoff to the key's next
+// event. Holds still running are not in the times.
+func (s *Store) Contention(ctx context.Context, since time.Time) ([]audit.Contention, error) {
+	return query[audit.Contention](ctx, s, fmt.Sprintf(`SELECT
+			namespace, class,
+			countIf(kind = 'grant') AS grants,
+			countIf(kind = 'handoff') AS handoffs,
+			countIf(kind = 'release') AS releases,
+			countIf(kind = 'expiry') AS expiries,
+			countIf(held_ms >= 0) AS holds,
+			toInt64(quantileExactIf(0.5)(held_ms, held_ms >= 0)) AS hold_p50_ms,
+			toInt64(quantileExactIf(0.99)(held_ms, held_ms >= 0)) AS hold_p99_ms,
+			maxIf(held_ms, held_ms >= 0) AS hold_max_ms
+		FROM (
+			SELECT
+				evs.2 AS kind, evs.4 AS namespace, evs.5 AS class,
+				if(evs.2 IN ('grant', 'handoff') AND idx < length(sorted), sorted[idx + 1].3 - evs.3, -1) AS held_ms
+			FROM (
+				SELECT arraySort(e -> e.1, groupArray((revision, kind, at_ms, namespace, class))) AS sorted
+				FROM events FINAL
+				WHERE key != '' AND namespace != '' AND %s
+				GROUP BY cluster_id, key
+			)
+			ARRAY JOIN sorted AS evs, arrayEnumerate(sorted) AS idx
+		)
+		GROUP BY namespace, class
+		ORDER BY handoffs + grants DESC, namespace, class`, sinceCond(since)))
+}
+
+// Cost reports, per identity, what it asked of the lock log: sessions
+// opened, holds granted (and handed to it) and the writes its locks made
+// (every event is one revision). Keepalives write no revision: the
+// arbiter's lockplane_renewals_total counts them.
+func (s *Store) Cost(ctx context.Context, since time.Time) ([]audit.Cost, error) {
+	return query[audit.Cost](ctx, s, fmt.Sprintf(`SELECT identity,
+			countIf(kind = 'session_open') AS sessions,
+			countIf(kind IN ('grant', 'handoff')) AS holds,
+			count() AS writes
+		FROM events FINAL
+		WHERE identity != '' AND %s
+		GROUP BY identity
+		ORDER BY writes DESC, identity`, sinceCond(since)))
+}
+
+// GrantsByClass counts the holds each class began (grants and handoffs).
+func (s *Store) GrantsByClass(ctx context.Context, since time.Time) (map[string]int64, error) {
+	rows, err := query[struct {
+		Class  string `json:"class"`
+		Grants int64  `json:"grants"`
+	}](ctx, s, fmt.Sprintf(`SELECT class, count() AS grants FROM events FINAL
+		WHERE kind IN ('grant', 'handoff') AND %s GROUP BY class`, sinceCond(since)))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Class] = r.Grants
+	}
+	return out, nil
+}

@@ -1,0 +1,160 @@
+package audit
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/shardmap"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The records the arbiter writes, as far as audit reads them. The arbiter
+// owns their encoding; audit decodes only the fields it reports.
+type holdRecord struct {
+	Identity string    `json:"identity"`
+	Instance string    `json:"instance"`
+	Session  int64     `json:"session"`
+	Class    string    `json:"class"`
+	Since    time.Time `json:"since"`
+}
+
+type sessionRecord struct {
+	Identity string `json:"identity"`
+	Instance string `json:"instance"`
+}
+
+// ForcePrefix is where a force-release writes its record, in the Txn that
+// deletes the hold.
+const ForcePrefix = "/sys/force/"
+
+// revision is the etcd events of one revision: one Txn, one lease's end,
+// or one put. etcd never splits a revision across watch responses.
+type revision struct {
+	rev    int64
+	events []*clientv3.Event
+}
+
+// classify turns one revision's events into audit events. A revision says
+// by itself how each hold it deletes ended, because of what else it holds:
+//   - a lease's end (expiry or revoke) deletes every key on the lease at
+//     one revision, the session record /s/<lease> with the holds;
+//   - a close first puts /sc/<lease> on the lease, so a closed session's
+//     end deletes that mark too, and an expiry's does not;
+//   - a force-release puts its /sys/force/<id> record in the deleting Txn;
+//   - a Release deletes the hold alone.
+func classify(src source, r revision, epoch uint32, now time.Time) []Event {
+	ended := map[int64]bool{}   // leases whose session record goes here
+	closing := map[int64]bool{} // leases whose closing mark goes here
+	forced := false
+	for _, ev := range r.events {
+		k := string(ev.Kv.Key)
+		switch {
+		case ev.Type == mvccpb.DELETE && strings.HasPrefix(k, lockkey.SessionPrefix):
+			if id, ok := leaseOf(k, lockkey.SessionPrefix); ok {
+				ended[id] = true
+			}
+		case ev.Type == mvccpb.DELETE && strings.HasPrefix(k, lockkey.ClosingPrefix):
+			if id, ok := leaseOf(k, lockkey.ClosingPrefix); ok {
+				closing[id] = true
+			}
+		case ev.Type == mvccpb.PUT && strings.HasPrefix(k, ForcePrefix):
+			forced = true
+		}
+	}
+	endOf := func(lease int64) Kind {
+		switch {
+		case forced:
+			return ForceRelease
+		case !ended[lease]:
+			return Release
+		case closing[lease]:
+			return SessionClose
+		default:
+			return Expiry
+		}
+	}
+	base := Event{ClusterID: src.id, Cluster: src.name, Revision: r.rev, Epoch: epoch, At: now}
+	var out []Event
+	for _, ev := range r.events {
+		k := string(ev.Kv.Key)
+		e := base
+		switch {
+		case strings.HasPrefix(k, lockkey.HoldPrefix):
+			e.Key = strings.TrimPrefix(k, lockkey.HoldPrefix)
+			e.Namespace = lockkey.Namespace(e.Key)
+			if ev.Type == mvccpb.PUT {
+				h := decodeHold(ev.Kv.Value)
+				e.Kind, e.Identity, e.Instance, e.Session, e.Class = Grant, h.Identity, h.Instance, ev.Kv.Lease, h.Class
+				if !h.Since.IsZero() {
+					e.At = h.Since
+				}
+				if ev.PrevKv != nil {
+					p := decodeHold(ev.PrevKv.Value)
+					e.Kind, e.PrevIdentity, e.PrevSession = Handoff, p.Identity, ev.PrevKv.Lease
+				}
+			} else {
+				if ev.PrevKv == nil {
+					continue // its value was compacted away; the gap says so
+				}
+				h := decodeHold(ev.PrevKv.Value)
+				e.Kind, e.Identity, e.Instance, e.Session, e.Class = endOf(ev.PrevKv.Lease), h.Identity, h.Instance, ev.PrevKv.Lease, h.Class
+			}
+		case strings.HasPrefix(k, lockkey.SessionPrefix):
+			lease, ok := leaseOf(k, lockkey.SessionPrefix)
+			if !ok {
+				continue
+			}
+			kv := ev.Kv
+			e.Kind, e.Session = SessionOpen, lease
+			if ev.Type == mvccpb.DELETE {
+				if ev.PrevKv == nil {
+					continue
+				}
+				kv, e.Kind = ev.PrevKv, endOf(lease)
+			} else if ev.IsModify() {
+				continue // only created by OpenSession; a rewrite is no new session
+			}
+			s := decodeSession(kv.Value)
+			e.Identity, e.Instance = s.Identity, s.Instance
+		case k == lockkey.EpochKey:
+			e.Kind = EpochAdvance
+			if ev.Type == mvccpb.DELETE {
+				e.Detail = "epoch record deleted: the cluster is sealed until an advance"
+			} else {
+				e.Detail = string(ev.Kv.Value)
+			}
+		case k == shardmap.Key:
+			if ev.Type != mvccpb.PUT {
+				continue
+			}
+			e.Kind, e.Detail = ShardMove, string(ev.Kv.Value)
+		default:
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func leaseOf(key, prefix string) (int64, bool) {
+	u, err := strconv.ParseUint(strings.TrimPrefix(key, prefix), 16, 64)
+	return int64(u), err == nil
+}
+
+// decodeHold and decodeSession read what they can: a record audit cannot
+// decode still yields its event, with the fields left empty.
+func decodeHold(b []byte) holdRecord {
+	var h holdRecord
+	_ = json.Unmarshal(b, &h)
+	return h
+}
+
+func decodeSession(b []byte) sessionRecord {
+	var s sessionRecord
+	_ = json.Unmarshal(b, &s)
+	return s
+}

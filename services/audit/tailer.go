@@ -1,0 +1,432 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Store is where audit events go. Inserting an event twice must leave it
+// once (the ClickHouse store keys rows by cluster ID, revision and key), so
+// a tailer resuming from its checkpoint may replay what it wrote.
+type Store interface {
+	Insert(ctx context.Context, events []Event) error
+}
+
+// Config is one cluster's tailer.
+type Config struct {
+	// Cluster is the tailed cluster's name in the region ("coord" or a
+	// shard's); Etcd is a client of it.
+	Cluster string
+	Etcd    *clientv3.Client
+	// Coord is a client of the coord cluster, which holds the election
+	// and the checkpoint (the same client as Etcd when tailing coord).
+	Coord *clientv3.Client
+	Store Store
+	// Name identifies this tailer instance in the election.
+	Name string
+	// CheckpointEvery is how often the checkpoint moves; 2s when zero.
+	CheckpointEvery time.Duration
+	// OpTimeout bounds every etcd and store call; 5s when zero.
+	OpTimeout time.Duration
+	// LeaderTTL is the election session's TTL; 10s when zero.
+	LeaderTTL time.Duration
+	Metrics   *Metrics
+	Logger    *slog.Logger
+}
+
+// ElectionPrefix and CheckpointPrefix are the coord cluster's keys of each
+// cluster's tailer: its election and its checkpoint.
+const (
+	ElectionPrefix   = "/sys/audit/leader/"
+	CheckpointPrefix = "/sys/audit/checkpoint/"
+)
+
+// checkpoint is the last revision of a cluster whose events the store has.
+// The cluster ID says which revision space it belongs to: a cluster rebuilt
+// or restored under a new ID starts its revisions again.
+type checkpoint struct {
+	ClusterID string `json:"cluster_id"`
+	Revision  int64  `json:"revision"`
+}
+
+// ErrDeposed is returned when the tailer lost its election: another
+// instance tails the cluster from the checkpoint on.
+var ErrDeposed = errors.New("audit: this tailer is no longer the cluster's leader")
+
+// Run tails cfg.Cluster while it is the elected tailer, until ctx ends
+// (nil) or it is deposed (ErrDeposed). A second instance waits in the
+// election. Every event reaches the store before the checkpoint passes
+// its revision, and the checkpoint moves only under the election, so a
+// deposed tailer cannot move it, backwards or at all.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	sess, err := concurrency.NewSession(cfg.Coord, concurrency.WithTTL(int(cfg.LeaderTTL/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("audit: election session: %w", err)
+	}
+	defer func() {
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
+		defer cancel()
+		sess.Client().Revoke(octx, sess.Lease())
+	}()
+	el := concurrency.NewElection(sess, ElectionPrefix+cfg.Cluster)
+	if err := el.Campaign(ctx, cfg.Name); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("audit: campaign for %s: %w", cfg.Cluster, err)
+	}
+	cfg.Logger.Info("audit: tailing", "cluster", cfg.Cluster, "tailer", cfg.Name)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deposed := make(chan struct{})
+	go func() {
+		select {
+		case <-sess.Done(): // the election lease is gone
+			close(deposed)
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	t := &tailer{cfg: cfg, leader: clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
+	err = t.run(lctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	select {
+	case <-deposed:
+		return ErrDeposed
+	default:
+	}
+	return err
+}
+
+func (c *Config) defaults() {
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = 2 * time.Second
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 5 * time.Second
+	}
+	if c.LeaderTTL == 0 {
+		c.LeaderTTL = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.Coord == nil {
+		c.Coord = c.Etcd
+	}
+}
+
+type tailer struct {
+	cfg    Config
+	leader clientv3.Cmp // true while this tailer holds the election
+	src    source
+	epoch  uint32
+	done   int64 // the last revision whose events the store has
+	saved  int64 // the checkpointed revision
+	// dirty is set when done passes a revision that is not the tailers'
+	// own bookkeeping: checkpoints alone never cause another checkpoint.
+	dirty  bool
+	linger *time.Timer
+}
+
+// source is the tailed cluster as its events name it.
+type source struct{ name, id string }
+
+func (t *tailer) run(ctx context.Context) error {
+	ck, err := t.load(ctx)
+	if err != nil {
+		return err
+	}
+	head, err := t.get(ctx, lockkey.EpochKey)
+	if err != nil {
+		return err
+	}
+	t.src = source{name: t.cfg.Cluster, id: epoch.FormatID(head.Header.ClusterId)}
+	if len(head.Kvs) > 0 {
+		if st, err := epoch.Decode(head.Kvs[0].Value, head.Kvs[0].ModRevision); err == nil {
+			t.epoch = st.Epoch
+		}
+	}
+	t.done = ck.Revision
+	if ck.ClusterID != "" && ck.ClusterID != t.src.id {
+		// A new revision space: say so, and read this one from its start.
+		if err := t.insert(ctx, []Event{t.gap(0, ck.Revision, fmt.Sprintf("cluster ID changed from %s to %s (rebuilt or restored); its revisions start again", ck.ClusterID, t.src.id))}); err != nil {
+			return err
+		}
+		t.done = 0
+	}
+	t.dirty = true // the first checkpoint records the cluster ID, even at no progress
+	tick := time.NewTicker(t.cfg.CheckpointEvery)
+	defer tick.Stop()
+	for {
+		if err := t.watch(ctx, tick.C); err != nil {
+			return err
+		}
+	}
+}
+
+// watch reads the log from t.done+1 until the watch fails (nil: watch
+// again) or the tailer must stop (an error).
+func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := t.cfg.Etcd.Watch(wctx, "/", clientv3.WithPrefix(), clientv3.WithRev(t.done+1),
+		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick:
+			if err := t.checkpoint(ctx); err != nil {
+				return err
+			}
+		case resp, ok := <-wch:
+			// Store what has arrived in one insert: the store pays per
+			// insert, and the watch keeps delivering while it runs.
+			var b batch
+			for {
+				if !ok || resp.CompactRevision > 0 || resp.Err() != nil {
+					if err := t.flush(ctx, &b); err != nil {
+						return err
+					}
+					return t.interrupted(ctx, resp, ok)
+				}
+				t.cfg.Metrics.head(t.cfg.Cluster, resp.Header.Revision)
+				t.collect(&b, resp)
+				if len(b.events) >= maxBatch || !t.next(wch, &resp, &ok) {
+					break
+				}
+			}
+			if err := t.flush(ctx, &b); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// maxBatch bounds the events one insert carries; linger is how long a
+// batch waits for the watch's next response. The watch hands buffered
+// responses over one at a time from its own goroutine, so a batch that
+// stopped at the first empty receive would carry one revision each and
+// fall behind any store that pays per insert.
+const (
+	maxBatch = 5000
+	linger   = 2 * time.Millisecond
+)
+
+// next receives the watch's next response into resp and ok if one comes
+// within linger.
+func (t *tailer) next(wch clientv3.WatchChan, resp *clientv3.WatchResponse, ok *bool) bool {
+	if t.linger == nil {
+		t.linger = time.NewTimer(linger)
+	} else {
+		t.linger.Reset(linger)
+	}
+	select {
+	case *resp, *ok = <-wch:
+		t.linger.Stop()
+		return true
+	case <-t.linger.C:
+		return false
+	}
+}
+
+// batch is the events of consecutive watch responses, and the revision
+// the tailer is done with once they are stored.
+type batch struct {
+	events []Event
+	done   int64
+}
+
+// interrupted handles a watch response that ends the watch: a compaction
+// (a gap event, then on from the compaction), an error or a closed channel
+// (watch again after a pause).
+func (t *tailer) interrupted(ctx context.Context, resp clientv3.WatchResponse, ok bool) error {
+	switch {
+	case !ok:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return t.pause(ctx)
+	case resp.CompactRevision > 0:
+		// Revisions before the compaction are gone: record the gap,
+		// never skip it silently, and go on from there.
+		g := t.gap(t.done+1, resp.CompactRevision-1, "compacted before the tailer read them")
+		if err := t.insert(ctx, []Event{g}); err != nil {
+			return err
+		}
+		t.done, t.dirty = resp.CompactRevision-1, true
+		return nil
+	default:
+		t.cfg.Logger.Warn("audit: watch failed; watching again", "cluster", t.cfg.Cluster, "err", resp.Err())
+		return t.pause(ctx)
+	}
+}
+
+// collect adds one watch response's revisions to b.
+func (t *tailer) collect(b *batch, resp clientv3.WatchResponse) {
+	b.done = max(b.done, t.done)
+	if resp.IsProgressNotify() {
+		// Every event up to the header's revision has been sent.
+		b.done = max(b.done, resp.Header.Revision)
+		t.dirty = true
+		return
+	}
+	now := time.Now().UTC()
+	for i := 0; i < len(resp.Events); {
+		r := revision{rev: resp.Events[i].Kv.ModRevision}
+		for ; i < len(resp.Events) && resp.Events[i].Kv.ModRevision == r.rev; i++ {
+			r.events = append(r.events, resp.Events[i])
+		}
+		evs := classify(t.src, r, t.epoch, now)
+		for j, e := range evs {
+			if e.Kind == EpochAdvance {
+				if st, err := epoch.Decode([]byte(e.Detail), e.Revision); err == nil {
+					t.epoch, evs[j].Epoch = st.Epoch, st.Epoch
+				}
+			}
+		}
+		t.dirty = t.dirty || !ownBookkeeping(r)
+		b.events = append(b.events, evs...)
+		b.done = r.rev
+	}
+}
+
+// flush stores b's events and moves t.done past them.
+func (t *tailer) flush(ctx context.Context, b *batch) error {
+	if err := t.insert(ctx, b.events); err != nil {
+		return err
+	}
+	if b.done > t.done {
+		t.done = b.done
+	}
+	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, len(b.events))
+	*b = batch{}
+	return nil
+}
+
+// insert stores events, trying again with backoff while the store fails:
+// the checkpoint does not pass what the store does not have.
+func (t *tailer) insert(ctx context.Context, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+		err := t.cfg.Store.Insert(octx, events)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		t.cfg.Metrics.storeFailed(t.cfg.Cluster)
+		t.cfg.Logger.Warn("audit: store refused a batch; trying again", "cluster", t.cfg.Cluster, "events", len(events), "err", err)
+		if err := sleep(ctx, backoff); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *tailer) gap(from, to int64, why string) Event {
+	t.cfg.Metrics.gapped(t.cfg.Cluster)
+	return Event{ClusterID: t.src.id, Cluster: t.src.name, Revision: to, Kind: Gap, At: time.Now().UTC(), Epoch: t.epoch,
+		Detail: fmt.Sprintf("revisions %d to %d: %s", from, to, why)}
+}
+
+// load reads the cluster's checkpoint from the coord cluster.
+func (t *tailer) load(ctx context.Context) (checkpoint, error) {
+	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+	defer cancel()
+	resp, err := t.cfg.Coord.Get(octx, CheckpointPrefix+t.cfg.Cluster)
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("audit: read the checkpoint of %s: %w", t.cfg.Cluster, err)
+	}
+	var ck checkpoint
+	if len(resp.Kvs) > 0 {
+		if err := json.Unmarshal(resp.Kvs[0].Value, &ck); err != nil {
+			return checkpoint{}, fmt.Errorf("audit: the checkpoint of %s is unreadable (%v); delete %s%s to read the log from its start", t.cfg.Cluster, err, CheckpointPrefix, t.cfg.Cluster)
+		}
+	}
+	return ck, nil
+}
+
+// checkpoint records t.done, if it moved, while this tailer leads.
+func (t *tailer) checkpoint(ctx context.Context) error {
+	if !t.dirty || t.done == t.saved {
+		return nil
+	}
+	b, _ := json.Marshal(checkpoint{ClusterID: t.src.id, Revision: t.done})
+	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+	defer cancel()
+	resp, err := t.cfg.Coord.Txn(octx).If(t.leader).Then(clientv3.OpPut(CheckpointPrefix+t.cfg.Cluster, string(b))).Commit()
+	if err != nil {
+		t.cfg.Logger.Warn("audit: checkpoint failed; trying at the next tick", "cluster", t.cfg.Cluster, "err", err)
+		return nil
+	}
+	if !resp.Succeeded {
+		return ErrDeposed
+	}
+	t.saved, t.dirty = t.done, false
+	return nil
+}
+
+// ownBookkeeping reports whether a revision holds only the tailers' own
+// elections and checkpoints.
+func ownBookkeeping(r revision) bool {
+	for _, ev := range r.events {
+		if !strings.HasPrefix(string(ev.Kv.Key), "/sys/audit/") {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *tailer) get(ctx context.Context, key string) (*clientv3.GetResponse, error) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+		resp, err := t.cfg.Etcd.Get(octx, key)
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return nil, fmt.Errorf("audit: read %s on %s: %w", key, t.cfg.Cluster, err)
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// pause waits a moment before watching again after a failed watch.
+func (t *tailer) pause(ctx context.Context) error {
+	return sleep(ctx, 200*time.Millisecond+rand.N(300*time.Millisecond))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}

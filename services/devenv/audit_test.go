@@ -1,0 +1,117 @@
+package devenv_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/class"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/lockplane/lockplane/services/resourcetest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	resourcetest.StopClickHouse()
+	os.Exit(code)
+}
+
+// With an audit store the embedded default tails its clusters (coord and
+// each shard) into it, and an operator reads a hold's grant and release
+// back through the admin API.
+func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
+	ch := resourcetest.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := chstore.New(ch.URL(), ch.Database(t))
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity}
+	env := devenvtest.Start(t, devenv.Options{Audit: store, Shards: []string{"entity-0"},
+		Classes: class.NewStatic(devenvtest.Fast, entity)})
+	demo := devenvtest.Client(t, env, "demo")
+	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+
+	const key = "team-a/audit/devenv"
+	for cls, cluster := range map[string]string{"": "coord", entity.Name: "entity-0"} {
+		s := devenvtest.Session(t, demo, cls)
+		h, err := s.Lock(ctx, key, func(*lockclient.Hold) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The store is external: poll the answer until the tailer has
+		// written both events, within a deadline.
+		var got []string
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			resp, err := admin.Audit(ctx, &adminv1.AuditRequest{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = got[:0]
+			for _, e := range resp.GetEvents() {
+				if e.GetCluster() != cluster {
+					continue
+				}
+				got = append(got, e.GetKind())
+				if e.GetIdentity() != env.Profile.Identities["demo"].SPIFFEID {
+					t.Fatalf("event %v: want %s held by demo", e, key)
+				}
+			}
+			if strings.Join(got, " ") == string(audit.Grant)+" "+string(audit.Release) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("audit of %s on %s: %v, want a grant then a release", key, cluster, got)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// The reports count what the history holds: both grants, one per
+	// cluster, each ended by a release; the demo identity's cost.
+	rep, err := admin.Report(ctx, &adminv1.ReportRequest{Kind: "contention"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grants, releases, holds int64
+	for _, r := range rep.GetContention() {
+		if r.GetNamespace() == "team-a" {
+			grants, releases, holds = grants+r.GetGrants(), releases+r.GetReleases(), holds+r.GetHolds()
+		}
+	}
+	if grants != 2 || releases != 2 || holds != 2 {
+		t.Fatalf("contention %v: want 2 grants, 2 releases, 2 timed holds in team-a", rep.GetContention())
+	}
+	rep, err = admin.Report(ctx, &adminv1.ReportRequest{Kind: "cost"})
+	if err != nil || len(rep.GetCost()) == 0 || rep.GetCost()[0].GetIdentity() != env.Profile.Identities["demo"].SPIFFEID || rep.GetCost()[0].GetHolds() != 2 {
+		t.Fatalf("cost %v, %v: want demo first, with 2 holds", rep.GetCost(), err)
+	}
+	if _, err := admin.Report(ctx, &adminv1.ReportRequest{Kind: "nonsense"}); reason.Of(err) != lockv1.ErrorReason_INVALID_ARGUMENT {
+		t.Fatalf("an unknown report: %v, want INVALID_ARGUMENT", err)
+	}
+
+	// Only operators read history.
+	other := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "other").Conn())
+	if _, err := other.Audit(ctx, &adminv1.AuditRequest{Key: key}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
+		t.Fatalf("a workload's audit query: %v, want PERMISSION_DENIED", err)
+	}
+	// One question at a time, and the refusal names the field.
+	_, err = admin.Audit(ctx, &adminv1.AuditRequest{Key: key, Identity: env.Profile.Identities["demo"].SPIFFEID})
+	r, meta := reason.Info(err)
+	if r != lockv1.ErrorReason_INVALID_ARGUMENT || meta["field"] == "" || !strings.Contains(err.Error(), meta["field"]) {
+		t.Fatalf("key and identity together: %v (reason %s, %v), want INVALID_ARGUMENT naming the field", err, r, meta)
+	}
+}
