@@ -33,13 +33,16 @@ func fencedHook(t *testing.T, id func() int64) <-chan struct{} {
 	return done
 }
 
-// await waits for ch to close, failing the test if ctx ends first.
-func await(t *testing.T, ctx context.Context, ch <-chan struct{}, what string) {
+// await receives from ch (or sees it closed), failing the test if ctx
+// ends first.
+func await[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) T {
 	t.Helper()
 	select {
-	case <-ch:
+	case v := <-ch:
+		return v
 	case <-ctx.Done():
 		t.Fatalf("%s never came", what)
+		panic("unreachable")
 	}
 }
 
@@ -51,7 +54,7 @@ func await(t *testing.T, ctx context.Context, ch <-chan struct{}, what string) {
 func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
-	acquire := newGate("Acquire", true)
+	acquire := newGate(t, "Acquire", true)
 	c := dialWith(t, env, "demo", acquire.intercept)
 	s := devenvtest.Session(t, c, devenvtest.Fast.Name)
 	fenced := fencedHook(t, s.ID)
@@ -66,13 +69,13 @@ func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 		h, err := s.Lock(ctx, key, func(*lockclient.Hold) { onFence <- struct{}{} })
 		locked <- result{h, err}
 	}()
-	<-acquire.reached // granted at etcd, the answer held back
+	await(t, ctx, acquire.reached, "the Acquire's answer") // granted at etcd, the answer held back
 	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
 		t.Fatal(err)
 	}
 	await(t, ctx, fenced, "the fence of the revoked lease")
-	close(acquire.open)
-	r := <-locked
+	acquire.release()
+	r := await(t, ctx, locked, "the Lock's answer")
 	if r.err != lockclient.ErrFenced {
 		fired := len(onFence) > 0
 		t.Fatalf("Lock whose lease fenced during its Acquire: hold %v, err %v (OnFence fired: %v); want ErrFenced", r.h != nil, r.err, fired)

@@ -216,7 +216,7 @@ func TestSessionsOfOneTTLRacingOpenOneLease(t *testing.T) {
 func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
-	open := newGate("OpenSession", false)
+	open := newGate(t, "OpenSession", false)
 	c := dialWith(t, env, "demo", open.intercept)
 	s := devenvtest.Session(t, c, "")
 	open.armed.Store(true)
@@ -225,7 +225,7 @@ func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 		_, err := c.Session(ctx, devenvtest.Fast.Name)
 		opened <- err
 	}()
-	<-open.reached
+	await(t, ctx, open.reached, "the OpenSession")
 	unblocked := make(chan error, 2)
 	go func() {
 		_, err := s.TryLock(ctx, "team-a/open/1", noFence)
@@ -244,16 +244,14 @@ func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 		select {
 		case err := <-unblocked:
 			if err != nil {
-				close(open.open)
 				t.Fatal(err)
 			}
 		case <-time.After(5 * time.Second):
-			close(open.open)
 			t.Fatal("a Lock, or a Session's ctx, waited for another Session's OpenSession")
 		}
 	}
-	close(open.open)
-	if err := <-opened; err != nil {
+	open.release()
+	if err := await(t, ctx, opened, "the held-back Session"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -290,7 +288,7 @@ func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	var cut atomic.Int64
 	failed := make(chan struct{}, 1)
-	acquire := newGate("Acquire", false)
+	acquire := newGate(t, "Acquire", false)
 	c := dialOpts(t, env, "demo",
 		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			cs, err := streamer(ctx, desc, cc, method, opts...)
@@ -308,13 +306,12 @@ func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
 		_, err := s.Lock(ctx, key, noFence)
 		locked <- err
 	}()
-	<-acquire.reached // the Acquire is in flight, not yet sent
-	defer close(acquire.open)
+	await(t, ctx, acquire.reached, "the Acquire") // in flight, not yet sent
 	cut.Store(s.ID())
 	// The second failed send follows the first failure, which made the
 	// lease not live; its deadline is still seconds away.
-	<-failed
-	<-failed
+	await(t, ctx, failed, "a failed keepalive")
+	await(t, ctx, failed, "a second failed keepalive")
 	twin := devenvtest.Session(t, c, slowTwin.Name)
 	if twin.ID() == s.ID() {
 		t.Fatal("a new class was handed the lease whose keepalives fail, not a fresh one")
