@@ -207,14 +207,20 @@ func (l *lease) settle(hs *holdState, err error) {
 	l.forget(hs)
 }
 
-// forget removes hs from the lease: the key is free for a new grant.
+// forget removes hs from the lease: the key is free for a new grant. A
+// lease left holding nothing tells its owner, which closes it if it is no
+// longer current.
 func (l *lease) forget(hs *holdState) {
 	l.mu.Lock()
 	if l.holds[hs.key] == hs {
 		delete(l.holds, hs.key)
 	}
+	idle := len(l.holds) == 0 && !l.fenced
 	l.mu.Unlock()
 	hs.goneOnce.Do(func() { close(hs.gone) })
+	if idle && l.owner != nil {
+		l.owner.idle(l)
+	}
 }
 
 // transient reports refusals a waiting Lock retries.
