@@ -2,6 +2,7 @@ package lockclient_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,7 +77,7 @@ func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 	await(t, ctx, fenced, "the fence of the revoked lease")
 	acquire.release()
 	r := await(t, ctx, locked, "the Lock's answer")
-	if r.err != lockclient.ErrFenced {
+	if !errors.Is(r.err, lockclient.ErrFenced) {
 		fired := len(onFence) > 0
 		t.Fatalf("Lock whose lease fenced during its Acquire: hold %v, err %v (OnFence fired: %v); want ErrFenced", r.h != nil, r.err, fired)
 	}
@@ -180,5 +181,36 @@ func TestAKeyOfAFencedLeaseIsNotLeakedOnAnother(t *testing.T) {
 	await(t, ctx, fenced, "the fence")
 	if _, err := def.TryLock(ctx, key, noFence); err != nil {
 		t.Fatalf("lock through another lease of a key only a fenced, revoked lease held: %v", err)
+	}
+}
+
+// A Lock waiting for a key fails with ErrFenced as soon as its lease
+// fences (revoked at etcd here), not at its own deadline.
+func TestAWaitingLockFailsWhenItsLeaseFences(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	const key = "team-a/fence/waiting"
+	holder := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	if _, err := holder.TryLock(ctx, key, noFence); err != nil {
+		t.Fatal(err)
+	}
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	fenced := fencedHook(t, s.ID)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := s.Lock(ctx, key, noFence)
+		locked <- err
+	}()
+	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, fenced, "the fence of the revoked lease")
+	select {
+	case err := <-locked:
+		if !errors.Is(err, lockclient.ErrFenced) {
+			t.Fatalf("Lock waiting on a lease that fenced: %v, want ErrFenced", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a Lock waited on 3 s after its lease fenced")
 	}
 }
