@@ -290,22 +290,40 @@ func cutKeepAlives(cut *atomic.Int64, failed chan<- struct{}) grpc.DialOption {
 	})
 }
 
+// blipper is an environment with slowFence and slowTwin, and a client
+// (dialled with opts) whose keepalives it can cut.
+type blipper struct {
+	env    *devenv.Env
+	ctx    context.Context
+	c      *lockclient.Client
+	cut    atomic.Int64
+	failed chan struct{}
+}
+
+func newBlipper(t *testing.T, opts ...grpc.DialOption) *blipper {
+	b := &blipper{failed: make(chan struct{}, 1)}
+	b.env = devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
+	b.ctx = ctxT(t, 30*time.Second)
+	b.c = dialOpts(t, b.env, "demo", append(opts, cutKeepAlives(&b.cut, b.failed))...)
+	return b
+}
+
 // blip cuts the keepalives of s until two sends have failed: s's lease is
 // no longer live, though its deadline is seconds away. Then it opens a
-// Session of class, which gets a fresh lease, and lets s's keepalives
+// Session of slowTwin, which gets a fresh lease, and lets s's keepalives
 // through again.
-func blip(t *testing.T, ctx context.Context, c *lockclient.Client, s *lockclient.Session, cut *atomic.Int64, failed <-chan struct{}, class string) *lockclient.Session {
+func (b *blipper) blip(t *testing.T, s *lockclient.Session) *lockclient.Session {
 	t.Helper()
-	cut.Store(s.ID())
+	b.cut.Store(s.ID())
 	// The second failed send follows the first failure, which made the
 	// lease not live.
-	await(t, ctx, failed, "a failed keepalive")
-	await(t, ctx, failed, "a second failed keepalive")
-	n := devenvtest.Session(t, c, class)
+	await(t, b.ctx, b.failed, "a failed keepalive")
+	await(t, b.ctx, b.failed, "a second failed keepalive")
+	n := devenvtest.Session(t, b.c, slowTwin.Name)
 	if n.ID() == s.ID() {
 		t.Fatal("a new class was handed the lease whose keepalives fail, not a fresh one")
 	}
-	cut.Store(0)
+	b.cut.Store(0)
 	return n
 }
 
@@ -332,15 +350,11 @@ func awaitLeases(t *testing.T, ctx context.Context, env *devenv.Env, n int, d ti
 // closed: when its keepalives recover it does not renew on beside the
 // new one, and its class's next Session is on the new lease.
 func TestAReplacedIdleLeaseIsClosed(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
-	ctx := ctxT(t, 30*time.Second)
-	var cut atomic.Int64
-	failed := make(chan struct{}, 1)
-	c := dialOpts(t, env, "demo", cutKeepAlives(&cut, failed))
-	s := devenvtest.Session(t, c, slowFence.Name)
-	twin := blip(t, ctx, c, s, &cut, failed, slowTwin.Name)
-	awaitLeases(t, ctx, env, 1, 5*time.Second)
-	if again := devenvtest.Session(t, c, slowFence.Name); again.ID() != twin.ID() {
+	b := newBlipper(t)
+	s := devenvtest.Session(t, b.c, slowFence.Name)
+	twin := b.blip(t, s)
+	awaitLeases(t, b.ctx, b.env, 1, 5*time.Second)
+	if again := devenvtest.Session(t, b.c, slowFence.Name); again.ID() != twin.ID() {
 		t.Fatalf("Session after the replaced lease closed is on %x, want the new lease %x", again.ID(), twin.ID())
 	}
 }
@@ -349,19 +363,16 @@ func TestAReplacedIdleLeaseIsClosed(t *testing.T) {
 // holds a key of it, so a nested Lock of the key shares its grant; its
 // last Release closes it.
 func TestAReplacedLeaseKeepsItsClassWhileHolding(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
-	ctx := ctxT(t, 30*time.Second)
-	var cut atomic.Int64
-	failed := make(chan struct{}, 1)
-	c := dialOpts(t, env, "demo", cutKeepAlives(&cut, failed))
-	s := devenvtest.Session(t, c, slowFence.Name)
+	b := newBlipper(t)
+	ctx := b.ctx
+	s := devenvtest.Session(t, b.c, slowFence.Name)
 	const key = "team-a/replaced/held"
 	h, err := s.TryLock(ctx, key, noFence)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blip(t, ctx, c, s, &cut, failed, slowTwin.Name)
-	again := devenvtest.Session(t, c, slowFence.Name)
+	b.blip(t, s)
+	again := devenvtest.Session(t, b.c, slowFence.Name)
 	if again.ID() != s.ID() {
 		t.Fatalf("Session of a class holding a key on its replaced lease %x is on %x", s.ID(), again.ID())
 	}
@@ -375,7 +386,7 @@ func TestAReplacedLeaseKeepsItsClassWhileHolding(t *testing.T) {
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	awaitLeases(t, ctx, env, 1, 5*time.Second)
+	awaitLeases(t, ctx, b.env, 1, 5*time.Second)
 }
 
 // A lease whose keepalives fail is not handed to a class opening a
@@ -384,13 +395,10 @@ func TestAReplacedLeaseKeepsItsClassWhileHolding(t *testing.T) {
 // acquiring is LEAKED to a Lock through the new lease, said by the client
 // before the service could grant it twice over.
 func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
-	ctx := ctxT(t, 30*time.Second)
-	var cut atomic.Int64
-	failed := make(chan struct{}, 1)
 	acquire := newGate(t, "Acquire", false)
-	c := dialOpts(t, env, "demo", cutKeepAlives(&cut, failed), grpc.WithUnaryInterceptor(acquire.intercept))
-	s := devenvtest.Session(t, c, slowFence.Name)
+	b := newBlipper(t, grpc.WithUnaryInterceptor(acquire.intercept))
+	ctx := b.ctx
+	s := devenvtest.Session(t, b.c, slowFence.Name)
 	const key = "team-a/replaced/1"
 	acquire.armed.Store(true)
 	locked := make(chan error, 1)
@@ -399,7 +407,7 @@ func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
 		locked <- err
 	}()
 	await(t, ctx, acquire.reached, "the Acquire") // in flight, not yet sent
-	twin := blip(t, ctx, c, s, &cut, failed, slowTwin.Name)
+	twin := b.blip(t, s)
 	_, err := twin.TryLock(ctx, key, noFence)
 	if s.RemainingTTL() == 0 {
 		t.Fatal("the old lease fenced before the test could lock its key: too slow")
