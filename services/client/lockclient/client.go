@@ -11,7 +11,8 @@
 //
 // The client learns a class's TTL only from OpenSession's answer. The first
 // Session of a class therefore opens a lease; if the Client already has a
-// live lease of that TTL, it closes the new one at once and uses the old.
+// live lease of that TTL, it uses the old one and closes the new one in
+// the background.
 // Later Sessions of the class find the TTL in the Client's cache and cost
 // no call while its lease lives.
 //
@@ -39,9 +40,10 @@
 // locked on it again only in the class it was locked in.
 //
 // A lease that ended locally (fenced or closed) may still hold keys at etcd
-// until it expires there, within a TTL. Its holds have ended, so a key it
-// still holds is contention, not a leak: for that long, the service's LEAKED
-// naming it makes TryLock fail with CONTENDED and Lock wait.
+// until it expires there, normally within a TTL (longer across an etcd
+// leader change). Its holds have ended, so a key it still holds is
+// contention, not a leak: for 2×TTL + 5 s, the service's LEAKED naming it
+// makes TryLock fail with CONTENDED and Lock wait.
 package lockclient
 
 import (
