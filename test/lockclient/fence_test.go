@@ -2,6 +2,7 @@ package lockclient_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,13 +34,16 @@ func fencedHook(t *testing.T, id func() int64) <-chan struct{} {
 	return done
 }
 
-// await waits for ch to close, failing the test if ctx ends first.
-func await(t *testing.T, ctx context.Context, ch <-chan struct{}, what string) {
+// await receives from ch (or sees it closed), failing the test if ctx
+// ends first.
+func await[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) T {
 	t.Helper()
 	select {
-	case <-ch:
+	case v := <-ch:
+		return v
 	case <-ctx.Done():
 		t.Fatalf("%s never came", what)
+		panic("unreachable")
 	}
 }
 
@@ -51,7 +55,7 @@ func await(t *testing.T, ctx context.Context, ch <-chan struct{}, what string) {
 func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
-	acquire := newGate("Acquire", true)
+	acquire := newGate(t, "Acquire", true)
 	c := dialWith(t, env, "demo", acquire.intercept)
 	s := devenvtest.Session(t, c, devenvtest.Fast.Name)
 	fenced := fencedHook(t, s.ID)
@@ -66,14 +70,14 @@ func TestALockWhoseLeaseFencesDuringItsAcquireFails(t *testing.T) {
 		h, err := s.Lock(ctx, key, func(*lockclient.Hold) { onFence <- struct{}{} })
 		locked <- result{h, err}
 	}()
-	<-acquire.reached // granted at etcd, the answer held back
+	await(t, ctx, acquire.reached, "the Acquire's answer") // granted at etcd, the answer held back
 	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
 		t.Fatal(err)
 	}
 	await(t, ctx, fenced, "the fence of the revoked lease")
-	close(acquire.open)
-	r := <-locked
-	if r.err != lockclient.ErrFenced {
+	acquire.release()
+	r := await(t, ctx, locked, "the Lock's answer")
+	if !errors.Is(r.err, lockclient.ErrFenced) {
 		fired := len(onFence) > 0
 		t.Fatalf("Lock whose lease fenced during its Acquire: hold %v, err %v (OnFence fired: %v); want ErrFenced", r.h != nil, r.err, fired)
 	}
@@ -177,5 +181,36 @@ func TestAKeyOfAFencedLeaseIsNotLeakedOnAnother(t *testing.T) {
 	await(t, ctx, fenced, "the fence")
 	if _, err := def.TryLock(ctx, key, noFence); err != nil {
 		t.Fatalf("lock through another lease of a key only a fenced, revoked lease held: %v", err)
+	}
+}
+
+// A Lock waiting for a key fails with ErrFenced as soon as its lease
+// fences (revoked at etcd here), not at its own deadline.
+func TestAWaitingLockFailsWhenItsLeaseFences(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	const key = "team-a/fence/waiting"
+	holder := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	if _, err := holder.TryLock(ctx, key, noFence); err != nil {
+		t.Fatal(err)
+	}
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	fenced := fencedHook(t, s.ID)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := s.Lock(ctx, key, noFence)
+		locked <- err
+	}()
+	if _, err := env.Etcd.Revoke(ctx, clientv3.LeaseID(s.ID())); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, fenced, "the fence of the revoked lease")
+	select {
+	case err := <-locked:
+		if !errors.Is(err, lockclient.ErrFenced) {
+			t.Fatalf("Lock waiting on a lease that fenced: %v, want ErrFenced", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a Lock waited on 3 s after its lease fenced")
 	}
 }

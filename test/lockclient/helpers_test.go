@@ -3,6 +3,7 @@ package lockclient_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,17 +65,24 @@ func holdOf(t *testing.T, env *devenv.Env, key string) (lease, rev int64) {
 
 // gate holds back the next call of one method once armed: it closes
 // reached when the call arrives (once answered, if after is set) and lets
-// it go on when open is closed.
+// it go on at release, or when the call's ctx ends. The test's end
+// releases it, so a test failing while the call is held never hangs.
 type gate struct {
 	method        string
 	after         bool
 	armed         atomic.Bool
 	reached, open chan struct{}
+	once          sync.Once
 }
 
-func newGate(method string, after bool) *gate {
-	return &gate{method: method, after: after, reached: make(chan struct{}), open: make(chan struct{})}
+func newGate(t *testing.T, method string, after bool) *gate {
+	g := &gate{method: method, after: after, reached: make(chan struct{}), open: make(chan struct{})}
+	t.Cleanup(g.release)
+	return g
 }
+
+// release lets the held call go on; later calls are no-ops.
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
 func (g *gate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if methodName(method) != g.method || !g.armed.CompareAndSwap(true, false) {
@@ -85,7 +93,11 @@ func (g *gate) intercept(ctx context.Context, method string, req, reply any, cc 
 		err = inv(ctx, method, req, reply, cc, opts...)
 	}
 	close(g.reached)
-	<-g.open
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	if !g.after {
 		err = inv(ctx, method, req, reply, cc, opts...)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/lockclient/lockclienttest"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -83,9 +84,9 @@ func TestClassesOfOneTTLShareALease(t *testing.T) {
 		}
 		sessions[cls] = s
 	}
-	if n := leaseCount(t, ctx, env); n != 2 {
-		t.Fatalf("%d leases at etcd for 3 classes of 2 TTLs, want 2", n)
-	}
+	// 3 classes of 2 TTLs; the twin's duplicate lease is closed in the
+	// background.
+	awaitLeases(t, ctx, env, 2, 5*time.Second)
 	fast, twin, def := sessions[devenvtest.Fast.Name], sessions[fastTwin.Name], sessions[class.DefaultName]
 	if fast.ID() != twin.ID() || fast.ID() == def.ID() {
 		t.Fatalf("session IDs: fast %x, fast-twin %x, default %x; want the first two equal, the third apart", fast.ID(), twin.ID(), def.ID())
@@ -206,9 +207,8 @@ func TestSessionsOfOneTTLRacingOpenOneLease(t *testing.T) {
 	if sessions[0].ID() != sessions[1].ID() {
 		t.Fatalf("racing Sessions of one TTL got leases %x and %x, want one", sessions[0].ID(), sessions[1].ID())
 	}
-	if n := leaseCount(t, ctx, env); n != 1 {
-		t.Fatalf("%d leases at etcd after the race, want 1", n)
-	}
+	// The duplicate is closed in the background.
+	awaitLeases(t, ctx, env, 1, 5*time.Second)
 }
 
 // A Session being opened holds up neither a Lock on an existing session
@@ -216,7 +216,7 @@ func TestSessionsOfOneTTLRacingOpenOneLease(t *testing.T) {
 func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
-	open := newGate("OpenSession", false)
+	open := newGate(t, "OpenSession", false)
 	c := dialWith(t, env, "demo", open.intercept)
 	s := devenvtest.Session(t, c, "")
 	open.armed.Store(true)
@@ -225,7 +225,7 @@ func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 		_, err := c.Session(ctx, devenvtest.Fast.Name)
 		opened <- err
 	}()
-	<-open.reached
+	await(t, ctx, open.reached, "the OpenSession")
 	unblocked := make(chan error, 2)
 	go func() {
 		_, err := s.TryLock(ctx, "team-a/open/1", noFence)
@@ -244,16 +244,14 @@ func TestASessionOpenDoesNotBlockTheClient(t *testing.T) {
 		select {
 		case err := <-unblocked:
 			if err != nil {
-				close(open.open)
 				t.Fatal(err)
 			}
 		case <-time.After(5 * time.Second):
-			close(open.open)
 			t.Fatal("a Lock, or a Session's ctx, waited for another Session's OpenSession")
 		}
 	}
-	close(open.open)
-	if err := <-opened; err != nil {
+	open.release()
+	if err := await(t, ctx, opened, "the held-back Session"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -280,27 +278,127 @@ func (f failingStream) SendMsg(m any) error {
 	return f.ClientStream.SendMsg(m)
 }
 
+// cutKeepAlives is a stream interceptor failing the KeepAlive sends of
+// the session cut names (none when zero), reporting each on failed.
+func cutKeepAlives(cut *atomic.Int64, failed chan<- struct{}) grpc.DialOption {
+	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return failingStream{cs, cut, failed}, nil
+	})
+}
+
+// blipper is an environment with slowFence and slowTwin, and a client
+// (dialled with opts) whose keepalives it can cut.
+type blipper struct {
+	env    *devenv.Env
+	ctx    context.Context
+	c      *lockclient.Client
+	cut    atomic.Int64
+	failed chan struct{}
+}
+
+func newBlipper(t *testing.T, opts ...grpc.DialOption) *blipper {
+	b := &blipper{failed: make(chan struct{}, 1)}
+	b.env = devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
+	b.ctx = ctxT(t, 30*time.Second)
+	b.c = dialOpts(t, b.env, "demo", append(opts, cutKeepAlives(&b.cut, b.failed))...)
+	return b
+}
+
+// blip cuts the keepalives of s until two sends have failed: s's lease is
+// no longer live, though its deadline is seconds away. Then it opens a
+// Session of slowTwin, which gets a fresh lease, and lets s's keepalives
+// through again.
+func (b *blipper) blip(t *testing.T, s *lockclient.Session) *lockclient.Session {
+	t.Helper()
+	b.cut.Store(s.ID())
+	// The second failed send follows the first failure, which made the
+	// lease not live.
+	await(t, b.ctx, b.failed, "a failed keepalive")
+	await(t, b.ctx, b.failed, "a second failed keepalive")
+	n := devenvtest.Session(t, b.c, slowTwin.Name)
+	if n.ID() == s.ID() {
+		t.Fatal("a new class was handed the lease whose keepalives fail, not a fresh one")
+	}
+	b.cut.Store(0)
+	return n
+}
+
+// awaitLeases waits until etcd has n leases, failing the test if it has
+// not within d.
+func awaitLeases(t *testing.T, ctx context.Context, env *devenv.Env, n int, d time.Duration) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		got := leaseCount(t, ctx, env)
+		if got == n {
+			return
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatalf("%d leases at etcd after %s, want %d", got, d, n)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// A lease replaced while its keepalives failed, holding nothing, is
+// closed: when its keepalives recover it does not renew on beside the
+// new one, and its class's next Session is on the new lease.
+func TestAReplacedIdleLeaseIsClosed(t *testing.T) {
+	b := newBlipper(t)
+	s := devenvtest.Session(t, b.c, slowFence.Name)
+	twin := b.blip(t, s)
+	awaitLeases(t, b.ctx, b.env, 1, 5*time.Second)
+	if again := devenvtest.Session(t, b.c, slowFence.Name); again.ID() != twin.ID() {
+		t.Fatalf("Session after the replaced lease closed is on %x, want the new lease %x", again.ID(), twin.ID())
+	}
+}
+
+// A lease replaced while its keepalives failed keeps its class while it
+// holds a key of it, so a nested Lock of the key shares its grant; its
+// last Release closes it.
+func TestAReplacedLeaseKeepsItsClassWhileHolding(t *testing.T) {
+	b := newBlipper(t)
+	ctx := b.ctx
+	s := devenvtest.Session(t, b.c, slowFence.Name)
+	const key = "team-a/replaced/held"
+	h, err := s.TryLock(ctx, key, noFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.blip(t, s)
+	again := devenvtest.Session(t, b.c, slowFence.Name)
+	if again.ID() != s.ID() {
+		t.Fatalf("Session of a class holding a key on its replaced lease %x is on %x", s.ID(), again.ID())
+	}
+	h2, err := again.TryLock(ctx, key, noFence)
+	if err != nil || h2.Token() != h.Token() {
+		t.Fatalf("nested lock through the class's Session: %v, want the outer hold's grant", err)
+	}
+	if err := h2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitLeases(t, ctx, b.env, 1, 5*time.Second)
+}
+
 // A lease whose keepalives fail is not handed to a class opening a
 // session: a fresh lease is, and becomes the current one. The old lease
 // runs on until it ends, and its keys are still this client's: a key it is
 // acquiring is LEAKED to a Lock through the new lease, said by the client
 // before the service could grant it twice over.
 func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, slowFence, slowTwin)})
-	ctx := ctxT(t, 30*time.Second)
-	var cut atomic.Int64
-	failed := make(chan struct{}, 1)
-	acquire := newGate("Acquire", false)
-	c := dialOpts(t, env, "demo",
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			cs, err := streamer(ctx, desc, cc, method, opts...)
-			if err != nil {
-				return nil, err
-			}
-			return failingStream{cs, &cut, failed}, nil
-		}),
-		grpc.WithUnaryInterceptor(acquire.intercept))
-	s := devenvtest.Session(t, c, slowFence.Name)
+	acquire := newGate(t, "Acquire", false)
+	b := newBlipper(t, grpc.WithUnaryInterceptor(acquire.intercept))
+	ctx := b.ctx
+	s := devenvtest.Session(t, b.c, slowFence.Name)
 	const key = "team-a/replaced/1"
 	acquire.armed.Store(true)
 	locked := make(chan error, 1)
@@ -308,22 +406,91 @@ func TestALeaseReplacedWhileRunningKeepsItsKeys(t *testing.T) {
 		_, err := s.Lock(ctx, key, noFence)
 		locked <- err
 	}()
-	<-acquire.reached // the Acquire is in flight, not yet sent
-	defer close(acquire.open)
-	cut.Store(s.ID())
-	// The second failed send follows the first failure, which made the
-	// lease not live; its deadline is still seconds away.
-	<-failed
-	<-failed
-	twin := devenvtest.Session(t, c, slowTwin.Name)
-	if twin.ID() == s.ID() {
-		t.Fatal("a new class was handed the lease whose keepalives fail, not a fresh one")
-	}
+	await(t, ctx, acquire.reached, "the Acquire") // in flight, not yet sent
+	twin := b.blip(t, s)
 	_, err := twin.TryLock(ctx, key, noFence)
 	if s.RemainingTTL() == 0 {
 		t.Fatal("the old lease fenced before the test could lock its key: too slow")
 	}
 	if reason.Of(err) != lockv1.ErrorReason_LEAKED {
 		t.Fatalf("Lock through the new lease of a key the replaced, running lease is acquiring: %v, want LEAKED", err)
+	}
+}
+
+// The shared open of a class is bounded by its own deadline even if its
+// caller's ctx has none, and a Session does not wait for the CloseSession
+// of a duplicate lease (its class's TTL had a live lease already).
+func TestAnOpenIsBoundedAndDoesNotWaitForItsDuplicatesClose(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, fastTwin)})
+	ctx := ctxT(t, 30*time.Second)
+	closeGate := newGate(t, "CloseSession", false)
+	var unbounded atomic.Value
+	c := dialWith(t, env, "demo", func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if m := methodName(method); m == "OpenSession" || m == "CloseSession" {
+			if _, ok := ctx.Deadline(); !ok {
+				unbounded.Store(m)
+			}
+		}
+		return closeGate.intercept(ctx, method, req, reply, cc, inv, opts...)
+	})
+	devenvtest.Session(t, c, devenvtest.Fast.Name)
+	closeGate.armed.Store(true)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := c.Session(context.Background(), fastTwin.Name)
+		opened <- err
+	}()
+	await(t, ctx, closeGate.reached, "the duplicate lease's CloseSession")
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Session waited for its duplicate lease's CloseSession")
+	}
+	if m := unbounded.Load(); m != nil {
+		t.Fatalf("%s sent without a deadline", m)
+	}
+}
+
+// Sessions waiting for their class's open get its error, without an open
+// of their own.
+func TestSessionsWaitingForAFailedOpenGetItsError(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	refused := status.Error(codes.Unavailable, "test: OpenSession refused")
+	var opens atomic.Int32
+	first, waiting := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	lockclienttest.SetHooks(&lockclienttest.Hooks{AwaitingOpen: func(string) { once.Do(func() { close(waiting) }) }})
+	t.Cleanup(func() { lockclienttest.SetHooks(nil) })
+	c := dialWith(t, env, "demo", func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if methodName(method) == "OpenSession" && opens.Add(1) == 1 {
+			close(first)
+			select {
+			case <-waiting:
+				return refused
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return inv(ctx, method, req, reply, cc, opts...)
+	})
+	errs := make(chan error, 2)
+	session := func() {
+		_, err := c.Session(ctx, devenvtest.Fast.Name)
+		errs <- err
+	}
+	go session()
+	await(t, ctx, first, "the first OpenSession")
+	go session()
+	for range 2 {
+		if err := await(t, ctx, errs, "a Session's answer"); status.Convert(err).Message() != "test: OpenSession refused" {
+			t.Fatalf("Session: %v, want the open's error %v", err, refused)
+		}
+	}
+	if n := opens.Load(); n != 1 {
+		t.Fatalf("%d OpenSession calls, want 1", n)
 	}
 }

@@ -11,7 +11,8 @@
 //
 // The client learns a class's TTL only from OpenSession's answer. The first
 // Session of a class therefore opens a lease; if the Client already has a
-// live lease of that TTL, it closes the new one at once and uses the old.
+// live lease of that TTL, it uses the old one and closes the new one in
+// the background.
 // Later Sessions of the class find the TTL in the Client's cache and cost
 // no call while its lease lives.
 //
@@ -39,9 +40,10 @@
 // locked on it again only in the class it was locked in.
 //
 // A lease that ended locally (fenced or closed) may still hold keys at etcd
-// until it expires there, within a TTL. Its holds have ended, so a key it
-// still holds is contention, not a leak: for that long, the service's LEAKED
-// naming it makes TryLock fail with CONTENDED and Lock wait.
+// until it expires there, normally within a TTL (longer across an etcd
+// leader change). Its holds have ended, so a key it still holds is
+// contention, not a leak: for 2×TTL + 5 s, the service's LEAKED naming it
+// makes TryLock fail with CONTENDED and Lock wait.
 package lockclient
 
 import (
@@ -54,6 +56,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/client/internal/testhook"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"google.golang.org/grpc"
 )
@@ -88,16 +91,48 @@ type Client struct {
 	// leases has the current lease of each TTL, the one Session hands out.
 	leases map[time.Duration]*lease
 	// running has every lease of c that has not ended: the current ones
-	// and any replaced while still running, whose holds are still c's.
+	// and any replaced while still running, whose holds are still c's. A
+	// replaced lease is closed once it holds nothing.
 	running map[*lease]bool
-	// opening has each class's open in flight, closed when it ends.
-	opening map[string]chan struct{}
+	// opening has each class's open in flight.
+	opening map[string]*pending
 	// closed is set by Close: an open that ends after it hands out nothing.
 	closed bool
-	// retired has each lease c ended (fenced or closed), by ID, until the
-	// time by which etcd has surely expired it; pruned as entries pass.
-	retired map[int64]time.Time
+	// retired has each lease c ended (fenced or closed), by ID, until
+	// etcd has surely expired it (retiredFor); retiredIDs has them oldest
+	// first, at most maxRetired, pruned as they pass.
+	retired    map[int64]time.Time
+	retiredIDs []int64
 }
+
+// pending is an open in flight; done is closed when it ends, err set
+// before.
+type pending struct {
+	done chan struct{}
+	err  error
+	// callerGone is set if err came from the opener's own ctx: it is not
+	// the open's answer, so a waiter opens itself.
+	callerGone bool
+}
+
+const (
+	// openTimeout bounds an open, which Sessions of the class share,
+	// whatever the opener's ctx.
+	openTimeout = 30 * time.Second
+	// closeTimeout bounds a background CloseSession: of a duplicate lease,
+	// or of a replaced one that holds nothing. Best effort: not renewed,
+	// the lease expires within its TTL even if the close is lost.
+	closeTimeout = 5 * time.Second
+	// maxRetired bounds how many ended leases c remembers.
+	maxRetired = 1024
+)
+
+// retiredFor is how long an ended lease of ttl may live on at etcd: a TTL
+// from its last keepalive, which may still be in transit; a TTL again
+// (plus an election timeout) if the etcd leader changes, which restarts
+// every lease's expiry; and the lessor's revoke interval (500 ms). 2×TTL
+// + 5 s covers them with room to spare.
+func retiredFor(ttl time.Duration) time.Duration { return 2*ttl + 5*time.Second }
 
 // Dial connects to the arbiter with mTLS. The connection is made lazily; the
 // first call fails if the arbiter is unreachable or not ServerID.
@@ -123,7 +158,7 @@ func Dial(cfg Config) (*Client, error) {
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
 	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
-		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, running: map[*lease]bool{}, opening: map[string]chan struct{}{}, retired: map[int64]time.Time{}}
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, running: map[*lease]bool{}, opening: map[string]*pending{}, retired: map[int64]time.Time{}}
 }
 
 // newInstance draws the client's instance ID: 16 random hex digits, unique
@@ -140,17 +175,22 @@ func (c *Client) Instance() string { return c.instance }
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // Session returns the class's handle ("" is the default class) on a lease
-// of the class's TTL: the client's current lease of it if that is live (its
-// keepalives succeed); failing that, the class's own lease until it ends
-// (its CanStart says when work may start); failing that, a new lease, which
-// becomes the current one unless by then another is live. Classes of one
-// TTL share the current lease: their Sessions have one ID, and closing or
-// losing it ends the holds of every one of them. A lease that stops being
-// current before it ends runs on for the handles and holds that have it.
+// of the class's TTL: the class's own lease while it holds (or is locking
+// or releasing) a key of the class, so nested Locks share the grant;
+// failing that, a live lease (its keepalives succeed) of the TTL, the
+// current one if it is live; failing that, the class's own lease until it
+// ends (its CanStart says when work may start); failing that, a new lease,
+// which becomes the current one unless by then another is live. Classes of
+// one TTL share the current lease: their Sessions have one ID, and closing
+// or losing it ends the holds of every one of them. A lease that stops
+// being current runs on while it holds anything, then is closed: a handle
+// on it then fails with ErrFenced, and Session gives the current one.
 //
 // Session makes its calls without holding up the Client: Locks meanwhile
 // proceed, and concurrent Sessions of one class share one OpenSession,
-// each waiting for it within its own ctx.
+// bounded by its own deadline (at most openTimeout). A Session waiting for
+// it returns its error, or its own ctx's; if the open failed only because
+// its caller's ctx ended, the waiter opens itself.
 func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 	for {
 		c.mu.Lock()
@@ -158,17 +198,22 @@ func (c *Client) Session(ctx context.Context, class string) (*Session, error) {
 			c.mu.Unlock()
 			return s, nil
 		}
-		done, busy := c.opening[class]
+		p, busy := c.opening[class]
 		if !busy {
-			done = make(chan struct{})
-			c.opening[class] = done
+			p = &pending{done: make(chan struct{})}
+			c.opening[class] = p
 		}
 		c.mu.Unlock()
 		if !busy {
-			return c.open(ctx, class, done)
+			return c.open(ctx, class, p)
 		}
+		testhook.AwaitingOpen(class)
 		select {
-		case <-done: // look again; if that open failed, try ours
+		case <-p.done:
+			if p.err != nil && !p.callerGone {
+				return nil, p.err
+			}
+			// Look again: the open succeeded, or its caller gave up.
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -182,6 +227,9 @@ func (c *Client) usable(class string) *Session {
 	if s == nil {
 		return nil
 	}
+	if s.lease.holdsClass(s.class) {
+		return s
+	}
 	if l := c.liveLease(s.lease.ttl); l != nil && l != s.lease {
 		return c.handle(class, l, s.class)
 	}
@@ -192,50 +240,96 @@ func (c *Client) usable(class string) *Session {
 }
 
 // open opens a lease for class, the one open of it in flight, and hands
-// out the class's handle on it, or on the current lease of its TTL if that
-// is live by the time the lease is granted. It ends by closing done.
-func (c *Client) open(ctx context.Context, class string, done chan struct{}) (*Session, error) {
+// out the class's handle on it, or on a live lease of its TTL if there is
+// one by the time the lease is granted. It ends by recording its error in
+// p and closing p.done.
+func (c *Client) open(ctx context.Context, class string, p *pending) (s *Session, err error) {
 	defer func() {
+		p.err, p.callerGone = err, err != nil && ctx.Err() != nil
 		c.mu.Lock()
 		delete(c.opening, class)
 		c.mu.Unlock()
-		close(done)
+		close(p.done)
 	}()
-	resp, sent, err := requestLease(ctx, c.api, class, c.instance)
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	resp, sent, err := requestLease(octx, c.api, class, c.instance)
 	if err != nil {
 		return nil, err
 	}
 	ttl := resp.GetTtl().AsDuration()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
 		// Never renewed, the lease expires within its TTL.
-		c.mu.Unlock()
 		return nil, errClosed
 	}
 	l := c.liveLease(ttl)
-	fresh := l == nil
-	if fresh {
+	if l == nil {
 		l = startLease(c.api, resp, sent, c)
-		c.leases[ttl], c.running[l] = l, true
+		c.running[l] = true
+		c.setCurrent(l)
+	} else {
+		// Only now is the class's TTL known, and a live lease has it:
+		// keep one lease per TTL.
+		c.closeSoon(resp.GetSessionId())
 	}
-	s := c.handle(class, l, resp.GetClass())
-	c.mu.Unlock()
-	if !fresh {
-		// Only now is the class's TTL known, and a live lease has it: keep
-		// one lease per TTL. Not renewed, the new lease expires within its
-		// TTL even if this close is lost.
-		c.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: resp.GetSessionId()})
-	}
-	return s, nil
+	return c.handle(class, l, resp.GetClass()), nil
 }
 
-// liveLease is c's current lease of ttl if it is live, its keepalives
-// succeeding; else nil. Called with c.mu held.
+// liveLease is a live lease of ttl (its keepalives succeeding): the
+// current one if live, else a running one, made current; else nil. Called
+// with c.mu held.
 func (c *Client) liveLease(ttl time.Duration) *lease {
 	if l := c.leases[ttl]; l != nil && l.live() {
 		return l
 	}
+	for l := range c.running {
+		if l.ttl == ttl && l.live() {
+			c.setCurrent(l)
+			return l
+		}
+	}
 	return nil
+}
+
+// setCurrent makes l the current lease of its TTL; the one it replaces is
+// closed if it holds nothing, else once it does not (idle). Called with
+// c.mu held.
+func (c *Client) setCurrent(l *lease) {
+	old := c.leases[l.ttl]
+	c.leases[l.ttl] = l
+	if old != nil && old != l {
+		c.closeIfIdle(old)
+	}
+}
+
+// idle is told by l that its last hold is gone: if l is not current,
+// nothing hands it out again, so it is closed.
+func (c *Client) idle(l *lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running[l] && c.leases[l.ttl] != l {
+		c.closeIfIdle(l)
+	}
+}
+
+// closeIfIdle ends l if it holds nothing, closing it in the background.
+// Called with c.mu held.
+func (c *Client) closeIfIdle(l *lease) {
+	if l.end(true) {
+		c.retireLocked(l)
+		c.closeSoon(l.id)
+	}
+}
+
+// closeSoon closes session id in the background, within closeTimeout.
+func (c *Client) closeSoon(id int64) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		c.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: id})
+	}()
 }
 
 // handle makes and remembers the Session of class (as asked for) on l;
@@ -276,22 +370,29 @@ func (c *Client) heldByAnother(l *lease, key string) *lease {
 
 // retire records that l has ended, fenced or closed: it is no longer
 // running, nor current, and its holds have ended, but until etcd expires it
-// (its TTL after its last keepalive, which was sent before now;
-// FenceMargin covers one still in transit) it may still hold keys there.
+// (retiredFor) it may still hold keys there. Only the most recent
+// maxRetired ended leases are remembered.
 func (c *Client) retire(l *lease) {
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.retireLocked(l)
+}
+
+// retireLocked is retire, called with c.mu held.
+func (c *Client) retireLocked(l *lease) {
+	now := time.Now()
 	delete(c.running, l)
 	if c.leases[l.ttl] == l {
 		delete(c.leases, l.ttl)
 	}
-	for id, until := range c.retired {
-		if !now.Before(until) {
-			delete(c.retired, id)
-		}
+	if _, ok := c.retired[l.id]; !ok {
+		c.retiredIDs = append(c.retiredIDs, l.id)
 	}
-	c.retired[l.id] = now.Add(l.ttl + FenceMargin)
+	c.retired[l.id] = now.Add(retiredFor(l.ttl))
+	for len(c.retiredIDs) > maxRetired || !now.Before(c.retired[c.retiredIDs[0]]) {
+		delete(c.retired, c.retiredIDs[0])
+		c.retiredIDs = c.retiredIDs[1:]
+	}
 }
 
 // retiredLease reports whether session id is a lease c has ended that may

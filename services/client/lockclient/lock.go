@@ -102,27 +102,35 @@ func (l *lease) lock(ctx context.Context, class, key string, onFence func(*Hold)
 
 // grant makes hs the key's grant, by the outermost Lock's Acquire. The
 // outermost Hold is counted before ready closes, so a nested
-// Lock never finds the grant without holders.
+// Lock never finds the grant without holders. The Acquire, and any wait
+// in it, ends when the lease does; a grant that fails on a lease that has
+// ended fails with ErrFenced (wrapping the Acquire's error).
 func (l *lease) grant(ctx context.Context, hs *holdState, wait bool, onFence func(*Hold)) (*Hold, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.life, cancel)()
 	resp, err := l.acquire(ctx, hs, wait)
 	var h *Hold
 	if err == nil {
 		hs.token = token.Token(resp.GetToken().GetValue())
 		h, err = l.join(hs, onFence, true)
 	}
+	if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+		l.fenceNow()
+	}
+	if err != nil && !errors.Is(err, ErrFenced) && l.isFenced() {
+		err = fmt.Errorf("%w: %w", ErrFenced, err)
+	}
 	if err != nil {
 		hs.failed = true
 	}
 	close(hs.ready)
 	switch {
-	case err == ErrFenced:
-		// Fenced during the Acquire: the grant ends with the lease at
-		// etcd, and the lease has nothing left to clean up.
+	case errors.Is(err, ErrFenced):
+		// The grant, if any, ends with the lease at etcd, and the lease
+		// has nothing left to clean up.
 		l.forget(hs)
 	case err != nil:
-		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
-			l.fenceNow()
-		}
 		l.settle(hs, err)
 	}
 	return h, err
@@ -130,17 +138,20 @@ func (l *lease) grant(ctx context.Context, hs *holdState, wait bool, onFence fun
 
 // join adds a Hold with onFence to hs's grant, the outermost one if first,
 // else a nested one (nil if the grant is gone); or fails with ErrFenced if
-// the lease has ended. It runs under l.mu, which fenceNow holds to mark the
+// the lease has ended or its local deadline has passed (fencing it, if its
+// timer has not yet). It runs under l.mu, which fenceNow holds to mark the
 // lease fenced and list its holds: a fence either comes after the Hold
 // joined, and runs its OnFence, or before, and no Hold is returned. So
 // every Hold returned is on a lease whose fence, when it comes, runs the
 // Hold's OnFence.
 func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.fenced {
+	if l.fenced || !time.Now().Before(l.deadline) {
+		l.mu.Unlock()
+		l.fenceNow()
 		return nil, ErrFenced
 	}
+	defer l.mu.Unlock()
 	if first {
 		return hs.newHold(onFence), nil
 	}
@@ -207,14 +218,20 @@ func (l *lease) settle(hs *holdState, err error) {
 	l.forget(hs)
 }
 
-// forget removes hs from the lease: the key is free for a new grant.
+// forget removes hs from the lease: the key is free for a new grant. A
+// lease left holding nothing tells its owner, which closes it if it is no
+// longer current.
 func (l *lease) forget(hs *holdState) {
 	l.mu.Lock()
 	if l.holds[hs.key] == hs {
 		delete(l.holds, hs.key)
 	}
+	idle := len(l.holds) == 0 && !l.fenced
 	l.mu.Unlock()
 	hs.goneOnce.Do(func() { close(hs.gone) })
+	if idle && l.owner != nil {
+		l.owner.idle(l)
+	}
 }
 
 // transient reports refusals a waiting Lock retries.

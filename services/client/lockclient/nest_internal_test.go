@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,4 +96,22 @@ func TestNestedLocksRacingTheLastReleaseNeverShareAnEndedGrant(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A Lock whose Acquire is answered after the lease's local deadline fails
+// with ErrFenced, and fences the lease, though its timer has not fired.
+func TestALockGrantedPastTheDeadlineFences(t *testing.T) {
+	s, err := openSession(context.Background(), &grantTable{held: map[string]uint64{}}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lease.mu.Lock()
+	s.lease.deadline = time.Now().Add(-time.Millisecond)
+	s.lease.mu.Unlock()
+	if h, err := s.Lock(context.Background(), "k", func(*Hold) {}); h != nil || !errors.Is(err, ErrFenced) {
+		t.Fatalf("Lock granted past the deadline: hold %v, err %v; want ErrFenced", h != nil, err)
+	}
+	if !s.lease.isFenced() {
+		t.Fatal("the lease past its deadline did not fence")
+	}
 }

@@ -132,6 +132,19 @@ func (l *lease) remaining() time.Duration {
 	return max(0, time.Until(l.deadline))
 }
 
+// holdsClass reports whether l, not ended, holds (or is locking or
+// releasing) a key of class.
+func (l *lease) holdsClass(class string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, hs := range l.holds {
+		if hs.class == class && !l.fenced {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *lease) isFenced() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -295,8 +308,27 @@ func (l *lease) heldByRetired(err error) bool {
 
 // close revokes the lease, releasing every hold on it, and stops renewing.
 func (l *lease) close(ctx context.Context) error {
+	ended := l.end(false)
+	l.retire()
+	<-l.done
+	if !ended {
+		return nil
+	}
+	_, err := l.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: l.id})
+	return err
+}
+
+// end marks l ended, its holds released without their OnFence callbacks,
+// and stops renewing it; it does nothing if l has ended already, or if
+// idle is set and l holds anything. It reports whether it ended l. Under
+// l.mu, as a Lock adds its key's state: either the Lock finds l ended, or
+// an idle l is not ended under it.
+func (l *lease) end(idle bool) bool {
 	l.mu.Lock()
-	already := l.fenced
+	if l.fenced || idle && len(l.holds) > 0 {
+		l.mu.Unlock()
+		return false
+	}
 	l.fenced, l.canStart = true, false
 	l.fence.Stop()
 	for _, h := range l.holds {
@@ -305,13 +337,7 @@ func (l *lease) close(ctx context.Context) error {
 	l.holds = map[string]*holdState{}
 	l.mu.Unlock()
 	l.stop()
-	<-l.done
-	l.retire()
-	if already {
-		return nil
-	}
-	_, err := l.api.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: l.id})
-	return err
+	return true
 }
 
 // ErrFenced is returned by calls on a session that has passed its deadline.

@@ -16,6 +16,9 @@ type Hooks struct {
 	// Fenced runs when a lease has fenced and its holds' OnFence
 	// callbacks have returned.
 	Fenced func(session int64)
+	// AwaitingOpen runs when a Session waits for another Session's open
+	// of its class.
+	AwaitingOpen func(class string)
 }
 
 var current atomic.Pointer[Hooks]
@@ -41,5 +44,12 @@ func CleanupRetry(key string) {
 func Fenced(session int64) {
 	if h := current.Load(); h != nil && h.Fenced != nil {
 		h.Fenced(session)
+	}
+}
+
+// AwaitingOpen calls the AwaitingOpen hook, if any.
+func AwaitingOpen(class string) {
+	if h := current.Load(); h != nil && h.AwaitingOpen != nil {
+		h.AwaitingOpen(class)
 	}
 }

@@ -8,7 +8,8 @@ import "github.com/lockplane/lockplane/services/client/internal/testhook"
 // its key's failed or ending grant to go; CleanupRetry when a cleanup after
 // an unknown outcome did not settle its key and will try again; Fenced when
 // a session's lease has fenced and its holds' OnFence callbacks have
-// returned.
+// returned; AwaitingOpen when a Session waits for another Session's open
+// of its class.
 type Hooks = testhook.Hooks
 
 // SetHooks installs h process-wide; nil removes them.
