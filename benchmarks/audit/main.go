@@ -21,11 +21,11 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/benchmarks/latency"
-	"github.com/lockplane/lockplane/services/client/lockclient"
-	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/devenv"
 )
 
 type result struct {

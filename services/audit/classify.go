@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	epochpkg "github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -45,17 +46,22 @@ type revision struct {
 //   - a close first puts /sc/<lease> on the lease, so a closed session's
 //     end deletes that mark too, and an expiry's does not;
 //   - a force-release puts its /sys/force/<id> record in the deleting Txn;
+//   - an epoch advance writes a new epoch into /sys/epoch and deletes
+//     every hold in one Txn;
 //   - a Release deletes the hold alone.
 func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 	ended := map[int64]bool{}   // leases whose session record goes here
 	closing := map[int64]bool{} // leases whose closing mark goes here
-	forced := false
+	forced, advanced := false, false
+	var endedLease int64 // one lease ends per revision: a revoke or an expiry
 	for _, ev := range r.events {
 		k := string(ev.Kv.Key)
 		switch {
+		case k == lockkey.EpochKey:
+			advanced = advanced || advances(ev)
 		case ev.Type == mvccpb.DELETE && strings.HasPrefix(k, lockkey.SessionPrefix):
 			if id, ok := leaseOf(k, lockkey.SessionPrefix); ok {
-				ended[id] = true
+				ended[id], endedLease = true, id
 			}
 		case ev.Type == mvccpb.DELETE && strings.HasPrefix(k, lockkey.ClosingPrefix):
 			if id, ok := leaseOf(k, lockkey.ClosingPrefix); ok {
@@ -67,6 +73,8 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 	}
 	endOf := func(lease int64) Kind {
 		switch {
+		case advanced:
+			return EpochAdvance
 		case forced:
 			return ForceRelease
 		case !ended[lease]:
@@ -92,16 +100,25 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 				if !h.Since.IsZero() {
 					e.At = h.Since
 				}
-				if ev.PrevKv != nil {
-					p := decodeHold(ev.PrevKv.Value)
-					e.Kind, e.PrevIdentity, e.PrevSession = Handoff, p.Identity, ev.PrevKv.Lease
+				if ev.IsModify() {
+					e.Kind = Handoff
+					if ev.PrevKv != nil {
+						p := decodeHold(ev.PrevKv.Value)
+						e.PrevIdentity, e.PrevSession = p.Identity, ev.PrevKv.Lease
+					} else {
+						e.Detail = unknownHolder
+					}
 				}
+			} else if ev.PrevKv == nil {
+				// Never skipped: the hold ended here, by the revision's
+				// lease end if it has one; only whose it was is lost.
+				e.Kind, e.Session, e.Detail = endOf(endedLease), endedLease, unknownHolder
 			} else {
-				if ev.PrevKv == nil {
-					continue // its value was compacted away; the gap says so
-				}
 				h := decodeHold(ev.PrevKv.Value)
 				e.Kind, e.Identity, e.Instance, e.Session, e.Class = endOf(ev.PrevKv.Lease), h.Identity, h.Instance, ev.PrevKv.Lease, h.Class
+			}
+			if e.Kind == EpochAdvance && e.Detail == "" {
+				e.Detail = "ended by the epoch advance at this revision"
 			}
 		case strings.HasPrefix(k, lockkey.SessionPrefix):
 			lease, ok := leaseOf(k, lockkey.SessionPrefix)
@@ -122,6 +139,10 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			e.Identity, e.Instance = s.Identity, s.Instance
 		case k == lockkey.EpochKey:
 			e.Kind = EpochAdvance
+			if !advances(ev) {
+				// The same epoch stamped with a new shard map version.
+				e.Kind = ShardMove
+			}
 			if ev.Type == mvccpb.DELETE {
 				e.Detail = "epoch record deleted: the cluster is sealed until an advance"
 			} else {
@@ -138,6 +159,22 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 		out = append(out, e)
 	}
 	return out
+}
+
+// unknownHolder is the detail of an event whose replaced value etcd no
+// longer had (compacted between the event and its read).
+const unknownHolder = "the previous value was compacted: holder unknown"
+
+// advances reports whether a write of the epoch record changes the epoch
+// (an advance, or the record's deletion), not just the shard map version
+// stamped into it.
+func advances(ev *clientv3.Event) bool {
+	if ev.Type == mvccpb.DELETE || ev.PrevKv == nil {
+		return true
+	}
+	cur, err1 := epochpkg.Decode(ev.Kv.Value, ev.Kv.ModRevision)
+	prev, err2 := epochpkg.Decode(ev.PrevKv.Value, ev.PrevKv.ModRevision)
+	return err1 != nil || err2 != nil || cur.Epoch != prev.Epoch
 }
 
 func leaseOf(key, prefix string) (int64, bool) {

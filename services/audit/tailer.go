@@ -72,7 +72,15 @@ var ErrDeposed = errors.New("audit: this tailer is no longer the cluster's leade
 // deposed tailer cannot move it, backwards or at all.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	sess, err := concurrency.NewSession(cfg.Coord, concurrency.WithTTL(int(cfg.LeaderTTL/time.Second)), concurrency.WithContext(ctx))
+	// The election's lease is granted under a deadline: NewSession's own
+	// grant would wait on a partitioned coord cluster for good.
+	gctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+	lease, err := cfg.Coord.Grant(gctx, int64(cfg.LeaderTTL/time.Second))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("audit: election lease: %w", err)
+	}
+	sess, err := concurrency.NewSession(cfg.Coord, concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("audit: election session: %w", err)
 	}
@@ -103,6 +111,11 @@ func Run(ctx context.Context, cfg Config) error {
 	t := &tailer{cfg: cfg, leader: clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
 	err = t.run(lctx)
 	if ctx.Err() != nil {
+		// Stopped: record how far the store has it, so a successor does
+		// not replay it (or call it a gap after a compaction).
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
+		t.checkpoint(octx)
+		cancel()
 		return nil
 	}
 	select {
@@ -145,6 +158,8 @@ type tailer struct {
 	// own bookkeeping: checkpoints alone never cause another checkpoint.
 	dirty  bool
 	linger *time.Timer
+	// storeWait is the pause after the store's last refusal.
+	storeWait time.Duration
 }
 
 // source is the tailed cluster as its events name it.
@@ -155,17 +170,29 @@ func (t *tailer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	head, err := t.get(ctx, lockkey.EpochKey)
+	head, err := t.get(ctx, lockkey.EpochKey, 0)
 	if err != nil {
 		return err
 	}
 	t.src = source{name: t.cfg.Cluster, id: epoch.FormatID(head.Header.ClusterId)}
+	t.done = ck.Revision
+	if ck.ClusterID == t.src.id && ck.Revision > 0 {
+		// The epoch in force where reading resumes, not the newest: the
+		// events after it carry it until the log advances it. (0, unknown,
+		// when that revision is compacted.)
+		head, err = t.get(ctx, lockkey.EpochKey, ck.Revision)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			head, err = &clientv3.GetResponse{}, nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 	if len(head.Kvs) > 0 {
 		if st, err := epoch.Decode(head.Kvs[0].Value, head.Kvs[0].ModRevision); err == nil {
 			t.epoch = st.Epoch
 		}
 	}
-	t.done = ck.Revision
 	if ck.ClusterID != "" && ck.ClusterID != t.src.id {
 		// A new revision space: say so, and read this one from its start.
 		if err := t.insert(ctx, []Event{t.gap(0, ck.Revision, fmt.Sprintf("cluster ID changed from %s to %s (rebuilt or restored); its revisions start again", ck.ClusterID, t.src.id))}); err != nil {
@@ -205,7 +232,7 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 			for {
 				if !ok || resp.CompactRevision > 0 || resp.Err() != nil {
 					if err := t.flush(ctx, &b); err != nil {
-						return err
+						return t.flushFailed(ctx, err)
 					}
 					return t.interrupted(ctx, resp, ok)
 				}
@@ -216,10 +243,19 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 				}
 			}
 			if err := t.flush(ctx, &b); err != nil {
-				return err
+				return t.flushFailed(ctx, err)
 			}
 		}
 	}
+}
+
+// flushFailed ends a watch after a failed flush: after a pause when the
+// store refused (nil: watch again from what it has), at once otherwise.
+func (t *tailer) flushFailed(ctx context.Context, err error) error {
+	if errors.Is(err, errStoreDown) {
+		return t.storeDown(ctx)
+	}
+	return err
 }
 
 // maxBatch bounds the events one insert carries; linger is how long a
@@ -254,6 +290,10 @@ func (t *tailer) next(wch clientv3.WatchChan, resp *clientv3.WatchResponse, ok *
 type batch struct {
 	events []Event
 	done   int64
+	// epoch is the tailer's epoch before the batch: a refused batch is
+	// read again from there.
+	epoch   uint32
+	started bool
 }
 
 // interrupted handles a watch response that ends the watch: a compaction
@@ -269,11 +309,14 @@ func (t *tailer) interrupted(ctx context.Context, resp clientv3.WatchResponse, o
 	case resp.CompactRevision > 0:
 		// Revisions before the compaction are gone: record the gap,
 		// never skip it silently, and go on from there.
-		g := t.gap(t.done+1, resp.CompactRevision-1, "compacted before the tailer read them")
+		// The compaction's own revision is in the gap too: its events
+		// would come without the values they replaced, which say whose
+		// hold ended.
+		g := t.gap(t.done+1, resp.CompactRevision, "compacted before the tailer read them")
 		if err := t.insert(ctx, []Event{g}); err != nil {
 			return err
 		}
-		t.done, t.dirty = resp.CompactRevision-1, true
+		t.done, t.dirty = resp.CompactRevision, true
 		return nil
 	default:
 		t.cfg.Logger.Warn("audit: watch failed; watching again", "cluster", t.cfg.Cluster, "err", resp.Err())
@@ -283,6 +326,9 @@ func (t *tailer) interrupted(ctx context.Context, resp clientv3.WatchResponse, o
 
 // collect adds one watch response's revisions to b.
 func (t *tailer) collect(b *batch, resp clientv3.WatchResponse) {
+	if !b.started {
+		b.epoch, b.started = t.epoch, true
+	}
 	b.done = max(b.done, t.done)
 	if resp.IsProgressNotify() {
 		// Every event up to the header's revision has been sent.
@@ -310,17 +356,41 @@ func (t *tailer) collect(b *batch, resp clientv3.WatchResponse) {
 	}
 }
 
-// flush stores b's events and moves t.done past them.
+// flush stores b's events and moves t.done past them. A store that
+// refuses ends the watch (errStoreDown): the watch would otherwise go on
+// buffering the log in memory while the store is down.
 func (t *tailer) flush(ctx context.Context, b *batch) error {
-	if err := t.insert(ctx, b.events); err != nil {
-		return err
+	if len(b.events) > 0 {
+		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+		err := t.cfg.Store.Insert(octx, b.events)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			t.cfg.Metrics.storeFailed(t.cfg.Cluster)
+			t.cfg.Logger.Warn("audit: store refused a batch; reading it again once the store answers", "cluster", t.cfg.Cluster, "events", len(b.events), "err", err)
+			t.epoch, *b = b.epoch, batch{}
+			return errStoreDown
+		}
 	}
+	t.storeWait = 0
 	if b.done > t.done {
 		t.done = b.done
 	}
 	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, len(b.events))
 	*b = batch{}
 	return nil
+}
+
+// errStoreDown ends a watch whose batch the store refused.
+var errStoreDown = errors.New("audit: the store refused a batch")
+
+// storeDown waits before the watch reads the refused batch again, longer
+// each time the store refuses (to 30 s).
+func (t *tailer) storeDown(ctx context.Context) error {
+	t.storeWait = min(max(2*t.storeWait, 250*time.Millisecond), 30*time.Second)
+	return sleep(ctx, t.storeWait)
 }
 
 // insert stores events, trying again with backoff while the store fails:
@@ -398,15 +468,17 @@ func ownBookkeeping(r revision) bool {
 	return true
 }
 
-func (t *tailer) get(ctx context.Context, key string) (*clientv3.GetResponse, error) {
+// get reads key (at rev, when not 0), trying again while etcd does not
+// answer.
+func (t *tailer) get(ctx context.Context, key string, rev int64) (*clientv3.GetResponse, error) {
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-		resp, err := t.cfg.Etcd.Get(octx, key)
+		resp, err := t.cfg.Etcd.Get(octx, key, clientv3.WithRev(rev))
 		cancel()
 		if err == nil {
 			return resp, nil
 		}
-		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrCompacted) {
 			return nil, fmt.Errorf("audit: read %s on %s: %w", key, t.cfg.Cluster, err)
 		}
 		if err := sleep(ctx, backoff); err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
@@ -14,8 +16,6 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 )
 

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
@@ -27,8 +29,6 @@ import (
 	"github.com/lockplane/lockplane/services/devca"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
-	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"

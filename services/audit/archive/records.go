@@ -41,6 +41,9 @@ func (a *Archive) CopyRecords(ctx context.Context, since time.Time) (Copied, err
 	var done Copied
 	err := a.each(ctx, since, time.Time{}, func(page []audit.Event) error {
 		for _, e := range page {
+			if e.Kind == audit.EpochAdvance && e.Key != "" {
+				continue // a hold the advance ended: the advance's own record says it
+			}
 			if err := a.copyRecord(ctx, e, &done); err != nil {
 				return err
 			}

@@ -18,8 +18,26 @@ type Store struct {
 	order   []string
 	Replays int
 	changed chan struct{}
-	// Fail, when set, refuses inserts with its error.
-	Fail error
+	// fail, when set, refuses inserts with its error; refused is closed
+	// at the first refusal.
+	fail    error
+	refused chan struct{}
+}
+
+// FailNext makes the store refuse every insert with err until Heal; the
+// channel closes at the first refusal.
+func (s *Store) FailNext(err error) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail, s.refused = err, make(chan struct{})
+	return s.refused
+}
+
+// Heal makes the store accept inserts again.
+func (s *Store) Heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = nil
 }
 
 // New is an empty store.
@@ -29,8 +47,13 @@ func New() *Store { return &Store{rows: map[string]audit.Event{}, changed: make(
 func (s *Store) Insert(_ context.Context, events []audit.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.Fail != nil {
-		return s.Fail
+	if s.fail != nil {
+		select {
+		case <-s.refused:
+		default:
+			close(s.refused)
+		}
+		return s.fail
 	}
 	for _, e := range events {
 		id := fmt.Sprintf("%s/%d/%s", e.ClusterID, e.Revision, e.Key)

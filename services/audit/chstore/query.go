@@ -36,14 +36,15 @@ func (s *Store) ByNamespaceClass(ctx context.Context, ns, class string, since ti
 // ExpiriesList returns the holds that ended by lease expiry at or after
 // since, oldest first, at most limit.
 func (s *Store) ExpiriesList(ctx context.Context, since time.Time, limit int) ([]audit.Event, error) {
-	return s.since(ctx, "kind = "+quote(string(audit.Expiry)), since, limit)
+	// Holds only: a session's own expiry (key '') is its lease's end.
+	return s.since(ctx, "kind = "+quote(string(audit.Expiry))+" AND key != ''", since, limit)
 }
 
 // Expiries counts the holds that ended by lease expiry at or after since,
 // per namespace and class, most expiries first (then by namespace, class).
 func (s *Store) Expiries(ctx context.Context, since time.Time) ([]audit.ExpiryCount, error) {
 	return query[audit.ExpiryCount](ctx, s, fmt.Sprintf(`SELECT namespace, class, count() AS count
-		FROM events FINAL WHERE kind = %s AND %s
+		FROM events FINAL WHERE kind = %s AND key != '' AND %s
 		GROUP BY namespace, class ORDER BY count DESC, namespace, class`,
 		quote(string(audit.Expiry)), sinceCond(since)))
 }

@@ -14,11 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/devenv"
-	"github.com/lockplane/lockplane/services/audit/chserver"
-	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/audittest"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/audit/audittest"
 )
 
 // The log says how every hold ended, with nothing written beside it: the

@@ -2,14 +2,16 @@ package arbiter
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/chstore"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
-	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
@@ -19,7 +21,9 @@ import (
 // maxAuditLimit bounds one audit answer, whatever the caller asks;
 // auditTimeout bounds the store's answer.
 const (
-	maxAuditLimit = 10000
+	// One below the store's cap: a query asks for one more than the
+	// limit to learn whether the answer was cut short.
+	maxAuditLimit = chstore.MaxLimit - 1
 	auditTimeout  = 10 * time.Second
 )
 
@@ -126,7 +130,7 @@ func auditWindow(since *timestamppb.Timestamp, back time.Duration, limit, def in
 	case limit == 0:
 		limit = def
 	case limit < 0 || limit > maxAuditLimit:
-		return time.Time{}, 0, invalidArgument("limit", "must be 1 to 10000")
+		return time.Time{}, 0, invalidArgument("limit", fmt.Sprintf("must be 1 to %d", maxAuditLimit))
 	}
 	return from, int(limit), nil
 }

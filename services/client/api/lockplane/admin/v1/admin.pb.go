@@ -435,7 +435,7 @@ type AuditRequest struct {
 	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
 	// Events at or after this time; 24 hours ago when unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
-	// At most this many events (1 to 10000; 1000 when 0).
+	// At most this many events (1 to 9999; 1000 when 0).
 	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -734,7 +734,7 @@ type AuditExpiriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Expiries at or after this time; an hour ago when unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
-	// At most this many events listed (1 to 10000; 100 when 0).
+	// At most this many events listed (1 to 9999; 100 when 0).
 	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1,0 +1,67 @@
+package audit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/services/lockkey"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Revisions as the arbiter and etcd write them, and what each says; the
+// tailer's tests against a real cluster cover the common endings.
+func TestClassifyReadsEachRevisionAlone(t *testing.T) {
+	hold := func(id string, lease int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(lockkey.HoldKey("team-a/k")), Value: []byte(`{"identity":"` + id + `","class":"default"}`), Lease: lease}
+	}
+	epochRec := func(e int) []byte {
+		return []byte(`{"epoch":` + string(rune('0'+e)) + `,"cluster_id":"c","map_version":0}`)
+	}
+	put := func(kv, prev *mvccpb.KeyValue) *clientv3.Event {
+		kv.ModRevision, kv.Version = 9, 2
+		if prev == nil {
+			kv.Version = 1
+		}
+		return &clientv3.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: prev}
+	}
+	del := func(key string, prev *mvccpb.KeyValue) *clientv3.Event {
+		return &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: 9}, PrevKv: prev}
+	}
+	session := func(lease int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(lockkey.SessionKey(lease)), Value: []byte(`{"identity":"a"}`), Lease: lease}
+	}
+	epochKV := func(e int) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(lockkey.EpochKey), Value: epochRec(e)} }
+	handoff := put(hold("b", 8), nil)
+	handoff.Kv.Version = 2 // a modify whose previous value is gone
+	for _, c := range []struct {
+		name   string
+		events []*clientv3.Event
+		want   map[string]Kind // key ("" for cluster and session events) -> kind
+		detail bool            // the hold's event says its holder is unknown
+	}{
+		{"an advance deletes holds", []*clientv3.Event{put(epochKV(3), epochKV(2)), del(lockkey.HoldKey("team-a/k"), hold("a", 7))},
+			map[string]Kind{"": EpochAdvance, "team-a/k": EpochAdvance}, false},
+		{"a stamp is no advance", []*clientv3.Event{put(epochKV(2), epochKV(2))}, map[string]Kind{"": ShardMove}, false},
+		{"a release without its old value", []*clientv3.Event{del(lockkey.HoldKey("team-a/k"), nil)},
+			map[string]Kind{"team-a/k": Release}, true},
+		{"an expiry without the hold's old value", []*clientv3.Event{del(lockkey.HoldKey("team-a/k"), nil), del(lockkey.SessionKey(7), session(7))},
+			map[string]Kind{"team-a/k": Expiry, "": Expiry}, true},
+		{"a handoff without its old value", []*clientv3.Event{handoff}, map[string]Kind{"team-a/k": Handoff}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := classify(source{name: "coord", id: "c"}, revision{rev: 9, events: c.events}, 2, time.Unix(0, 0))
+			if len(got) != len(c.want) {
+				t.Fatalf("events %+v, want %v", got, c.want)
+			}
+			for _, e := range got {
+				if c.want[e.Key] != e.Kind {
+					t.Errorf("%q: %s, want %s", e.Key, e.Kind, c.want[e.Key])
+				}
+				if e.Key != "" && c.detail != (e.Detail == unknownHolder) {
+					t.Errorf("%q: detail %q", e.Key, e.Detail)
+				}
+			}
+		})
+	}
+}
