@@ -31,7 +31,9 @@ func TestClassifyReadsEachRevisionAlone(t *testing.T) {
 	session := func(lease int64) *mvccpb.KeyValue {
 		return &mvccpb.KeyValue{Key: []byte(lockkey.SessionKey(lease)), Value: []byte(`{"identity":"a"}`), Lease: lease}
 	}
-	epochKV := func(e int) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(lockkey.EpochKey), Value: epochRec(e)} }
+	epochKV := func(e int) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(lockkey.EpochKey), Value: epochRec(e)}
+	}
 	handoff := put(hold("b", 8), nil)
 	handoff.Kv.Version = 2 // a modify whose previous value is gone
 	for _, c := range []struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/lockplane/lockplane/services/audit/tailers"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -35,7 +36,8 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now().Add(-time.Minute)
-	stop := tail(t, env, store, "t1")
+	// As the arbiters run them: campaigning again after any failure.
+	stop := tailLikeTheArbiter(t, env, store, "t1")
 
 	var mu sync.Mutex
 	observed := map[int64]string{} // grant revision -> key, as clients saw it
@@ -80,11 +82,9 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 	// The tailer killed and restarted, then the etcd leader killed,
 	// while the traffic runs.
 	traffic(9, 10)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	traffic(10, 10)
-	tail(t, env, store, "t2")
+	tailLikeTheArbiter(t, env, store, "t2")
 	killLeader(t, ctx, env)
 	traffic(11, 10)
 	wg.Wait()
@@ -155,4 +155,19 @@ func killLeader(t *testing.T, ctx context.Context, env *devenv.Env) {
 		return
 	}
 	t.Fatal("no leader found")
+}
+
+// tailLikeTheArbiter runs the tailers as an arbiter does (tailers.Run:
+// campaigning again after a failure) until the returned stop.
+func tailLikeTheArbiter(t *testing.T, env *devenv.Env, store audit.Store, name string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tailers.Run(ctx, tailers.Config{CoordName: "coord", Coord: env.Etcd, Store: store, Name: name, Backoff: 50 * time.Millisecond})
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }

@@ -170,7 +170,7 @@ func (t *tailer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	head, err := t.get(ctx, lockkey.EpochKey, 0)
+	head, err := t.get(ctx, t.cfg.Etcd, lockkey.EpochKey, 0)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (t *tailer) run(ctx context.Context) error {
 		// The epoch in force where reading resumes, not the newest: the
 		// events after it carry it until the log advances it. (0, unknown,
 		// when that revision is compacted.)
-		head, err = t.get(ctx, lockkey.EpochKey, ck.Revision)
+		head, err = t.get(ctx, t.cfg.Etcd, lockkey.EpochKey, ck.Revision)
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			head, err = &clientv3.GetResponse{}, nil
 		}
@@ -422,9 +422,7 @@ func (t *tailer) gap(from, to int64, why string) Event {
 
 // load reads the cluster's checkpoint from the coord cluster.
 func (t *tailer) load(ctx context.Context) (checkpoint, error) {
-	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-	defer cancel()
-	resp, err := t.cfg.Coord.Get(octx, CheckpointPrefix+t.cfg.Cluster)
+	resp, err := t.get(ctx, t.cfg.Coord, CheckpointPrefix+t.cfg.Cluster, 0)
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("audit: read the checkpoint of %s: %w", t.cfg.Cluster, err)
 	}
@@ -468,12 +466,13 @@ func ownBookkeeping(r revision) bool {
 	return true
 }
 
-// get reads key (at rev, when not 0), trying again while etcd does not
-// answer.
-func (t *tailer) get(ctx context.Context, key string, rev int64) (*clientv3.GetResponse, error) {
+// get reads key from cli (at rev, when not 0), each try under the op
+// deadline, trying again while etcd does not answer (a leader election):
+// a tailer outlasts what passes.
+func (t *tailer) get(ctx context.Context, cli *clientv3.Client, key string, rev int64) (*clientv3.GetResponse, error) {
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-		resp, err := t.cfg.Etcd.Get(octx, key, clientv3.WithRev(rev))
+		resp, err := cli.Get(octx, key, clientv3.WithRev(rev))
 		cancel()
 		if err == nil {
 			return resp, nil

@@ -158,8 +158,9 @@ func TestAShardRebuiltEmptySealsUntilTheAdvance(t *testing.T) {
 	if err := env.ShardClusters["a"].Rebuild(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The holds and the sessions' leases went with the data: a new session.
-	s := devenvtest.Session(t, demo, "entity")
+	// The holds and the sessions' shard leases went with the data: a new
+	// client's session (demo's own lease fences as its renewals fail).
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "entity")
 	got, err := tryLockRetrying(t, s, "team-a/after/0")
 	if err == nil {
 		t.Fatalf("granted epoch %d revision %d (highest before: epoch %d revision %d) on a shard rebuilt empty",
