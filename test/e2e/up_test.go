@@ -69,7 +69,7 @@ type summary struct {
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the end-to-end test stands up 12 hosts and 8 etcd members")
+		t.Skip("the end-to-end test stands up 13 hosts, 8 etcd members and ClickHouse")
 	}
 	if err := hosts.Check(); err != nil {
 		unavailable(t, err.Error())
