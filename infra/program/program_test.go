@@ -437,7 +437,7 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 	for stack, edit := range map[string]func(map[string]string){
 		"eu-west": nil,
 		"us-east": nil,
-		"local": func(c map[string]string) { localHosts(c); c["lockplane:audit"] = `{"enabled":false}` },
+		"local":   func(c map[string]string) { localHosts(c); c["lockplane:audit"] = `{"enabled":false}` },
 	} {
 		m, err := run(t, stack, edit)
 		if err != nil {

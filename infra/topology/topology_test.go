@@ -101,13 +101,19 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			"hosts[0] (eu-west-coord-1).roles: [coord audit]: etcd (coord, entity) and Tang hosts are dedicated"},
 		{"audit on a tang host", func(s *topology.Stack) { addRole(s, "eu-west-tang-1", "audit") },
 			"(eu-west-tang-1).roles: [tang audit]: etcd (coord, entity) and Tang hosts are dedicated"},
-		{"two audit hosts", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "audit"); addRole(s, "eu-west-arbiter-2", "audit") },
+		{"two audit hosts", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			addRole(s, "eu-west-arbiter-2", "audit")
+		},
 			"audit: hosts eu-west-arbiter-1, eu-west-arbiter-2 have role audit; a stack has at most one audit host for now"},
 		{"audit enabled without a host", func(s *topology.Stack) { on := true; s.Audit.Enabled = &on },
 			"audit.enabled: true, but no host has role audit"},
 		{"bad audit database", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "audit"); s.Audit.Database = "lock-plane" },
 			`audit.database: "lock-plane" must be a ClickHouse database name`},
-		{"bad audit network", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "audit"); s.Audit.Networks = []string{"10.0.0.0/33"} },
+		{"bad audit network", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			s.Audit.Networks = []string{"10.0.0.0/33"}
+		},
 			`audit.networks[0]: "10.0.0.0/33" is not an address or a CIDR prefix`},
 		{"unknown role", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
 			`roles: "archive" is not one of coord, entity, tang, arbiter, audit`},
