@@ -98,6 +98,17 @@ func strs(v resource.PropertyValue) []string {
 	return out
 }
 
+// services are the Service resources of the service name.
+func services(m *mocks, name string) []pulumi.MockResourceArgs {
+	var out []pulumi.MockResourceArgs
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if r.Inputs["name"].StringValue() == name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func etcdCommands(m *mocks) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range m.of("lockplane:nodes:Service") {
@@ -286,12 +297,8 @@ func TestArbitersServeTheRegionAndRouteToEveryEntityShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, r := range m.of("lockplane:nodes:Service") {
-		if r.Inputs["name"].StringValue() != "arbiter" {
-			continue
-		}
-		n++
+	arbiters := services(m, "arbiter")
+	for _, r := range arbiters {
 		cmd := strs(r.Inputs["command"])
 		if flag(cmd, "--region") != "eu-west" {
 			t.Fatalf("%s: --region %q, want eu-west", r.Name, flag(cmd, "--region"))
@@ -312,7 +319,7 @@ func TestArbitersServeTheRegionAndRouteToEveryEntityShard(t *testing.T) {
 			}
 		}
 	}
-	if n == 0 {
+	if len(arbiters) == 0 {
 		t.Fatal("no arbiter services")
 	}
 }
@@ -376,12 +383,7 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stores []pulumi.MockResourceArgs
-	for _, r := range m.of("lockplane:nodes:Service") {
-		if r.Inputs["name"].StringValue() == "clickhouse" {
-			stores = append(stores, r)
-		}
-	}
+	stores := services(m, "clickhouse")
 	if len(stores) != 1 || stores[0].Inputs["connection"].ObjectValue()["host"].StringValue() != "10.231.0.23" {
 		t.Fatalf("clickhouse services: %v; want one, on audit-1", stores)
 	}
@@ -406,12 +408,8 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 			}
 		}
 	}
-	n := 0
-	for _, r := range m.of("lockplane:nodes:Service") {
-		if r.Inputs["name"].StringValue() != "arbiter" {
-			continue
-		}
-		n++
+	arbiters := services(m, "arbiter")
+	for _, r := range arbiters {
 		cmd := strs(r.Inputs["command"])
 		if flag(cmd, "--audit-store") != "http://10.231.0.23:8123" || flag(cmd, "--audit-database") != "lockplane" {
 			t.Fatalf("%s: --audit-store %q --audit-database %q", r.Name, flag(cmd, "--audit-store"), flag(cmd, "--audit-database"))
@@ -420,8 +418,8 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 			t.Fatalf("%s starts before the audit store: %v", r.Name, r.RegisterRPC.GetDependencies())
 		}
 	}
-	if n != 2 {
-		t.Fatalf("%d arbiter services, want 2", n)
+	if len(arbiters) != 2 {
+		t.Fatalf("%d arbiter services, want 2", len(arbiters))
 	}
 	stores = nil
 	for _, r := range m.res {
