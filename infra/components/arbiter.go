@@ -34,12 +34,16 @@ type ArbiterArgs struct {
 	// Epochs are the clusters' bootstrapped epoch records: the arbiter
 	// starts after them, since it never creates one.
 	Epochs []pulumi.Resource
+	// Audit is the region's audit store, nil without one: each arbiter
+	// tails its clusters into it and answers audit queries from it.
+	Audit *AuditStore
 }
 
 // ArbiterFlags is the arbiter's command line, with its files at paths.
 // The arbiter reads its policy set again every 10 s, so a policy change
 // reaches it without a restart. It serves the stack's region: other
-// regions' namespaces are refused with a redirect (ADR-08).
+// regions' namespaces are refused with a redirect (ADR-08). With an audit
+// store it runs the audit tailers into it (docs/audit.md).
 func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f ArbiterFiles) []string {
 	flags := []string{
 		"--listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Port),
@@ -53,6 +57,9 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 	}
 	for _, sh := range a.Shards {
 		flags = append(flags, "--shard", sh.Name+"="+strings.Join(sh.Endpoints, ","))
+	}
+	if a.Audit != nil {
+		flags = append(flags, "--audit-store", a.Audit.URL, "--audit-database", a.Audit.Database)
 	}
 	return flags
 }
@@ -135,6 +142,9 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	}
 	deps = append(deps, bin, a.Coord)
 	deps = append(deps, a.Epochs...)
+	if a.Audit != nil {
+		deps = append(deps, a.Audit.Service) // not required: an arbiter retries an absent store
+	}
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a, f)...)),

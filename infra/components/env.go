@@ -1,6 +1,6 @@
 // Package components holds the Pulumi component resources of a region,
 // one per real thing: Region, Hall, Node (a host), TangServer,
-// EtcdCluster, EtcdMember and Arbiter. Each takes typed args, registers
+// EtcdCluster, EtcdMember, AuditStore and Arbiter. Each takes typed args, registers
 // its outputs, and decides nothing inside an apply callback, so a preview
 // shows every resource an `up` will make.
 package components

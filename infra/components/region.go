@@ -8,12 +8,15 @@ import (
 )
 
 // Region is everything of one region: its halls and hosts, the Tang
-// servers, the coord cluster and entity shards, and the arbiters.
+// servers, the coord cluster and entity shards, the audit store (when the
+// stack has an audit host), and the arbiters.
 type Region struct {
 	pulumi.ResourceState
-	Coord    *EtcdCluster
-	Shards   []*EtcdCluster
-	Arbiter  *Arbiter
+	Coord   *EtcdCluster
+	Shards  []*EtcdCluster
+	Arbiter *Arbiter
+	// Audit is nil when the stack runs no audit store.
+	Audit    *AuditStore
 	EtcdCA   *nodes.CA
 	SpiffeCA *nodes.CA
 }
@@ -94,7 +97,21 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		epochs = append(epochs, e)
 	}
 
-	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls, Epochs: epochs}, in); err != nil {
+	// The audit store lets in the arbiter hosts (host runtime) and the
+	// stack's audit.networks.
+	if h := env.Plan.Audit; h != nil {
+		var clients []string
+		for _, a := range env.Plan.Arbiters {
+			clients = append(clients, a.Address)
+		}
+		clients = append(clients, s.Audit.Networks...)
+		if r.Audit, err = NewAuditStore(ctx, env, AuditStoreArgs{Host: *h, Clients: clients}, pulumi.Parent(halls[h.Hall])); err != nil {
+			return nil, err
+		}
+	}
+
+	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls,
+		Epochs: epochs, Audit: r.Audit}, in); err != nil {
 		return nil, err
 	}
 
@@ -102,14 +119,18 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	for _, sh := range r.Shards {
 		shardIDs = append(shardIDs, sh.ClusterID)
 	}
-	return r, ctx.RegisterResourceOutputs(r, pulumi.Map{
+	outputs := pulumi.Map{
 		"coordClusterId":   r.Coord.ClusterID,
 		"coordEndpoints":   pulumi.ToStringArray(r.Coord.Endpoints),
 		"entityClusterIds": shardIDs,
 		"arbiterEndpoints": pulumi.ToStringArray(r.Arbiter.Endpoints),
 		"etcdCaCertPem":    r.EtcdCA.CertPem,
 		"spiffeBundlePem":  r.SpiffeCA.CertPem,
-	})
+	}
+	if r.Audit != nil {
+		outputs["auditStoreUrl"] = pulumi.String(r.Audit.URL)
+	}
+	return r, ctx.RegisterResourceOutputs(r, outputs)
 }
 
 // Hall groups the hosts of one hall.

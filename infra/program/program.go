@@ -29,7 +29,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "kubernetes", "binDir", "trustDomain", "policies"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "kubernetes", "binDir", "trustDomain", "policies"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -119,6 +119,9 @@ func Run(ctx *pulumi.Context) error {
 	ctx.Export("operatorSvidPem", region.Arbiter.Operator.CertPem)
 	ctx.Export("operatorKeyPem", pulumi.ToSecret(region.Arbiter.Operator.KeyPem))
 	ctx.Export("acquireP99GateMs", pulumi.Float64(s.Gates.AcquireP99Ms))
+	if region.Audit != nil {
+		ctx.Export("auditStoreUrl", pulumi.String(region.Audit.URL))
+	}
 	// Set by `lockplane promote` when the stack met its acquire gate.
 	if rec := cfg.Get("promotion"); rec != "" {
 		ctx.Export("promotion", pulumi.String(rec))

@@ -98,6 +98,17 @@ func strs(v resource.PropertyValue) []string {
 	return out
 }
 
+// services are the Service resources of the service name.
+func services(m *mocks, name string) []pulumi.MockResourceArgs {
+	var out []pulumi.MockResourceArgs
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if r.Inputs["name"].StringValue() == name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func etcdCommands(m *mocks) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range m.of("lockplane:nodes:Service") {
@@ -286,12 +297,8 @@ func TestArbitersServeTheRegionAndRouteToEveryEntityShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, r := range m.of("lockplane:nodes:Service") {
-		if r.Inputs["name"].StringValue() != "arbiter" {
-			continue
-		}
-		n++
+	arbiters := services(m, "arbiter")
+	for _, r := range arbiters {
 		cmd := strs(r.Inputs["command"])
 		if flag(cmd, "--region") != "eu-west" {
 			t.Fatalf("%s: --region %q, want eu-west", r.Name, flag(cmd, "--region"))
@@ -312,7 +319,7 @@ func TestArbitersServeTheRegionAndRouteToEveryEntityShard(t *testing.T) {
 			}
 		}
 	}
-	if n == 0 {
+	if len(arbiters) == 0 {
 		t.Fatal("no arbiter services")
 	}
 }
@@ -365,4 +372,112 @@ func TestPolicySetIsValidatedAndDelivered(t *testing.T) {
 	if len(cms) != 1 || len(cms[0].Inputs["data"].ObjectValue()) != 7 {
 		t.Fatalf("policy ConfigMap: %v", cms)
 	}
+}
+
+// With an audit host (the local stack's audit-1), the region runs one
+// ClickHouse server there, serving HTTP on the host's address to the
+// arbiter hosts, and every arbiter tails into it; without one, no arbiter
+// gets an audit store.
+func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
+	m, err := run(t, "local", localHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := services(m, "clickhouse")
+	if len(stores) != 1 || stores[0].Inputs["connection"].ObjectValue()["host"].StringValue() != "10.231.0.23" {
+		t.Fatalf("clickhouse services: %v; want one, on audit-1", stores)
+	}
+	cmd := strs(stores[0].Inputs["command"])
+	if cmd[0] != "/usr/sbin/clickhouse-server" || !strings.HasPrefix(cmd[1], "--config-file=") || !strings.HasSuffix(cmd[1], "audit-1/root/etc/lockplane/clickhouse/config.xml") {
+		t.Fatalf("clickhouse command %v", cmd)
+	}
+	if len(strs(stores[0].Inputs["triggers"])) != 2 || !dependsOnSuffix(stores[0], "-config.xml") || !dependsOnSuffix(stores[0], "-users.xml") {
+		t.Fatalf("clickhouse does not restart on its configuration: %v", stores[0].Inputs["triggers"])
+	}
+	for _, r := range m.of("lockplane:nodes:File") {
+		content := r.Inputs["content"]
+		switch {
+		case strings.HasSuffix(r.Inputs["path"].StringValue(), "/clickhouse/config.xml"):
+			if !strings.Contains(content.StringValue(), "<listen_host>10.231.0.23</listen_host>") || !strings.Contains(content.StringValue(), "<http_port>8123</http_port>") ||
+				strings.Contains(content.StringValue(), "<tcp_port>") {
+				t.Fatalf("clickhouse config: %s", content.StringValue())
+			}
+		case strings.HasSuffix(r.Inputs["path"].StringValue(), "/clickhouse/users.xml"):
+			if !strings.Contains(content.StringValue(), "<ip>10.231.0.21</ip><ip>10.231.0.22</ip>") {
+				t.Fatalf("clickhouse users do not let the arbiter hosts in: %s", content.StringValue())
+			}
+		}
+	}
+	arbiters := services(m, "arbiter")
+	for _, r := range arbiters {
+		cmd := strs(r.Inputs["command"])
+		if flag(cmd, "--audit-store") != "http://10.231.0.23:8123" || flag(cmd, "--audit-database") != "lockplane" {
+			t.Fatalf("%s: --audit-store %q --audit-database %q", r.Name, flag(cmd, "--audit-store"), flag(cmd, "--audit-database"))
+		}
+		if !dependsOnSuffix(r, "-audit-audit-1-service") {
+			t.Fatalf("%s starts before the audit store: %v", r.Name, r.RegisterRPC.GetDependencies())
+		}
+	}
+	if len(arbiters) != 2 {
+		t.Fatalf("%d arbiter services, want 2", len(arbiters))
+	}
+	stores = nil
+	for _, r := range m.res {
+		if r.TypeToken == "lockplane:infra:AuditStore" {
+			stores = append(stores, r)
+		}
+	}
+	if len(stores) != 1 {
+		t.Fatalf("%d AuditStore components, want 1", len(stores))
+	}
+
+	// No audit host, or audit.enabled false: no store, no flag.
+	for stack, edit := range map[string]func(map[string]string){
+		"eu-west": nil,
+		"us-east": nil,
+		"local":   func(c map[string]string) { localHosts(c); c["lockplane:audit"] = `{"enabled":false}` },
+	} {
+		m, err := run(t, stack, edit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range m.res {
+			if r.TypeToken == "lockplane:infra:AuditStore" || strings.Contains(fmt.Sprint(r.Inputs.Mappable()), "--audit-store") {
+				t.Fatalf("%s: %s %s without an audit host", stack, r.TypeToken, r.Name)
+			}
+		}
+	}
+
+	// The kubernetes runtime: the deployment's arbiters get the flag too.
+	m, err = run(t, "us-east", func(c map[string]string) {
+		var hosts []map[string]any
+		json.Unmarshal([]byte(c["lockplane:hosts"]), &hosts)
+		audit := map[string]any{}
+		for k, v := range hosts[len(hosts)-1] {
+			audit[k] = v
+		}
+		audit["name"], audit["address"], audit["roles"] = "us-east-audit-1", "10.9.9.9", []string{"audit"}
+		delete(audit, "shard")
+		b, _ := json.Marshal(append(hosts, audit))
+		c["lockplane:hosts"] = string(b)
+		c["lockplane:audit"] = `{"networks":["10.64.0.0/14"]}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := m.of("kubernetes:apps/v1:Deployment")
+	if len(deps) != 1 || !strings.Contains(fmt.Sprint(deps[0].Inputs.Mappable()), "--audit-store http://10.9.9.9:8123") {
+		t.Fatalf("the kubernetes arbiters do not get the audit store: %v", deps)
+	}
+}
+
+// localHosts lets the program run the local stack without its test hosts:
+// their known_hosts file is made by test/hosts.
+func localHosts(c map[string]string) {
+	var s map[string]any
+	json.Unmarshal([]byte(c["lockplane:ssh"]), &s)
+	delete(s, "knownHostsFile")
+	s["trustOnFirstUse"] = true
+	b, _ := json.Marshal(s)
+	c["lockplane:ssh"] = string(b)
 }

@@ -1,8 +1,9 @@
 // Package topology is a region's stack configuration, typed, and the rules
 // that decide whether its hosts can carry the service: a 5-member coord
 // etcd cluster split 2-2-1 across three halls, entity shards of three
-// members one per hall, two Tang servers in two halls, and arbiters spread
-// across halls, with etcd and Tang on dedicated hosts (ADR-06, 07, 08). A
+// members one per hall, two Tang servers in two halls, arbiters spread
+// across halls, and at most one audit store host (ClickHouse), with etcd
+// and Tang on dedicated hosts (ADR-06, 07, 08). A
 // stack that breaks a rule is refused before anything is created, with the
 // hall or role that is missing named.
 package topology
@@ -25,7 +26,13 @@ const (
 	RoleEntity  = "entity"
 	RoleTang    = "tang"
 	RoleArbiter = "arbiter"
+	// RoleAudit is the audit store's host: ClickHouse, which the arbiters'
+	// audit tailers write to and answer `lockctl audit` from.
+	RoleAudit = "audit"
 )
+
+// roles are every role a host can have.
+var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit}
 
 // Runtimes for the services that are not etcd or Tang.
 const (
@@ -46,6 +53,8 @@ type Stack struct {
 	Gates   Gates    `json:"gates"`
 	Etcd    Etcd     `json:"etcd"`
 	Arbiter Arbiter  `json:"arbiter"`
+	// Audit is the audit store on the host with role audit.
+	Audit Audit `json:"audit"`
 	// Kubernetes is the arbiter's placement under the kubernetes runtime.
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// BinDir holds the binaries the program installs (etcd, arbiter,
@@ -140,6 +149,23 @@ type Arbiter struct {
 	Metrics  int `json:"metricsPort"`
 }
 
+// Audit is the audit history (docs/audit.md): a ClickHouse server on the
+// stack's audit host, which every arbiter tails its clusters into and
+// answers `lockctl audit` from.
+type Audit struct {
+	// Enabled defaults to whether a host has role audit; false leaves the
+	// audit host unused and the arbiters without an audit store.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Database is the ClickHouse database (--audit-database).
+	Database string `json:"database,omitempty"`
+	// HTTPPort is ClickHouse's HTTP interface on the audit host's address.
+	HTTPPort int `json:"httpPort,omitempty"`
+	// Networks are the addresses or CIDR prefixes, besides the host
+	// runtime's arbiter hosts and the audit host's loopback, that may use
+	// the store: required with the kubernetes runtime (the pods' network).
+	Networks []string `json:"networks,omitempty"`
+}
+
 // Kubernetes places the arbiter on a cluster.
 type Kubernetes struct {
 	Namespace string `json:"namespace"`
@@ -160,9 +186,14 @@ type Plan struct {
 	Shards   [][]Member
 	Tang     []Host
 	Arbiters []Host
+	// Audit is the audit store's host; nil when audit is off.
+	Audit *Host
 }
 
-var name = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+var (
+	name     = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+	database = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+)
 
 // Defaults fills what a stack may leave out.
 func (s *Stack) Defaults() {
@@ -187,6 +218,10 @@ func (s *Stack) Defaults() {
 	def(&s.Arbiter.Replicas, 1)
 	def(&s.Arbiter.Port, 7443)
 	def(&s.Arbiter.Metrics, 9464)
+	def(&s.Audit.HTTPPort, 8123)
+	if s.Audit.Database == "" {
+		s.Audit.Database = "lockplane"
+	}
 	if s.Etcd.QuotaBytes == 0 {
 		s.Etcd.QuotaBytes = 8 << 30
 	}
@@ -210,6 +245,15 @@ func (s *Stack) Defaults() {
 			s.Hosts[i].Root = "/"
 		}
 	}
+}
+
+// AuditEnabled reports whether the stack runs the audit store: its
+// audit.enabled, by default whether a host has role audit.
+func (s *Stack) AuditEnabled() bool {
+	if s.Audit.Enabled != nil {
+		return *s.Audit.Enabled
+	}
+	return slices.ContainsFunc(s.Hosts, func(h Host) bool { return h.Has(RoleAudit) })
 }
 
 // HostPath is p on host h, under its root.
@@ -285,6 +329,7 @@ func (s *Stack) Validate() (*Plan, error) {
 	if s.Runtime == RuntimeKubernetes && (s.Kubernetes.Namespace == "" || s.Kubernetes.Image == "") {
 		bad("kubernetes.namespace, kubernetes.image: are required with runtime kubernetes")
 	}
+	s.validateAudit(bad)
 	s.validateHosts(bad)
 	if len(errs) > 0 {
 		return nil, join(errs)
@@ -313,11 +358,11 @@ func (s *Stack) validateHosts(bad func(string, ...any)) {
 			bad("%s.hall: %q is not one of the region's halls %v", where, h.Hall, s.Halls)
 		}
 		if len(h.Roles) == 0 {
-			bad("%s.roles: at least one of coord, entity, tang, arbiter", where)
+			bad("%s.roles: at least one of %s", where, strings.Join(roles, ", "))
 		}
 		for _, r := range h.Roles {
-			if !slices.Contains([]string{RoleCoord, RoleEntity, RoleTang, RoleArbiter}, r) {
-				bad("%s.roles: %q is not coord, entity, tang or arbiter", where, r)
+			if !slices.Contains(roles, r) {
+				bad("%s.roles: %q is not one of %s", where, r, strings.Join(roles, ", "))
 			}
 		}
 		dedicated := 0
@@ -346,6 +391,43 @@ func (s *Stack) validateHosts(bad func(string, ...any)) {
 		if !path.IsAbs(h.Root) {
 			bad("%s.root: %q must be an absolute path", where, h.Root)
 		}
+	}
+}
+
+// validateAudit checks the audit option against the hosts with role
+// audit: zero or one for now (one ClickHouse server, no replication), and
+// one when audit is on.
+func (s *Stack) validateAudit(bad func(string, ...any)) {
+	var hosts []string
+	for _, h := range s.Hosts {
+		if h.Has(RoleAudit) {
+			hosts = append(hosts, h.Name)
+		}
+	}
+	if len(hosts) > 1 {
+		bad("audit: hosts %s have role audit; a stack has at most one audit host for now (one ClickHouse server, not replicated)", strings.Join(hosts, ", "))
+	}
+	if !s.AuditEnabled() {
+		return
+	}
+	if len(hosts) == 0 {
+		bad("audit.enabled: true, but no host has role audit: give one host the role (or leave audit.enabled out)")
+	}
+	if !database.MatchString(s.Audit.Database) {
+		bad("audit.database: %q must be a ClickHouse database name (letters, digits, underscores)", s.Audit.Database)
+	}
+	if s.Audit.HTTPPort < 1 || s.Audit.HTTPPort > 65535 {
+		bad("audit.httpPort: %d is not a port", s.Audit.HTTPPort)
+	}
+	for i, n := range s.Audit.Networks {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			if _, err := netip.ParseAddr(n); err != nil {
+				bad("audit.networks[%d]: %q is not an address or a CIDR prefix", i, n)
+			}
+		}
+	}
+	if s.Runtime == RuntimeKubernetes && len(s.Audit.Networks) == 0 {
+		bad("audit.networks: required with runtime kubernetes: the arbiter pods' network, which the audit store lets in")
 	}
 }
 
@@ -434,6 +516,15 @@ func (s *Stack) place() (*Plan, error) {
 						p.Arbiters = append(p.Arbiters, arb[hall][i])
 					}
 				}
+			}
+		}
+	}
+	// Audit: the one audit host, when audit is on.
+	if s.AuditEnabled() {
+		for _, h := range s.Hosts {
+			if h.Has(RoleAudit) {
+				p.Audit = &h
+				break
 			}
 		}
 	}

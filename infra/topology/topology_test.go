@@ -97,6 +97,26 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 		{"quota too big", func(s *topology.Stack) { s.Etcd.QuotaBytes = 16 << 30 }, "etcd.quotaBytes: 17179869184 must be between 1 GiB and 8 GiB"},
 		{"unpinned host", func(s *topology.Stack) { s.Hosts[3].HostKey = "" }, "hosts[3] (eu-west-coord-4).hostKey: not pinned"},
 		{"no policy set", func(s *topology.Stack) { s.Policies = "" }, "policies: the directory of the region's LockClass and LockGrant documents is required"},
+		{"audit on an etcd host", func(s *topology.Stack) { addRole(s, "eu-west-coord-1", "audit") },
+			"hosts[0] (eu-west-coord-1).roles: [coord audit]: etcd (coord, entity) and Tang hosts are dedicated"},
+		{"audit on a tang host", func(s *topology.Stack) { addRole(s, "eu-west-tang-1", "audit") },
+			"(eu-west-tang-1).roles: [tang audit]: etcd (coord, entity) and Tang hosts are dedicated"},
+		{"two audit hosts", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			addRole(s, "eu-west-arbiter-2", "audit")
+		},
+			"audit: hosts eu-west-arbiter-1, eu-west-arbiter-2 have role audit; a stack has at most one audit host for now"},
+		{"audit enabled without a host", func(s *topology.Stack) { on := true; s.Audit.Enabled = &on },
+			"audit.enabled: true, but no host has role audit"},
+		{"bad audit database", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "audit"); s.Audit.Database = "lock-plane" },
+			`audit.database: "lock-plane" must be a ClickHouse database name`},
+		{"bad audit network", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			s.Audit.Networks = []string{"10.0.0.0/33"}
+		},
+			`audit.networks[0]: "10.0.0.0/33" is not an address or a CIDR prefix`},
+		{"unknown role", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
+			`roles: "archive" is not one of coord, entity, tang, arbiter, audit`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,6 +128,49 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The audit role: zero or one host, its own or shared with an arbiter;
+// on by default when a host has it, off with audit.enabled false.
+func TestAuditHostIsPlanned(t *testing.T) {
+	s := stackFile(t, "local")
+	p, err := s.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Audit == nil || p.Audit.Name != "audit-1" || s.Audit.Database != "lockplane" || s.Audit.HTTPPort != 8123 {
+		t.Fatalf("local stack's audit: host %v, database %q, port %d", p.Audit, s.Audit.Database, s.Audit.HTTPPort)
+	}
+	off := false
+	s.Audit.Enabled = &off
+	if p, err := s.Validate(); err != nil || p.Audit != nil {
+		t.Fatalf("audit.enabled false: plan %v, %v", p.Audit, err)
+	}
+
+	s = stackFile(t, "eu-west")
+	if p, err := s.Validate(); err != nil || p.Audit != nil || s.AuditEnabled() {
+		t.Fatalf("a stack without an audit host: %v, %v", p.Audit, err)
+	}
+	addRole(s, "eu-west-arbiter-2", "audit")
+	if p, err := s.Validate(); err != nil || p.Audit == nil || p.Audit.Name != "eu-west-arbiter-2" {
+		t.Fatalf("audit shared with an arbiter host: %v", err)
+	}
+
+	s = stackFile(t, "us-east")
+	s.Hosts = append(s.Hosts, topology.Host{Name: "us-east-audit-1", Address: "10.9.9.9", Hall: s.Halls[0], Roles: []string{"audit"},
+		HostKey: s.Hosts[0].HostKey, Root: "/"})
+	if _, err := s.Validate(); err == nil || !strings.Contains(err.Error(), "audit.networks: required with runtime kubernetes") {
+		t.Fatalf("kubernetes runtime without audit.networks: %v", err)
+	}
+	s.Audit.Networks = []string{"10.64.0.0/14"}
+	if _, err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func addRole(s *topology.Stack, host, role string) {
+	i := hostIndex(s, host)
+	s.Hosts[i].Roles = append(s.Hosts[i].Roles, role)
 }
 
 func hostIndex(s *topology.Stack, name string) int {

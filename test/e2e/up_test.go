@@ -6,14 +6,18 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/hosts"
 )
@@ -69,7 +73,7 @@ type summary struct {
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the end-to-end test stands up 12 hosts and 8 etcd members")
+		t.Skip("the end-to-end test stands up 13 hosts, 8 etcd members and ClickHouse")
 	}
 	if err := hosts.Check(); err != nil {
 		unavailable(t, err.Error())
@@ -79,6 +83,9 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
 			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools`")
 		}
+	}
+	if !chserver.Installed() {
+		unavailable(t, chserver.Bin+" is missing: the local stack's audit host runs it: run `make clickhouse`")
 	}
 	hostsDir := filepath.Join(dir, ".lockplane", "hosts")
 	if _, err := os.Stat(filepath.Join(hostsDir, hosts.StateFile)); err == nil {
@@ -107,6 +114,14 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if err := json.Unmarshal(bytes.TrimSpace(tokOut), &tok); err != nil || token.Token(tok).Epoch() != 1 || token.Token(tok).Revision() <= 0 {
 		t.Fatalf("token from the deployed arbiter: %q (%v)", tokOut, err)
 	}
+
+	// Audit: the arbiters' tailers carry the lock's grant and release into
+	// the audit store (ClickHouse on audit-1), and an operator reads them
+	// back through the arbiter.
+	if got := up.Outputs["auditStoreUrl"]; got != "http://10.231.0.23:8123" {
+		t.Fatalf("auditStoreUrl output %v", got)
+	}
+	awaitAudit(t, dir, up.Profile, "demo/e2e/1", "grant", "release")
 
 	// promote: within the gate it is recorded as a tag and an output (the
 	// stack's config gains lockplane:promotion: restored afterwards);
@@ -198,6 +213,51 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 				t.Errorf("%s still runs %s (pid %d) after destroy", host, name, pid)
 			}
 		}
+	}
+}
+
+// awaitAudit polls `lockctl audit KEY` as the operator until the key's
+// history has every one of kinds: the store is another process, which the
+// arbiters reach (and migrate) after they start, and the tailers write to
+// it every few seconds.
+func awaitAudit(t *testing.T, dir, profile, key string, kinds ...string) {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
+	var last string
+	for {
+		var out, errb bytes.Buffer
+		cmd := exec.Command(filepath.Join(dir, "bin", "lockctl"), "--profile", profile, "--identity", "operator", "audit", key, "-o", "json")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &errb
+		if err := cmd.Run(); err != nil {
+			last = fmt.Sprintf("%v: %s", err, tail(errb.String(), 5))
+		} else {
+			var r struct {
+				Events []struct {
+					Kind string `json:"kind"`
+					Key  string `json:"key"`
+				} `json:"events"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				t.Fatalf("lockctl audit -o json: %v: %s", err, out.String())
+			}
+			seen := map[string]bool{}
+			for _, e := range r.Events {
+				if e.Key == key {
+					seen[e.Kind] = true
+				}
+			}
+			missing := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return seen[k] })
+			if len(missing) == 0 {
+				t.Logf("audit: %v of %s after %s", kinds, key, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			last = fmt.Sprintf("no %v yet: %s", missing, out.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit %s: not every one of %v within %s: %s", key, kinds, deadline.Sub(start), last)
+		}
+		time.Sleep(2 * time.Second)
 	}
 }
 

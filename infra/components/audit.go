@@ -1,0 +1,132 @@
+package components
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// ClickHouseBin is where Debian's clickhouse-server package puts the
+// server. The program does not install it: production audit hosts have
+// the package installed (`apt-get install clickhouse-server`, 18.16 or
+// later); test hosts share this machine's filesystem and use its
+// (`make clickhouse`).
+const ClickHouseBin = "/usr/sbin/clickhouse-server"
+
+// AuditStore is the region's audit store: one ClickHouse server on the
+// audit host, its HTTP interface on the host's address, which every
+// arbiter's audit tailers write to and answer `lockctl audit` from. The
+// arbiters make the database and its tables themselves (they migrate the
+// schema at start), so the store is only the server.
+type AuditStore struct {
+	pulumi.ResourceState
+	Host topology.Host
+	// URL is the HTTP interface's base URL, the arbiters' --audit-store.
+	URL string
+	// Database is the arbiters' --audit-database.
+	Database string
+	Service  *nodes.Service
+}
+
+// AuditStoreArgs places the store.
+type AuditStoreArgs struct {
+	Host topology.Host
+	// Clients are the addresses and CIDR prefixes the store lets in, besides
+	// the host's loopback: the arbiters.
+	Clients []string
+}
+
+// ClickHouseFiles are the server's configuration and data on its host.
+type ClickHouseFiles struct{ Config, Users, Data, Logs string }
+
+// ClickHouseConfig is the server's configuration: the settings of
+// Debian's /etc/clickhouse-server/config.xml one server needs, every path
+// on the host. Only the HTTP interface is served, on the host's address
+// and its loopback: ClickHouse 18.16 has one listen_host for every port,
+// so the native TCP and interserver ports are left out rather than
+// exposed (nothing here uses them; clickhouse-client on the host does not
+// work, curl to the HTTP interface does).
+func ClickHouseConfig(h topology.Host, port int, f ClickHouseFiles) string {
+	return fmt.Sprintf(`<?xml version="1.0"?>
+<yandex>
+    <logger>
+        <level>information</level>
+        <log>%[3]s/server.log</log>
+        <errorlog>%[3]s/server.err.log</errorlog>
+        <size>100M</size>
+        <count>5</count>
+    </logger>
+    <listen_host>%[4]s</listen_host>
+    <listen_host>127.0.0.1</listen_host>
+    <http_port>%[5]d</http_port>
+    <max_concurrent_queries>100</max_concurrent_queries>
+    <mark_cache_size>268435456</mark_cache_size>
+    <path>%[1]s/</path>
+    <tmp_path>%[1]s/tmp/</tmp_path>
+    <user_files_path>%[1]s/user_files/</user_files_path>
+    <format_schema_path>%[1]s/format_schemas/</format_schema_path>
+    <users_config>%[2]s</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <timezone>UTC</timezone>
+    <mlock_executable>false</mlock_executable>
+</yandex>
+`, f.Data, f.Users, f.Logs, h.Address, port)
+}
+
+// ClickHouseUsers is the server's one user, default, without a password,
+// let in from the host's loopback and from clients only.
+func ClickHouseUsers(clients []string) string {
+	var nets strings.Builder
+	for _, c := range append([]string{"127.0.0.1", "::1"}, clients...) {
+		fmt.Fprintf(&nets, "<ip>%s</ip>", c)
+	}
+	return fmt.Sprintf(`<?xml version="1.0"?>
+<yandex>
+    <profiles><default></default></profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks>%s</networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas><default></default></quotas>
+</yandex>
+`, nets.String())
+}
+
+// NewAuditStore installs the server's configuration on the audit host and
+// runs it.
+func NewAuditStore(ctx *pulumi.Context, env *Env, a AuditStoreArgs, opts ...pulumi.ResourceOption) (*AuditStore, error) {
+	s := env.Stack
+	h := a.Host
+	st := &AuditStore{Host: h, URL: fmt.Sprintf("http://%s:%d", h.Address, s.Audit.HTTPPort), Database: s.Audit.Database}
+	name := s.Region + "-audit-" + h.Name
+	if err := ctx.RegisterComponentResource("lockplane:infra:AuditStore", name, st, opts...); err != nil {
+		return nil, err
+	}
+	in := pulumi.Parent(st)
+	conn := env.Connection(h)
+	f := ClickHouseFiles{Config: env.ConfPath(h, "clickhouse/config.xml"), Users: env.ConfPath(h, "clickhouse/users.xml"),
+		Data: h.HostPath("/var/lib/clickhouse"), Logs: h.HostPath("/var/log/clickhouse-server")}
+	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
+		{f.Config, pulumi.String(ClickHouseConfig(h, s.Audit.HTTPPort, f)), "0644"},
+		{f.Users, pulumi.String(ClickHouseUsers(a.Clients)), "0644"},
+	}, in)
+	if err != nil {
+		return nil, err
+	}
+	if st.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "clickhouse",
+		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h),
+		Command:  pulumi.ToStringArray([]string{ClickHouseBin, "--config-file=" + f.Config}),
+		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
+		return nil, err
+	}
+	return st, ctx.RegisterResourceOutputs(st, pulumi.Map{"host": pulumi.String(h.Name), "address": pulumi.String(h.Address),
+		"url": pulumi.String(st.URL), "database": pulumi.String(st.Database)})
+}
