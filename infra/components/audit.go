@@ -2,7 +2,7 @@ package components
 
 import (
 	"fmt"
-	"strings"
+	"github.com/lockplane/lockplane/services/audit/chserver"
 
 	"github.com/lockplane/lockplane/infra/nodes"
 	"github.com/lockplane/lockplane/infra/topology"
@@ -79,26 +79,7 @@ func ClickHouseConfig(h topology.Host, port int, f ClickHouseFiles) string {
 
 // ClickHouseUsers is the server's one user, default, without a password,
 // let in from the host's loopback and from clients only.
-func ClickHouseUsers(clients []string) string {
-	var nets strings.Builder
-	for _, c := range append([]string{"127.0.0.1", "::1"}, clients...) {
-		fmt.Fprintf(&nets, "<ip>%s</ip>", c)
-	}
-	return fmt.Sprintf(`<?xml version="1.0"?>
-<yandex>
-    <profiles><default></default></profiles>
-    <users>
-        <default>
-            <password></password>
-            <networks>%s</networks>
-            <profile>default</profile>
-            <quota>default</quota>
-        </default>
-    </users>
-    <quotas><default></default></quotas>
-</yandex>
-`, nets.String())
-}
+func ClickHouseUsers(clients []string) string { return chserver.Users(clients...) }
 
 // NewAuditStore installs the server's configuration on the audit host and
 // runs it.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -64,7 +65,7 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	if err := os.WriteFile(config, []byte(serverConfig(dir, ports)), 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(users), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(Users()), 0o644); err != nil {
 		return nil, err
 	}
 	out, err := os.Create(filepath.Join(dir, "stdout.log"))
@@ -185,18 +186,25 @@ func serverConfig(dir string, ports []int) string {
 `, dir, ports[0], ports[1], ports[2])
 }
 
-// users has the one user, default, without a password, from loopback only.
-const users = `<?xml version="1.0"?>
+// Users is a users.xml with the one user, default, without a password,
+// let in from loopback and from the given addresses or networks only.
+func Users(clients ...string) string {
+	var nets strings.Builder
+	for _, c := range append([]string{"127.0.0.1", "::1"}, clients...) {
+		fmt.Fprintf(&nets, "<ip>%s</ip>", c)
+	}
+	return fmt.Sprintf(`<?xml version="1.0"?>
 <yandex>
     <profiles><default></default></profiles>
     <users>
         <default>
             <password></password>
-            <networks><ip>127.0.0.1</ip></networks>
+            <networks>%s</networks>
             <profile>default</profile>
             <quota>default</quota>
         </default>
     </users>
     <quotas><default></default></quotas>
 </yandex>
-`
+`, nets.String())
+}
