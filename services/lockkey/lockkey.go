@@ -67,9 +67,14 @@ func Validate(key string) error {
 	return nil
 }
 
-func allowed(c byte) bool {
+func allowed(c byte) bool { return c == '/' || SegmentByte(c) }
+
+// SegmentByte reports whether c may stand in a key segment: a letter, a
+// digit, '.', '_' or '-'. Other names the service stores and shows as
+// they are (a client's instance) keep to the same bytes.
+func SegmentByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '/' || c == '.' || c == '_' || c == '-'
+		c == '.' || c == '_' || c == '-'
 }
 
 // Namespace is the first segment of a valid key.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -69,7 +70,7 @@ func validInstance(s string) error {
 		return invalidArgument("instance", fmt.Sprintf("is %d bytes; at most %d", len(s), maxInstance))
 	}
 	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !lockkey.SegmentByte(c) {
 			return invalidArgument("instance", "may hold only A-Z, a-z, 0-9, '.', '_' and '-'")
 		}
 	}
