@@ -94,7 +94,9 @@ func NewAuditStore(ctx *pulumi.Context, env *Env, a AuditStoreArgs, opts ...pulu
 	in := pulumi.Parent(st)
 	conn := env.Connection(h)
 	f := ClickHouseFiles{Config: env.ConfPath(h, "clickhouse/config.xml"), Users: env.ConfPath(h, "clickhouse/users.xml"),
-		Data: h.HostPath("/var/lib/clickhouse"), Logs: h.HostPath("/var/log/clickhouse-server")}
+		// Our own directories: the Debian package's service, if left
+		// enabled, holds /var/lib/clickhouse.
+		Data: h.HostPath("/var/lib/lockplane/clickhouse"), Logs: h.HostPath("/var/log/lockplane/clickhouse")}
 	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
 		{f.Config, pulumi.String(ClickHouseConfig(h, s.Audit.HTTPPort, f)), "0644"},
 		{f.Users, pulumi.String(ClickHouseUsers(a.Clients)), "0644"},

@@ -419,8 +419,13 @@ func (s *Stack) validateAudit(bad func(string, ...any)) {
 	if s.Audit.HTTPPort < 1 || s.Audit.HTTPPort > 65535 {
 		bad("audit.httpPort: %d is not a port", s.Audit.HTTPPort)
 	}
+	if p := s.Audit.HTTPPort; p == s.Arbiter.Port || p == s.Arbiter.Metrics {
+		bad("audit.httpPort: %d is an arbiter port; the audit host may also be an arbiter host", p)
+	}
 	for i, n := range s.Audit.Networks {
-		if _, err := netip.ParsePrefix(n); err != nil {
+		if pfx, err := netip.ParsePrefix(n); err == nil && pfx.Bits() == 0 {
+			bad("audit.networks[%d]: %q lets every address in; name the arbiters' network", i, n)
+		} else if err != nil {
 			if _, err := netip.ParseAddr(n); err != nil {
 				bad("audit.networks[%d]: %q is not an address or a CIDR prefix", i, n)
 			}

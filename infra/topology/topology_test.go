@@ -115,6 +115,13 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			s.Audit.Networks = []string{"10.0.0.0/33"}
 		},
 			`audit.networks[0]: "10.0.0.0/33" is not an address or a CIDR prefix`},
+		{"an audit network of every address", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			s.Audit.Networks = []string{"0.0.0.0/0"}
+		},
+			`audit.networks[0]: "0.0.0.0/0" lets every address in`},
+		{"an audit port on an arbiter port", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "audit"); s.Audit.HTTPPort = s.Arbiter.Port },
+			"audit.httpPort: 7443 is an arbiter port"},
 		{"unknown role", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
 			`roles: "archive" is not one of coord, entity, tang, arbiter, audit`},
 	}

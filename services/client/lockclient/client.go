@@ -42,8 +42,10 @@
 // A lease that ended locally (fenced or closed) may still hold keys at etcd
 // until it expires there, normally within a TTL (longer across an etcd
 // leader change). Its holds have ended, so a key it still holds is
-// contention, not a leak: for 2×TTL + 5 s, the service's LEAKED naming it
-// makes TryLock fail with CONTENDED and Lock wait.
+// contention, not a leak: the service's LEAKED naming it makes TryLock
+// fail with CONTENDED and Lock wait. No time bounds how long etcd may keep
+// it (each leader change restarts its expiry), and etcd never reuses a
+// lease ID, so the client remembers its most recent 1024 ended leases.
 package lockclient
 
 import (
@@ -98,10 +100,9 @@ type Client struct {
 	opening map[string]*pending
 	// closed is set by Close: an open that ends after it hands out nothing.
 	closed bool
-	// retired has each lease c ended (fenced or closed), by ID, until
-	// etcd has surely expired it (retiredFor); retiredIDs has them oldest
-	// first, at most maxRetired, pruned as they pass.
-	retired    map[int64]time.Time
+	// retired has the leases c ended (fenced or closed), by ID;
+	// retiredIDs has them oldest first, at most maxRetired.
+	retired    map[int64]bool
 	retiredIDs []int64
 }
 
@@ -127,13 +128,6 @@ const (
 	maxRetired = 1024
 )
 
-// retiredFor is how long an ended lease of ttl may live on at etcd: a TTL
-// from its last keepalive, which may still be in transit; a TTL again
-// (plus an election timeout) if the etcd leader changes, which restarts
-// every lease's expiry; and the lessor's revoke interval (500 ms). 2×TTL
-// + 5 s covers them with room to spare.
-func retiredFor(ttl time.Duration) time.Duration { return 2*ttl + 5*time.Second }
-
 // Dial connects to the arbiter with mTLS. The connection is made lazily; the
 // first call fails if the arbiter is unreachable or not ServerID.
 func Dial(cfg Config) (*Client, error) {
@@ -158,7 +152,7 @@ func Dial(cfg Config) (*Client, error) {
 // NewFromConn wraps an existing connection.
 func NewFromConn(conn *grpc.ClientConn) *Client {
 	return &Client{conn: conn, api: lockv1.NewLockServiceClient(conn), instance: newInstance(),
-		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, running: map[*lease]bool{}, opening: map[string]*pending{}, retired: map[int64]time.Time{}}
+		sessions: map[string]*Session{}, leases: map[time.Duration]*lease{}, running: map[*lease]bool{}, opening: map[string]*pending{}, retired: map[int64]bool{}}
 }
 
 // newInstance draws the client's instance ID: 16 random hex digits, unique
@@ -370,8 +364,8 @@ func (c *Client) heldByAnother(l *lease, key string) *lease {
 
 // retire records that l has ended, fenced or closed: it is no longer
 // running, nor current, and its holds have ended, but until etcd expires it
-// (retiredFor) it may still hold keys there. Only the most recent
-// maxRetired ended leases are remembered.
+// it may still hold keys there. Only the most recent maxRetired ended
+// leases are remembered.
 func (c *Client) retire(l *lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -380,28 +374,25 @@ func (c *Client) retire(l *lease) {
 
 // retireLocked is retire, called with c.mu held.
 func (c *Client) retireLocked(l *lease) {
-	now := time.Now()
 	delete(c.running, l)
 	if c.leases[l.ttl] == l {
 		delete(c.leases, l.ttl)
 	}
-	if _, ok := c.retired[l.id]; !ok {
+	if !c.retired[l.id] {
+		c.retired[l.id] = true
 		c.retiredIDs = append(c.retiredIDs, l.id)
 	}
-	c.retired[l.id] = now.Add(retiredFor(l.ttl))
-	for len(c.retiredIDs) > maxRetired || !now.Before(c.retired[c.retiredIDs[0]]) {
+	for len(c.retiredIDs) > maxRetired {
 		delete(c.retired, c.retiredIDs[0])
 		c.retiredIDs = c.retiredIDs[1:]
 	}
 }
 
-// retiredLease reports whether session id is a lease c has ended that may
-// not have expired at etcd yet.
+// retiredLease reports whether session id is a lease c has ended.
 func (c *Client) retiredLease(id int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	until, ok := c.retired[id]
-	return ok && time.Now().Before(until)
+	return c.retired[id]
 }
 
 // Inspect reports who holds key, a key of class cls (the default class
