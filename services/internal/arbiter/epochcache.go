@@ -79,12 +79,25 @@ func (c *epochCache) setMissing(o obs) {
 	}
 }
 
-// linearizable notes a linearizable read made at o: below what was already
-// observed on the same cluster ID, the revisions went backwards.
-func (c *epochCache) linearizable(o obs) {
+// observed returns where the newest observation so far was made; a
+// linearizable read started after this call answers at or above it.
+func (c *epochCache) observed() obs {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.loaded && o.cluster == c.asOf.cluster && o.rev < c.asOf.rev {
+	if !c.loaded {
+		return obs{}
+	}
+	return c.asOf
+}
+
+// linearizable notes a linearizable read answered at o that started after
+// before was observed: below it on the same cluster ID, the revisions went
+// backwards. Observations made while the read was in flight may be newer
+// than o without any regression, so they are not the floor.
+func (c *epochCache) linearizable(o, before obs) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if before.rev != 0 && o.cluster == before.cluster && o.rev < before.rev {
 		c.regressed, c.asOf = o.rev, o
 	}
 }
@@ -174,11 +187,12 @@ func (a *Arbiter) reloadEpoch(ctx context.Context) error {
 func (a *Arbiter) readEpoch(ctx context.Context) (int64, error) {
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
+	before := a.epochs.observed()
 	resp, err := a.etcd.Get(octx, lockkey.EpochKey)
 	if err != nil {
 		return 0, a.etcdFailure(ctx, err)
 	}
-	a.epochs.linearizable(at(resp.Header))
+	a.epochs.linearizable(at(resp.Header), before)
 	a.cacheRecord(resp.Kvs, at(resp.Header))
 	a.observeHeader(resp.Header)
 	return resp.Header.Revision, nil

@@ -42,11 +42,11 @@ func TestRevisionsGoingBackwardsSealUntilANewerRecord(t *testing.T) {
 	var c epochCache
 	c.observe(&etcdserverpb.ResponseHeader{ClusterId: id})
 	c.set(record(2, id, 90), obs{id, 120})
-	c.linearizable(obs{id, 130})
+	c.linearizable(obs{id, 130}, c.observed())
 	if c.sealed() {
 		t.Fatal("a read ahead of the cache sealed the cluster")
 	}
-	c.linearizable(obs{id, 40})
+	c.linearizable(obs{id, 40}, c.observed())
 	if !c.sealed() || c.cause() != "revision_regressed" {
 		t.Fatalf("revisions went from 120 to 40: sealed %v, cause %s", c.sealed(), c.cause())
 	}
@@ -57,5 +57,26 @@ func TestRevisionsGoingBackwardsSealUntilANewerRecord(t *testing.T) {
 	c.set(record(9, id, 45), obs{id, 45}) // the operator's advance
 	if c.sealed() {
 		t.Fatal("the advance after the regression left the cluster sealed")
+	}
+}
+
+// A linearizable read answers at or above what was observed before it
+// started, not what other calls observed while it was in flight: a grant
+// committed during the read is newer than the read, with no regression.
+func TestAnObservationDuringAReadIsNotARegression(t *testing.T) {
+	const id = 7
+	var c epochCache
+	c.observe(&etcdserverpb.ResponseHeader{ClusterId: id})
+	c.set(record(2, id, 90), obs{id, 120})
+
+	before := c.observed()                 // the read starts
+	c.set(record(2, id, 90), obs{id, 135}) // a grant's Txn answers first
+	c.linearizable(obs{id, 125}, before)   // the read answers at 125
+	c.set(record(2, id, 90), obs{id, 125})
+	if c.sealed() {
+		t.Fatalf("a read overtaken by a concurrent grant sealed the cluster (cause %s)", c.cause())
+	}
+	if c.observed().rev != 135 {
+		t.Fatalf("the cache fell back to %d, want the newest observation 135", c.observed().rev)
 	}
 }
