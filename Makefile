@@ -57,10 +57,10 @@ $(BIN)/pulumi: tools/pulumi/go.mod
 	cd tools/pulumi && $(GO) build -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
-# A whole region on this machine: 13 test hosts (network namespaces with
+# A whole region on this machine: 14 test hosts (network namespaces with
 # sshd), `lockplane up --stack local`, then a lock through the deployed
 # arbiter. Needs root. `make down` removes it all.
-up: infra-tools
+up: infra-tools minio
 	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --dir .lockplane/hosts
 	$(BIN)/lockplane up --stack local
 	@echo; echo "== a lock through the deployed arbiter"

@@ -37,6 +37,9 @@ type ArbiterArgs struct {
 	// Audit is the region's audit store, nil without one: each arbiter
 	// tails its clusters into it and answers audit queries from it.
 	Audit *AuditStore
+	// Archive is the region's audit archive, nil without one: the elected
+	// arbiter copies the audit store's history there every day.
+	Archive *Archive
 }
 
 // ArbiterFlags is the arbiter's command line, with its files at paths.
@@ -61,12 +64,21 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 	if a.Audit != nil {
 		flags = append(flags, "--audit-store", a.Audit.URL, "--audit-database", a.Audit.Database)
 	}
+	if a.Archive != nil && f.ArchiveCredentials != "" {
+		flags = append(flags, "--archive", a.Archive.URL, "--archive-credentials", f.ArchiveCredentials, "--archive-ca", f.ArchiveCA,
+			"--archive-records-mode", s.Archive.RecordsMode,
+			"--archive-history-days", fmt.Sprint(s.Archive.HistoryDays), "--archive-records-years", fmt.Sprint(s.Archive.RecordsYears))
+	}
 	return flags
 }
 
 // ArbiterFiles are the arbiter's credentials and policy directory on its
 // host.
-type ArbiterFiles struct{ EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string }
+type ArbiterFiles struct {
+	EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string
+	// ArchiveCredentials and ArchiveCA are the archive's, with one.
+	ArchiveCredentials, ArchiveCA string
+}
 
 // NewArbiter deploys the arbiter in the stack's runtime.
 func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.ResourceOption) (*Arbiter, error) {
@@ -119,10 +131,16 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	f := ArbiterFiles{EtcdCert: env.ConfPath(h, "arbiter/etcd.crt"), EtcdKey: env.ConfPath(h, "arbiter/etcd.key"), EtcdCA: env.ConfPath(h, "arbiter/etcd-ca.crt"),
 		SVID: env.ConfPath(h, "arbiter/svid.crt"), SVIDKey: env.ConfPath(h, "arbiter/svid.key"), Bundle: env.ConfPath(h, "arbiter/bundle.crt"),
 		Policies: env.ConfPath(h, "policies")}
-	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
+	files := []configFile{
 		{f.EtcdCert, etcdClient.CertPem, "0644"}, {f.EtcdKey, etcdClient.KeyPem, "0600"}, {f.EtcdCA, a.EtcdCA.CertPem, "0644"},
 		{f.SVID, svid.CertPem, "0644"}, {f.SVIDKey, svid.KeyPem, "0600"}, {f.Bundle, a.SpiffeCA.CertPem, "0644"},
-	}, opts...)
+	}
+	if a.Archive != nil {
+		f.ArchiveCredentials, f.ArchiveCA = env.ConfPath(h, "arbiter/archive-credentials"), env.ConfPath(h, "arbiter/archive-ca.crt")
+		files = append(files, configFile{f.ArchiveCredentials, archiveCredentials(a.Archive.Password), "0600"},
+			configFile{f.ArchiveCA, a.Archive.CA.CertPem, "0644"})
+	}
+	deps, triggers, err := putConfig(ctx, conn, name, files, opts...)
 	if err != nil {
 		return err
 	}
@@ -145,9 +163,18 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	if a.Audit != nil {
 		deps = append(deps, a.Audit.Service) // not required: an arbiter retries an absent store
 	}
+	if a.Archive != nil {
+		deps = append(deps, a.Archive.Service) // the same
+	}
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a, f)...)),
 		Triggers: triggers}, append(opts, pulumi.DependsOn(deps))...)
 	return err
+}
+
+// archiveCredentials is the arbiter's --archive-credentials file: the
+// user, then the password (a secret: it stays one).
+func archiveCredentials(password pulumi.StringOutput) pulumi.StringOutput {
+	return pulumi.Sprintf("%s\n%s\n", ArchiveUser, password)
 }

@@ -30,8 +30,8 @@ type Env struct {
 	PrivateKey string
 	KnownHosts map[string]string
 	// Etcd, Arbiter and Node are the binaries etcd, arbiter and
-	// lockplane-node.
-	Etcd, Arbiter, Node Binary
+	// lockplane-node; MinIO is minio's, with an archive host only.
+	Etcd, Arbiter, Node, MinIO Binary
 	// Policies are the validated policy set's files, for the arbiters.
 	Policies []PolicyFile
 }

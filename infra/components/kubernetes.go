@@ -23,12 +23,15 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	meta := func(name string) *metav1.ObjectMetaArgs {
 		return &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: pulumi.String(ns), Labels: labels}
 	}
+	data := pulumi.StringMap{
+		"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
+		"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
+	}
+	if a.Archive != nil {
+		data["archive-credentials"], data["archive-ca.crt"] = archiveCredentials(a.Archive.Password), a.Archive.CA.CertPem
+	}
 	creds, err := corev1.NewSecret(ctx, s.Region+"-arbiter-credentials", &corev1.SecretArgs{
-		Metadata: meta("lockplane-arbiter-credentials"),
-		StringData: pulumi.StringMap{
-			"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
-			"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
-		},
+		Metadata: meta("lockplane-arbiter-credentials"), StringData: data,
 	}, opts...)
 	if err != nil {
 		return err
@@ -48,6 +51,9 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	const dir = "/etc/lockplane/arbiter/"
 	files := ArbiterFiles{EtcdCert: dir + "etcd.crt", EtcdKey: dir + "etcd.key", EtcdCA: dir + "etcd-ca.crt",
 		SVID: dir + "svid.crt", SVIDKey: dir + "svid.key", Bundle: dir + "bundle.crt", Policies: "/etc/lockplane/policies"}
+	if a.Archive != nil {
+		files.ArchiveCredentials, files.ArchiveCA = dir+"archive-credentials", dir+"archive-ca.crt"
+	}
 	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a, files))
 	_, err = appsv1.NewDeployment(ctx, s.Region+"-arbiter", &appsv1.DeploymentArgs{
 		Metadata: meta("lockplane-arbiter"),

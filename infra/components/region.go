@@ -8,15 +8,17 @@ import (
 )
 
 // Region is everything of one region: its halls and hosts, the Tang
-// servers, the coord cluster and entity shards, the audit store (when the
-// stack has an audit host), and the arbiters.
+// servers, the coord cluster and entity shards, the audit store and archive
+// (when the stack has their hosts), and the arbiters.
 type Region struct {
 	pulumi.ResourceState
 	Coord   *EtcdCluster
 	Shards  []*EtcdCluster
 	Arbiter *Arbiter
-	// Audit is nil when the stack runs no audit store.
+	// Audit is nil when the stack runs no audit store, Archive when it
+	// runs no audit archive.
 	Audit    *AuditStore
+	Archive  *Archive
 	EtcdCA   *nodes.CA
 	SpiffeCA *nodes.CA
 }
@@ -110,8 +112,14 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		}
 	}
 
+	if h := env.Plan.Archive; h != nil {
+		if r.Archive, err = NewArchive(ctx, env, ArchiveArgs{Host: *h}, pulumi.Parent(halls[h.Hall])); err != nil {
+			return nil, err
+		}
+	}
+
 	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls,
-		Epochs: epochs, Audit: r.Audit}, in); err != nil {
+		Epochs: epochs, Audit: r.Audit, Archive: r.Archive}, in); err != nil {
 		return nil, err
 	}
 
@@ -129,6 +137,9 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	}
 	if r.Audit != nil {
 		outputs["auditStoreUrl"] = pulumi.String(r.Audit.URL)
+	}
+	if r.Archive != nil {
+		outputs["archiveUrl"] = pulumi.String(r.Archive.URL)
 	}
 	return r, ctx.RegisterResourceOutputs(r, outputs)
 }

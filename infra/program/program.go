@@ -29,7 +29,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "kubernetes", "binDir", "trustDomain", "policies"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "kubernetes", "binDir", "trustDomain", "policies"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -122,6 +122,10 @@ func Run(ctx *pulumi.Context) error {
 	if region.Audit != nil {
 		ctx.Export("auditStoreUrl", pulumi.String(region.Audit.URL))
 	}
+	if region.Archive != nil {
+		ctx.Export("archiveUrl", pulumi.String(region.Archive.URL))
+		ctx.Export("archiveCaCertPem", region.Archive.CA.CertPem)
+	}
 	// Set by `lockplane promote` when the stack met its acquire gate.
 	if rec := cfg.Get("promotion"); rec != "" {
 		ctx.Export("promotion", pulumi.String(rec))
@@ -155,14 +159,20 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 			return nil, fmt.Errorf("hosts: %s (%s) has no pinned key in hostKey or %s", h.Name, h.Address, s.SSH.KnownHostsFile)
 		}
 	}
-	for _, b := range []struct {
-		name string
-		into *components.Binary
-	}{{"etcd", &env.Etcd}, {"arbiter", &env.Arbiter}, {"lockplane-node", &env.Node}} {
+	// Each binary and the make target that builds it.
+	type binary struct {
+		name, make string
+		into       *components.Binary
+	}
+	bins := []binary{{"etcd", "build", &env.Etcd}, {"arbiter", "build", &env.Arbiter}, {"lockplane-node", "build", &env.Node}}
+	if env.Plan.Archive != nil {
+		bins = append(bins, binary{"minio", "minio", &env.MinIO})
+	}
+	for _, b := range bins {
 		p := filepath.Join(s.BinDir, b.name)
 		sum, err := provider.SumFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("binDir: %s: %v (run `make build`)", p, err)
+			return nil, fmt.Errorf("binDir: %s: %v (run `make %s`)", p, err, b.make)
 		}
 		*b.into = components.Binary{Path: p, Sha256: sum}
 	}

@@ -39,6 +39,8 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 		out["token"] = resource.NewStringProperty(a.Inputs["prefix"].StringValue() + "-0123abcd")
 	case "lockplane:nodes:EtcdCluster":
 		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
+	case "lockplane:nodes:Password":
+		out["password"] = resource.NewStringProperty("password-value")
 	}
 	return a.Name + "-id", out, nil
 }
@@ -66,7 +68,7 @@ func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, erro
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for _, b := range []string{"etcd", "arbiter", "lockplane-node"} {
+	for _, b := range []string{"etcd", "arbiter", "lockplane-node", "minio"} {
 		os.WriteFile(filepath.Join(dir, b), []byte("binary "+b), 0o755)
 	}
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
@@ -435,7 +437,10 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 	for stack, edit := range map[string]func(map[string]string){
 		"eu-west": nil,
 		"us-east": nil,
-		"local":   func(c map[string]string) { localHosts(c); c["lockplane:audit"] = `{"enabled":false}` },
+		"local": func(c map[string]string) {
+			localHosts(c)
+			c["lockplane:audit"], c["lockplane:archive"] = `{"enabled":false}`, `{"enabled":false}`
+		},
 	} {
 		m, err := run(t, stack, edit)
 		if err != nil {
@@ -468,6 +473,82 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 	deps := m.of("kubernetes:apps/v1:Deployment")
 	if len(deps) != 1 || !strings.Contains(fmt.Sprint(deps[0].Inputs.Mappable()), "--audit-store http://10.9.9.9:8123") {
 		t.Fatalf("the kubernetes arbiters do not get the audit store: %v", deps)
+	}
+}
+
+// With an archive host (the local stack's archive-1), the region runs one
+// MinIO server there over TLS, its root password a secret that reaches it
+// and the arbiters by file only, and every arbiter is given the archive.
+func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
+	m, err := run(t, "local", localHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minio := services(m, "minio")
+	if len(minio) != 1 || minio[0].Inputs["connection"].ObjectValue()["host"].StringValue() != "10.231.0.24" {
+		t.Fatalf("minio services: %v; want one, on archive-1", minio)
+	}
+	cmd := strs(minio[0].Inputs["command"])
+	if !strings.HasSuffix(cmd[0], "archive-1/root/opt/lockplane/bin/minio") || flag(cmd, "--address") != "10.231.0.24:9000" ||
+		!strings.HasSuffix(flag(cmd, "--certs-dir"), "/etc/lockplane/minio/certs") {
+		t.Fatalf("minio command %v", cmd)
+	}
+	env := minio[0].Inputs["env"].ObjectValue()
+	if !strings.HasSuffix(env["MINIO_ROOT_PASSWORD_FILE"].StringValue(), "/etc/lockplane/minio/root-password") || env["MINIO_ROOT_PASSWORD"].HasValue() {
+		t.Fatalf("minio's password is not given by file: %v", env)
+	}
+	secretFiles := map[string]bool{}
+	for _, r := range m.of("lockplane:nodes:File") {
+		path := r.Inputs["path"].StringValue()
+		if strings.HasSuffix(path, "/minio/root-password") || strings.HasSuffix(path, "/arbiter/archive-credentials") || strings.HasSuffix(path, "/minio/certs/private.key") {
+			// The mocks keep a certificate's key plain; the password stays
+			// a secret through every file made of it.
+			secret := r.Inputs["content"].IsSecret() || strings.HasSuffix(path, "/private.key")
+			if !secret || r.Inputs["mode"].StringValue() != "0600" {
+				t.Fatalf("%s: secret %v, mode %s; want a secret of mode 0600", path, r.Inputs["content"].IsSecret(), r.Inputs["mode"].StringValue())
+			}
+			secretFiles[path[strings.LastIndex(path, "/")+1:]] = true
+		}
+	}
+	if len(secretFiles) != 3 {
+		t.Fatalf("secret files %v, want the root password, the key and the arbiters' credentials", secretFiles)
+	}
+	arbiters := services(m, "arbiter")
+	for _, r := range arbiters {
+		cmd := strs(r.Inputs["command"])
+		if flag(cmd, "--archive") != "https://10.231.0.24:9000" || !strings.HasSuffix(flag(cmd, "--archive-credentials"), "/arbiter/archive-credentials") ||
+			!strings.HasSuffix(flag(cmd, "--archive-ca"), "/arbiter/archive-ca.crt") || flag(cmd, "--archive-records-mode") != "GOVERNANCE" {
+			t.Fatalf("%s: archive flags of %v", r.Name, cmd)
+		}
+		if !dependsOnSuffix(r, "-archive-archive-1-service") {
+			t.Fatalf("%s starts before the archive: %v", r.Name, r.RegisterRPC.GetDependencies())
+		}
+	}
+	if len(arbiters) != 2 {
+		t.Fatalf("%d arbiter services, want 2", len(arbiters))
+	}
+	// Nothing of the password in plain sight: not in a command line, an
+	// environment or the component's outputs.
+	for _, r := range m.res {
+		if r.TypeToken == "lockplane:nodes:Password" {
+			continue
+		}
+		for k, v := range r.Inputs {
+			if (k == "command" || k == "env") && strings.Contains(fmt.Sprint(v), "password-value") {
+				t.Fatalf("%s %s: the password is in its %s", r.TypeToken, r.Name, k)
+			}
+		}
+	}
+
+	// archive.enabled false: no MinIO, no flag.
+	m, err = run(t, "local", func(c map[string]string) { localHosts(c); c["lockplane:archive"] = `{"enabled":false}` })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range m.res {
+		if r.TypeToken == "lockplane:infra:Archive" || strings.Contains(fmt.Sprint(r.Inputs.Mappable()), "--archive ") {
+			t.Fatalf("%s %s with the archive off", r.TypeToken, r.Name)
+		}
 	}
 }
 

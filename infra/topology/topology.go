@@ -29,10 +29,13 @@ const (
 	// RoleAudit is the audit store's host: ClickHouse, which the arbiters'
 	// audit tailers write to and answer `lockctl audit` from.
 	RoleAudit = "audit"
+	// RoleArchive is the audit archive's host: MinIO, where one arbiter
+	// copies the audit store's history every day.
+	RoleArchive = "archive"
 )
 
 // roles are every role a host can have.
-var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit}
+var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit, RoleArchive}
 
 // Runtimes for the services that are not etcd or Tang.
 const (
@@ -55,6 +58,8 @@ type Stack struct {
 	Arbiter Arbiter  `json:"arbiter"`
 	// Audit is the audit store on the host with role audit.
 	Audit Audit `json:"audit"`
+	// Archive is the audit archive on the host with role archive.
+	Archive Archive `json:"archive"`
 	// Kubernetes is the arbiter's placement under the kubernetes runtime.
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// BinDir holds the binaries the program installs (etcd, arbiter,
@@ -166,6 +171,24 @@ type Audit struct {
 	Networks []string `json:"networks,omitempty"`
 }
 
+// Archive is the audit archive (docs/audit.md): a MinIO server on the
+// stack's archive host, served over TLS, where the elected arbiter copies
+// each day's history as Parquet and the epoch-advance and force-release
+// records under object lock.
+type Archive struct {
+	// Enabled defaults to whether a host has role archive; it needs audit.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Port is MinIO's S3 API on the archive host's address (9000).
+	Port int `json:"port,omitempty"`
+	// HistoryDays is how long a day's history is kept (365); RecordsYears
+	// how long a record is retained (7).
+	HistoryDays  int `json:"historyDays,omitempty"`
+	RecordsYears int `json:"recordsYears,omitempty"`
+	// RecordsMode is the records' retention: COMPLIANCE (the default:
+	// nobody can delete one early) or GOVERNANCE.
+	RecordsMode string `json:"recordsMode,omitempty"`
+}
+
 // Kubernetes places the arbiter on a cluster.
 type Kubernetes struct {
 	Namespace string `json:"namespace"`
@@ -188,6 +211,8 @@ type Plan struct {
 	Arbiters []Host
 	// Audit is the audit store's host; nil when audit is off.
 	Audit *Host
+	// Archive is the audit archive's host; nil when the archive is off.
+	Archive *Host
 }
 
 var (
@@ -219,6 +244,12 @@ func (s *Stack) Defaults() {
 	def(&s.Arbiter.Port, 7443)
 	def(&s.Arbiter.Metrics, 9464)
 	def(&s.Audit.HTTPPort, 8123)
+	def(&s.Archive.Port, 9000)
+	def(&s.Archive.HistoryDays, 365)
+	def(&s.Archive.RecordsYears, 7)
+	if s.Archive.RecordsMode == "" {
+		s.Archive.RecordsMode = "COMPLIANCE"
+	}
 	if s.Audit.Database == "" {
 		s.Audit.Database = "lockplane"
 	}
@@ -254,6 +285,15 @@ func (s *Stack) AuditEnabled() bool {
 		return *s.Audit.Enabled
 	}
 	return slices.ContainsFunc(s.Hosts, func(h Host) bool { return h.Has(RoleAudit) })
+}
+
+// ArchiveEnabled reports whether the stack runs the audit archive: its
+// archive.enabled, by default whether a host has role archive.
+func (s *Stack) ArchiveEnabled() bool {
+	if s.Archive.Enabled != nil {
+		return *s.Archive.Enabled
+	}
+	return slices.ContainsFunc(s.Hosts, func(h Host) bool { return h.Has(RoleArchive) })
 }
 
 // HostPath is p on host h, under its root.
@@ -330,6 +370,7 @@ func (s *Stack) Validate() (*Plan, error) {
 		bad("kubernetes.namespace, kubernetes.image: are required with runtime kubernetes")
 	}
 	s.validateAudit(bad)
+	s.validateArchive(bad)
 	s.validateHosts(bad)
 	if len(errs) > 0 {
 		return nil, join(errs)
@@ -436,6 +477,45 @@ func (s *Stack) validateAudit(bad func(string, ...any)) {
 	}
 }
 
+// validateArchive checks the archive option against the hosts with role
+// archive: zero or one (one MinIO server), one when the archive is on, and
+// the audit store it copies from.
+func (s *Stack) validateArchive(bad func(string, ...any)) {
+	var hosts []string
+	for _, h := range s.Hosts {
+		if h.Has(RoleArchive) {
+			hosts = append(hosts, h.Name)
+		}
+	}
+	if len(hosts) > 1 {
+		bad("archive: hosts %s have role archive; a stack has at most one archive host for now (one MinIO server)", strings.Join(hosts, ", "))
+	}
+	if !s.ArchiveEnabled() {
+		return
+	}
+	if len(hosts) == 0 {
+		bad("archive.enabled: true, but no host has role archive: give one host the role (or leave archive.enabled out)")
+	}
+	if !s.AuditEnabled() {
+		bad("archive: on, but audit is off: the archive copies the audit store's history; give a host role audit")
+	}
+	if s.Archive.Port < 1 || s.Archive.Port > 65535 {
+		bad("archive.port: %d is not a port", s.Archive.Port)
+	}
+	if p := s.Archive.Port; p == s.Arbiter.Port || p == s.Arbiter.Metrics || p == s.Audit.HTTPPort {
+		bad("archive.port: %d is an arbiter's or the audit store's port; the archive host may also have those roles", p)
+	}
+	if s.Archive.HistoryDays < 1 {
+		bad("archive.historyDays: %d must be at least 1", s.Archive.HistoryDays)
+	}
+	if s.Archive.RecordsYears < 1 {
+		bad("archive.recordsYears: %d must be at least 1", s.Archive.RecordsYears)
+	}
+	if m := s.Archive.RecordsMode; m != "COMPLIANCE" && m != "GOVERNANCE" {
+		bad("archive.recordsMode: %q must be COMPLIANCE or GOVERNANCE", m)
+	}
+}
+
 // place assigns members, checking the spread across halls.
 func (s *Stack) place() (*Plan, error) {
 	var errs []error
@@ -529,6 +609,14 @@ func (s *Stack) place() (*Plan, error) {
 		for _, h := range s.Hosts {
 			if h.Has(RoleAudit) {
 				p.Audit = &h
+				break
+			}
+		}
+	}
+	if s.ArchiveEnabled() {
+		for _, h := range s.Hosts {
+			if h.Has(RoleArchive) {
+				p.Archive = &h
 				break
 			}
 		}

@@ -122,8 +122,27 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			`audit.networks[0]: "0.0.0.0/0" lets every address in`},
 		{"an audit port on an arbiter port", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "audit"); s.Audit.HTTPPort = s.Arbiter.Port },
 			"audit.httpPort: 7443 is an arbiter port"},
-		{"unknown role", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
-			`roles: "archive" is not one of coord, entity, tang, arbiter, audit`},
+		{"unknown role", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "backup") },
+			`roles: "backup" is not one of coord, entity, tang, arbiter, audit, archive`},
+		{"archive without audit", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
+			"archive: on, but audit is off"},
+		{"two archive hosts", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			addRole(s, "eu-west-arbiter-1", "archive")
+			addRole(s, "eu-west-arbiter-2", "archive")
+		}, "archive: hosts eu-west-arbiter-1, eu-west-arbiter-2 have role archive"},
+		{"archive on an etcd host", func(s *topology.Stack) { addRole(s, "eu-west-coord-1", "archive") },
+			"(eu-west-coord-1).roles: [coord archive]: etcd (coord, entity) and Tang hosts are dedicated"},
+		{"archive port on the audit port", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			addRole(s, "eu-west-arbiter-1", "archive")
+			s.Archive.Port = s.Audit.HTTPPort
+		}, "archive.port: 8123 is an arbiter's or the audit store's port"},
+		{"archive retention mode", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "audit")
+			addRole(s, "eu-west-arbiter-1", "archive")
+			s.Archive.RecordsMode = "forever"
+		}, `archive.recordsMode: "forever" must be COMPLIANCE or GOVERNANCE`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -148,10 +167,17 @@ func TestAuditHostIsPlanned(t *testing.T) {
 	if p.Audit == nil || p.Audit.Name != "audit-1" || s.Audit.Database != "lockplane" || s.Audit.HTTPPort != 8123 {
 		t.Fatalf("local stack's audit: host %v, database %q, port %d", p.Audit, s.Audit.Database, s.Audit.HTTPPort)
 	}
+	if p.Archive == nil || p.Archive.Name != "archive-1" || s.Archive.Port != 9000 || s.Archive.RecordsMode != "GOVERNANCE" {
+		t.Fatalf("local stack's archive: host %v, port %d, mode %s", p.Archive, s.Archive.Port, s.Archive.RecordsMode)
+	}
 	off := false
 	s.Audit.Enabled = &off
-	if p, err := s.Validate(); err != nil || p.Audit != nil {
-		t.Fatalf("audit.enabled false: plan %v, %v", p.Audit, err)
+	if _, err := s.Validate(); err == nil || !strings.Contains(err.Error(), "archive: on, but audit is off") {
+		t.Fatalf("audit off under an archive: %v", err)
+	}
+	s.Archive.Enabled = &off
+	if p, err := s.Validate(); err != nil || p.Audit != nil || p.Archive != nil {
+		t.Fatalf("audit.enabled and archive.enabled false: plan %v %v, %v", p.Audit, p.Archive, err)
 	}
 
 	s = stackFile(t, "eu-west")

@@ -406,3 +406,38 @@ func TestFsyncGateRefusesASlowDisk(t *testing.T) {
 		t.Fatalf("a disk over the gate: %v", err)
 	}
 }
+
+// A password is random, made once, stored as a secret, kept across
+// identical inputs, and its size is checked.
+func TestPasswordIsARandomSecretMadeOnce(t *testing.T) {
+	p := provider.New()
+	ctx := context.Background()
+	in := map[string]any{"bytes": 16}
+	var seen []string
+	for range 2 {
+		created, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Password", "pw"), Properties: props(t, in)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := plugin.UnmarshalProperties(created.Properties, plugin.MarshalOptions{KeepSecrets: true})
+		if !st["password"].IsSecret() {
+			t.Fatal("the password is stored in the clear")
+		}
+		pw := st["password"].SecretValue().Element.StringValue()
+		if len(pw) != 32 || strings.Contains(created.Id, pw) {
+			t.Fatalf("password of %d characters, or in the public ID %q", len(pw), created.Id)
+		}
+		seen = append(seen, pw)
+		same, err := p.Diff(ctx, &pulumirpc.DiffRequest{Urn: urn("Password", "pw"), Olds: created.Properties, News: props(t, in)})
+		if err != nil || same.Changes != pulumirpc.DiffResponse_DIFF_NONE {
+			t.Fatalf("diff of identical inputs: %v %v", same, err)
+		}
+	}
+	if seen[0] == seen[1] {
+		t.Fatal("two passwords are the same")
+	}
+	check, err := p.Check(ctx, &pulumirpc.CheckRequest{Urn: urn("Password", "short"), News: props(t, map[string]any{"bytes": 4})})
+	if err != nil || len(check.Failures) != 1 || !strings.Contains(check.Failures[0].Reason, "bytes: 4 must be between 16 and 64") {
+		t.Fatalf("check of 4 bytes: %v %v", err, check.GetFailures())
+	}
+}

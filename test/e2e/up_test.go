@@ -4,9 +4,14 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,9 +22,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/hosts"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 func root(t *testing.T) string {
@@ -73,15 +81,15 @@ type summary struct {
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the end-to-end test stands up 13 hosts, 8 etcd members and ClickHouse")
+		t.Skip("the end-to-end test stands up 14 hosts, 8 etcd members, ClickHouse and MinIO")
 	}
 	if err := hosts.Check(); err != nil {
 		unavailable(t, err.Error())
 	}
 	dir := root(t)
-	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node"} {
+	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "minio"} {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
-			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools`")
+			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools minio`")
 		}
 	}
 	if !chserver.Installed() {
@@ -122,6 +130,18 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		t.Fatalf("auditStoreUrl output %v", got)
 	}
 	awaitAudit(t, dir, up.Profile, "demo/e2e/1", "grant", "release")
+
+	// A holder killed while it holds: nobody releases, etcd expires its
+	// lease a TTL later (demo's is 30 s), and the audit names it an expiry.
+	killHolder(t, dir, up.Profile, "demo/e2e/2")
+	awaitAudit(t, dir, up.Profile, "demo/e2e/2", "grant", "expiry")
+
+	// The archive: the elected arbiter made its buckets on MinIO
+	// (archive-1), with their rules, over TLS with the archive's CA.
+	if got := up.Outputs["archiveUrl"]; got != "https://10.231.0.24:9000" {
+		t.Fatalf("archiveUrl output %v", got)
+	}
+	awaitArchive(t, h.Host("arbiter-1").Root, "10.231.0.24:9000")
 
 	// promote: within the gate it is recorded as a tag and an output (the
 	// stack's config gains lockplane:promotion: restored afterwards);
@@ -259,6 +279,92 @@ func awaitAudit(t *testing.T, dir, profile, key string, kinds ...string) {
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// killHolder runs `lockctl run KEY` until its command holds the lock, then
+// kills lockctl and its command at once, without a release.
+func killHolder(t *testing.T, dir, profile, key string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(dir, "bin", "lockctl"), "--profile", profile, "run", key, "--class", "demo", "--",
+		"sh", "-c", "echo held; exec sleep 600")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "held\n" {
+		t.Fatalf("lockctl run %s: %q, %v; want its command to say it holds", key, line, err)
+	}
+}
+
+// awaitArchive reads the arbiter's archive credentials and CA from its
+// host, as an operator there would, and waits until the elected arbiter
+// has made both buckets with their rules.
+func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
+	t.Helper()
+	conf := filepath.Join(arbiterRoot, "etc", "lockplane", "arbiter")
+	creds, err := os.ReadFile(filepath.Join(conf, "archive-credentials"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, password, _ := strings.Cut(strings.TrimSpace(string(creds)), "\n")
+	pem, err := os.ReadFile(filepath.Join(conf, "archive-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatal("archive-ca.crt holds no certificate")
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	cli, err := minio.New(endpoint, &minio.Options{Creds: credentials.NewStaticV4(user, password, ""), Secure: true, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
+	var last error
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		last = archiveReady(ctx, cli)
+		cancel()
+		if last == nil {
+			t.Logf("archive: buckets and rules on %s after %s", endpoint, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("archive on %s not ready within %s: %v", endpoint, deadline.Sub(start), last)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// archiveReady checks the buckets the arbiter makes: history with its
+// lifecycle rule, records under object lock.
+func archiveReady(ctx context.Context, cli *minio.Client) error {
+	rules, err := cli.GetBucketLifecycle(ctx, "lockplane-history")
+	if err != nil {
+		return fmt.Errorf("history bucket: %w", err)
+	}
+	if len(rules.Rules) != 1 || rules.Rules[0].ID != archive.HistoryRuleID {
+		return fmt.Errorf("history bucket's rules: %+v", rules.Rules)
+	}
+	lock, mode, validity, unit, err := cli.GetObjectLockConfig(ctx, "lockplane-records")
+	if err != nil {
+		return fmt.Errorf("records bucket: %w", err)
+	}
+	if lock != "Enabled" || mode == nil || *mode != minio.Governance || validity == nil || *validity != 7 || unit == nil || *unit != minio.Years {
+		return fmt.Errorf("records bucket's lock: %s %v %v %v", lock, mode, validity, unit)
+	}
+	return nil
 }
 
 func firstLine(b []byte) []byte {

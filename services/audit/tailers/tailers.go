@@ -36,6 +36,10 @@ type Config struct {
 	Name    string
 	Metrics *audit.Metrics
 	Logger  *slog.Logger
+	// Archive, when set, is run by one process of the region at a time
+	// (an election on the coord cluster): it copies the store's history
+	// to MinIO every day.
+	Archive Archiver
 	// Backoff is the first wait before campaigning again, doubling up to
 	// MaxBackoff while runs keep failing at once; 1 s and 30 s when zero.
 	Backoff, MaxBackoff time.Duration
@@ -51,7 +55,8 @@ func Name() string {
 	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
-// Run prepares the store and runs one tailer per cluster until ctx ends.
+// Run prepares the store and runs one tailer per cluster, and the archive
+// when there is one, until ctx ends.
 func Run(ctx context.Context, cfg Config) {
 	cfg.defaults()
 	if cfg.Migrate != nil && !migrate(ctx, cfg) {
@@ -62,6 +67,9 @@ func Run(ctx context.Context, cfg Config) {
 		clusters[name] = cl
 	}
 	var wg sync.WaitGroup
+	if cfg.Archive != nil {
+		wg.Go(func() { runArchive(ctx, cfg) })
+	}
 	for name, cl := range clusters {
 		tc := audit.Config{Cluster: name, Etcd: cl, Coord: cfg.Coord, Store: cfg.Store, Name: cfg.Name, Metrics: cfg.Metrics, Logger: cfg.Logger}
 		wg.Add(1)

@@ -49,6 +49,7 @@ type flags struct {
 	region                            string
 	shards                            map[string]string
 	auditStore, auditDatabase         string
+	archive                           archiveFlags
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	})
 	flag.StringVar(&f.auditStore, "audit-store", "", "ClickHouse HTTP base URL of the audit store (e.g. http://clickhouse:8123): tail every cluster of this arbiter into it and answer the admin API's audit queries from it; an unreachable store is logged and retried, never fatal")
 	flag.StringVar(&f.auditDatabase, "audit-database", "lockplane", "the audit store's ClickHouse database (created by the migrations)")
+	f.archive.register(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -120,6 +122,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		return errors.New("--etcd-endpoints: required")
 	}
 	store, err := f.audit()
+	if err != nil {
+		return err
+	}
+	arch, err := f.archive.open(store, log)
 	if err != nil {
 		return err
 	}
@@ -207,10 +213,15 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		cfg.Audit = store
 		go func() {
 			defer close(auditDone)
-			tailers.Run(ctx, tailers.Config{CoordName: f.cluster, Coord: cli, Shards: shardClients, Store: store,
-				Migrate: store.Migrate, Metrics: audit.NewMetrics(reg), Logger: log})
+			tc := tailers.Config{CoordName: f.cluster, Coord: cli, Shards: shardClients, Store: store,
+				Migrate: store.Migrate, Metrics: audit.NewMetrics(reg), Logger: log}
+			if arch != nil {
+				tc.Archive = arch
+			}
+			tailers.Run(ctx, tc)
 		}()
-		log.Info("audit on: tailing every cluster into the audit store", "store", redacted(f.auditStore), "database", f.auditDatabase)
+		log.Info("audit on: tailing every cluster into the audit store", "store", redacted(f.auditStore), "database", f.auditDatabase,
+			"archive", redacted(f.archive.url))
 	} else {
 		close(auditDone)
 	}

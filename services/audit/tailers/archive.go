@@ -1,0 +1,61 @@
+package tailers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/archive"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ArchiveElection is the coord cluster's election of the region's one
+// archiver.
+const ArchiveElection = "/sys/audit/archive/leader"
+
+// Archiver is what the elected archiver runs: archive.Archive.
+type Archiver interface {
+	EnsureBuckets(ctx context.Context) error
+	RunDaily(ctx context.Context) error
+}
+
+var _ Archiver = (*archive.Archive)(nil)
+
+// runArchive runs the region's archiver while this process is elected,
+// campaigning again when it is deposed, until ctx ends. Two archivers
+// overlapping for a moment (one deposed, not yet stopped) is harmless: a
+// day exported again is the same bytes, and a record is never rewritten.
+func runArchive(ctx context.Context, cfg Config) {
+	el := audit.Election{Coord: cfg.Coord, Prefix: ArchiveElection, Name: cfg.Name, TTL: 10 * time.Second, OpTimeout: cfg.MigrateTimeout}
+	retry(ctx, cfg, func() error {
+		err := el.Lead(ctx, func(lctx context.Context, _ clientv3.Cmp) error {
+			cfg.Logger.Info("audit: archiving", "archiver", cfg.Name)
+			// The buckets and their rules first, bounded per try: the
+			// daily run writes nothing into a bucket without its rules.
+			ok := retry(lctx, cfg, func() error {
+				bctx, cancel := context.WithTimeout(lctx, cfg.MigrateTimeout)
+				defer cancel()
+				err := cfg.Archive.EnsureBuckets(bctx)
+				if err != nil && lctx.Err() == nil {
+					cfg.Logger.Warn("audit: the archive's buckets are not ready; the lock service is unaffected, trying again", "err", err.Error())
+				}
+				return err
+			}, nil)
+			if !ok {
+				return lctx.Err()
+			}
+			return cfg.Archive.RunDaily(lctx)
+		})
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, audit.ErrDeposed):
+			cfg.Logger.Warn("audit: archiver deposed; campaigning again", "archiver", cfg.Name)
+		case err != nil:
+			cfg.Logger.Warn("audit: archiver failed; campaigning again", "archiver", cfg.Name, "err", err.Error())
+		default:
+			err = errors.New("archiver stopped") // RunDaily returns only when lctx ended
+		}
+		return err
+	}, func(ran time.Duration) bool { return ran > cfg.MaxBackoff })
+}
