@@ -3,14 +3,13 @@ package resourcetest
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit/archive/minioserver"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -24,8 +23,7 @@ const (
 // MinIO is a running MinIO server shared by a test binary.
 type MinIO struct {
 	Endpoint string
-	cmd      *exec.Cmd
-	dir      string
+	srv      *minioserver.Server
 }
 
 var (
@@ -48,9 +46,8 @@ func StartMinIO(t testing.TB) *MinIO {
 // StopMinIO stops the shared server if one was started.
 func StopMinIO() {
 	if mio != nil {
-		mio.cmd.Process.Kill()
-		mio.cmd.Wait()
-		os.RemoveAll(mio.dir)
+		mio.srv.Stop()
+		os.RemoveAll(mio.srv.Dir())
 	}
 }
 
@@ -63,45 +60,16 @@ func startMinIO() (*MinIO, error) {
 		}
 		bin = filepath.Join(root, "bin", "minio")
 	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "lockplane-minio-")
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	srv, err := minioserver.Start(context.Background(), minioserver.Config{Bin: bin, Dir: dir, User: MinIOUser, Password: MinIOPassword})
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	console, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	m := &MinIO{Endpoint: fmt.Sprintf("127.0.0.1:%d", port), dir: dir}
-	m.cmd = exec.Command(bin, "server", filepath.Join(dir, "data"), "--quiet",
-		"--address", m.Endpoint, "--console-address", fmt.Sprintf("127.0.0.1:%d", console))
-	m.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+MinIOUser, "MINIO_ROOT_PASSWORD="+MinIOPassword,
-		"MINIO_BROWSER=off", "MINIO_UPDATE=off")
-	log, _ := os.Create(filepath.Join(dir, "minio.log"))
-	m.cmd.Stdout, m.cmd.Stderr = log, log
-	if err := m.cmd.Start(); err != nil {
-		return nil, err
-	}
-	// Ready when its liveness endpoint answers.
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + m.Endpoint + "/minio/health/live")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return m, nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	m.cmd.Process.Kill()
-	return nil, fmt.Errorf("minio did not become live; see %s", filepath.Join(dir, "minio.log"))
+	return &MinIO{Endpoint: srv.Endpoint(), srv: srv}, nil
 }
 
 // Client returns a client of the server.
