@@ -87,6 +87,19 @@ func NewClusterToken(ctx *pulumi.Context, name, prefix string, opts ...pulumi.Re
 	return &r, ctx.RegisterResource(prefix_+"ClusterToken", name, pulumi.Map{"prefix": pulumi.String(prefix)}, &r, opts...)
 }
 
+// Password is a random password, secret in the state and in the program.
+type Password struct {
+	pulumi.CustomResourceState
+	Password pulumi.StringOutput `pulumi:"password"`
+}
+
+// NewPassword makes a password once; purpose names it.
+func NewPassword(ctx *pulumi.Context, name, purpose string, opts ...pulumi.ResourceOption) (*Password, error) {
+	var r Password
+	return &r, ctx.RegisterResource(prefix_+"Password", name, pulumi.Map{"purpose": pulumi.String(purpose)}, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"password"}))...)
+}
+
 // Service is a long-running process on a host.
 type Service struct {
 	pulumi.CustomResourceState

@@ -406,3 +406,33 @@ func TestFsyncGateRefusesASlowDisk(t *testing.T) {
 		t.Fatalf("a disk over the gate: %v", err)
 	}
 }
+
+// A Password is 32 random bytes in hex, secret in the state, and its ID
+// says nothing of it; two are different.
+func TestAPasswordIsRandomAndSecret(t *testing.T) {
+	p := provider.New()
+	seen := map[string]bool{}
+	for range 2 {
+		created, err := p.Create(context.Background(), &pulumirpc.CreateRequest{Urn: urn("Password", "pw"), Properties: props(t, map[string]any{"purpose": "audit"})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := plugin.UnmarshalProperties(created.GetProperties(), plugin.MarshalOptions{KeepSecrets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := st["password"]
+		if !v.IsSecret() {
+			t.Fatalf("the password is not secret in the state: %v", v)
+		}
+		pw := v.SecretValue().Element.StringValue()
+		if len(pw) != 64 || seen[pw] || strings.Contains(created.GetId(), pw[:8]) {
+			t.Fatalf("password %d characters, seen before %v, id %q", len(pw), seen[pw], created.GetId())
+		}
+		seen[pw] = true
+	}
+	if _, err := p.Create(context.Background(), &pulumirpc.CreateRequest{Urn: urn("Password", "pw"), Properties: props(t, map[string]any{})}); err == nil ||
+		!strings.Contains(err.Error(), "purpose") {
+		t.Fatalf("a Password without a purpose: %v", err)
+	}
+}

@@ -38,3 +38,26 @@ func init() {
 		},
 	})
 }
+
+// PasswordInputs make a random password (32 bytes, in hex), made once and
+// kept secret in the state: the audit store's users' passwords when the
+// stack's configuration gives none. Purpose names it in the state only.
+type PasswordInputs struct {
+	Purpose string `json:"purpose"`
+}
+
+func init() {
+	register("Password", spec[PasswordInputs]{
+		Validate: func(in *PasswordInputs) error {
+			if in.Purpose == "" {
+				return errors.New("purpose: is required")
+			}
+			return nil
+		},
+		Create: func(_ context.Context, _ *Env, in *PasswordInputs) (string, map[string]any, error) {
+			// The ID is not derived from the password: IDs are not secret.
+			return in.Purpose + "-" + randomHex(4), map[string]any{"password": randomHex(32)}, nil
+		},
+		Secrets: []string{"password"},
+	})
+}
