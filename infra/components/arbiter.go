@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/lockplane/lockplane/infra/nodes"
@@ -60,6 +61,7 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 	}
 	if a.Audit != nil {
 		flags = append(flags, "--audit-store", a.Audit.URL, "--audit-database", a.Audit.Database)
+		flags = append(flags, "--audit-credentials", AuditCredentialsFile(f))
 	}
 	return flags
 }
@@ -67,6 +69,12 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 // ArbiterFiles are the arbiter's credentials and policy directory on its
 // host.
 type ArbiterFiles struct{ EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string }
+
+// AuditCredentialsFile is the arbiter's --audit-credentials file: beside
+// its other credentials (on a host and in a pod alike).
+func AuditCredentialsFile(f ArbiterFiles) string {
+	return path.Join(path.Dir(f.EtcdCert), "audit-credentials")
+}
 
 // NewArbiter deploys the arbiter in the stack's runtime.
 func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.ResourceOption) (*Arbiter, error) {
@@ -144,6 +152,11 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	deps = append(deps, a.Epochs...)
 	if a.Audit != nil {
 		deps = append(deps, a.Audit.Service) // not required: an arbiter retries an absent store
+		d, t, err := a.Audit.putCredentials(ctx, conn, name, AuditCredentialsFile(f), opts...)
+		if err != nil {
+			return err
+		}
+		deps, triggers = append(deps, d...), append(triggers, t...)
 	}
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,

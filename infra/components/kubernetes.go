@@ -23,12 +23,15 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	meta := func(name string) *metav1.ObjectMetaArgs {
 		return &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: pulumi.String(ns), Labels: labels}
 	}
+	data := pulumi.StringMap{
+		"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
+		"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
+	}
+	if a.Audit != nil {
+		data["audit-credentials"] = a.Audit.credentials() // mounted 0400, as --audit-credentials wants
+	}
 	creds, err := corev1.NewSecret(ctx, s.Region+"-arbiter-credentials", &corev1.SecretArgs{
-		Metadata: meta("lockplane-arbiter-credentials"),
-		StringData: pulumi.StringMap{
-			"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
-			"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
-		},
+		Metadata: meta("lockplane-arbiter-credentials"), StringData: data,
 	}, opts...)
 	if err != nil {
 		return err
