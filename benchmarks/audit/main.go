@@ -61,7 +61,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer env.Close()
-	store := &timedStore{Store: chstore.New(ch.URL(), "bench"), at: map[int64]time.Time{}}
+	store := &timedStore{Store: chstore.New(ch.URL(), "bench", chstore.WithCredentials(ch.Writer())), at: map[int64]time.Time{}}
 	if err := store.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}

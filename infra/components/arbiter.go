@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/lockplane/lockplane/infra/nodes"
@@ -63,6 +64,7 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 	}
 	if a.Audit != nil {
 		flags = append(flags, "--audit-store", a.Audit.URL, "--audit-database", a.Audit.Database)
+		flags = append(flags, "--audit-credentials", AuditCredentialsFile(f))
 	}
 	if a.Archive != nil && f.ArchiveCredentials != "" {
 		flags = append(flags, "--archive", a.Archive.URL, "--archive-credentials", f.ArchiveCredentials, "--archive-ca", f.ArchiveCA,
@@ -78,6 +80,12 @@ type ArbiterFiles struct {
 	EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string
 	// ArchiveCredentials and ArchiveCA are the archive's, with one.
 	ArchiveCredentials, ArchiveCA string
+}
+
+// AuditCredentialsFile is the arbiter's --audit-credentials file: beside
+// its other credentials (on a host and in a pod alike).
+func AuditCredentialsFile(f ArbiterFiles) string {
+	return path.Join(path.Dir(f.EtcdCert), "audit-credentials")
 }
 
 // NewArbiter deploys the arbiter in the stack's runtime.
@@ -162,6 +170,11 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	deps = append(deps, a.Epochs...)
 	if a.Audit != nil {
 		deps = append(deps, a.Audit.Service) // not required: an arbiter retries an absent store
+		d, t, err := a.Audit.putCredentials(ctx, conn, name, AuditCredentialsFile(f), opts...)
+		if err != nil {
+			return err
+		}
+		deps, triggers = append(deps, d...), append(triggers, t...)
 	}
 	if a.Archive != nil {
 		deps = append(deps, a.Archive.Service) // the same
@@ -173,8 +186,8 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	return err
 }
 
-// archiveCredentials is the arbiter's --archive-credentials file: the
-// user, then the password (a secret: it stays one).
+// archiveCredentials is the arbiter's --archive-credentials file (a
+// secret: it stays one).
 func archiveCredentials(password pulumi.StringOutput) pulumi.StringOutput {
-	return pulumi.Sprintf("%s\n%s\n", ArchiveUser, password)
+	return pulumi.Sprintf("archive %s:%s\n", ArchiveUser, password)
 }

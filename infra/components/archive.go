@@ -8,8 +8,9 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
-// ArchiveUser is the archive's MinIO root user; its password is a secret
-// the program makes once (nodes.Password).
+// ArchiveUser is the archive's MinIO root user; its password is the
+// secure stack configuration lockplane:archivePassword or, without it, a
+// secret the program makes once (nodes.Password).
 const ArchiveUser = "lockplane"
 
 // Archive is the region's audit archive: one MinIO server on the archive
@@ -66,13 +67,13 @@ func NewArchive(ctx *pulumi.Context, env *Env, a ArchiveArgs, opts ...pulumi.Res
 	if err != nil {
 		return nil, err
 	}
-	password, err := nodes.NewPassword(ctx, name+"-root-password", in)
+	password, err := servicePassword(ctx, name+"-root-password", "archive", "lockplane:archivePassword", env.ArchivePassword, in)
 	if err != nil {
 		return nil, err
 	}
 	// Marked again so that every value made of it (the arbiters' files)
 	// is a secret too, whatever the provider reports.
-	ar.Password = pulumi.ToSecret(password.Password).(pulumi.StringOutput)
+	ar.Password = pulumi.ToSecret(password).(pulumi.StringOutput)
 	conn := env.Connection(h)
 	f := ArchiveFiles{Bin: env.BinPath(h, "minio"), Certs: env.ConfPath(h, "minio/certs"),
 		Password: env.ConfPath(h, "minio/root-password"), Data: h.HostPath("/var/lib/lockplane/minio")}

@@ -2,6 +2,9 @@ package components
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
+
 	"github.com/lockplane/lockplane/services/audit/chserver"
 
 	"github.com/lockplane/lockplane/infra/nodes"
@@ -20,7 +23,9 @@ const ClickHouseBin = "/usr/sbin/clickhouse-server"
 // audit host, its HTTP interface on the host's address, which every
 // arbiter's audit tailers write to and answer `lockctl audit` from. The
 // arbiters make the database and its tables themselves (they migrate the
-// schema at start), so the store is only the server.
+// schema at start), so the store is only the server. Its users are
+// chserver's two, writer and reader, with passwords; there is no default
+// user.
 type AuditStore struct {
 	pulumi.ResourceState
 	Host topology.Host
@@ -29,6 +34,9 @@ type AuditStore struct {
 	// Database is the arbiters' --audit-database.
 	Database string
 	Service  *nodes.Service
+	// WriterPassword and ReaderPassword are the users' passwords, secret:
+	// never outputs, only in the arbiters' --audit-credentials files.
+	WriterPassword, ReaderPassword pulumi.StringOutput
 }
 
 // AuditStoreArgs places the store.
@@ -77,9 +85,60 @@ func ClickHouseConfig(h topology.Host, port int, f ClickHouseFiles) string {
 `, f.Data, f.Users, f.Logs, h.Address, port)
 }
 
-// ClickHouseUsers is the server's one user, default, without a password,
-// let in from the host's loopback and from clients only.
-func ClickHouseUsers(clients []string) string { return chserver.Users(clients...) }
+// ClickHouseUsers is the server's users file: the writer and the reader
+// with their passwords' hashes, let in from the host's loopback and from
+// clients only.
+func ClickHouseUsers(clients []string, p chserver.Passwords) string {
+	return chserver.Users(p, clients...)
+}
+
+// AuditCredentials is an arbiter's --audit-credentials file (the format
+// the arbiter's flag states) for the store's two users.
+func AuditCredentials(writerPassword, readerPassword string) string {
+	return fmt.Sprintf("writer %s:%s\nreader %s:%s\n", chserver.WriterUser, writerPassword, chserver.ReaderUser, readerPassword)
+}
+
+// CheckPassword is the rule for a service password the stack's configuration
+// gives (key names it): long enough not to be guessed over the network,
+// and one line of the credentials file, which trims spaces.
+func CheckPassword(key, password string) error {
+	if len(password) < 16 {
+		return fmt.Errorf("%s: must be at least 16 characters", key)
+	}
+	if strings.IndexFunc(password, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("%s: must not contain spaces or control characters", key)
+	}
+	return nil
+}
+
+// servicePassword is the configured password (checked) or, without one, a
+// random one made once for purpose; secret either way.
+func servicePassword(ctx *pulumi.Context, name, purpose, key string, configured pulumi.StringInput, opts ...pulumi.ResourceOption) (pulumi.StringOutput, error) {
+	if configured != nil {
+		return pulumi.ToSecret(configured.ToStringOutput().ApplyT(func(p string) (string, error) {
+			return p, CheckPassword(key, p)
+		})).(pulumi.StringOutput), nil
+	}
+	p, err := nodes.NewPassword(ctx, name, purpose, opts...)
+	if err != nil {
+		return pulumi.StringOutput{}, err
+	}
+	return p.Password, nil
+}
+
+// putCredentials puts an arbiter's --audit-credentials file on its host
+// (mode 0600, secret in the state), returning it and its checksum like
+// putConfig.
+func (st *AuditStore) putCredentials(ctx *pulumi.Context, conn nodes.Connection, prefix, path string, opts ...pulumi.ResourceOption) ([]pulumi.Resource, pulumi.StringArray, error) {
+	return putConfig(ctx, conn, prefix, []configFile{{path, st.credentials(), "0600"}}, opts...)
+}
+
+// credentials is the --audit-credentials file's content, secret.
+func (st *AuditStore) credentials() pulumi.StringOutput {
+	return pulumi.ToSecret(pulumi.All(st.WriterPassword, st.ReaderPassword).ApplyT(func(p []any) string {
+		return AuditCredentials(p[0].(string), p[1].(string))
+	})).(pulumi.StringOutput)
+}
 
 // NewAuditStore installs the server's configuration on the audit host and
 // runs it.
@@ -92,6 +151,18 @@ func NewAuditStore(ctx *pulumi.Context, env *Env, a AuditStoreArgs, opts ...pulu
 		return nil, err
 	}
 	in := pulumi.Parent(st)
+	var err error
+	if st.WriterPassword, err = servicePassword(ctx, name+"-writer-password", "audit", "lockplane:auditWriterPassword", env.AuditWriterPassword, in); err != nil {
+		return nil, err
+	}
+	if st.ReaderPassword, err = servicePassword(ctx, name+"-reader-password", "audit", "lockplane:auditReaderPassword", env.AuditReaderPassword, in); err != nil {
+		return nil, err
+	}
+	// Hashes only, but kept secret: they are of the passwords.
+	users := pulumi.ToSecret(pulumi.All(st.WriterPassword, st.ReaderPassword).ApplyT(func(p []any) string {
+		return ClickHouseUsers(a.Clients, chserver.Passwords{WriterSHA256: chserver.PasswordSHA256(p[0].(string)),
+			ReaderSHA256: chserver.PasswordSHA256(p[1].(string))})
+	})).(pulumi.StringOutput)
 	conn := env.Connection(h)
 	f := ClickHouseFiles{Config: env.ConfPath(h, "clickhouse/config.xml"), Users: env.ConfPath(h, "clickhouse/users.xml"),
 		// Our own directories: the Debian package's service, if left
@@ -99,7 +170,7 @@ func NewAuditStore(ctx *pulumi.Context, env *Env, a AuditStoreArgs, opts ...pulu
 		Data: h.HostPath("/var/lib/lockplane/clickhouse"), Logs: h.HostPath("/var/log/lockplane/clickhouse")}
 	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
 		{f.Config, pulumi.String(ClickHouseConfig(h, s.Audit.HTTPPort, f)), "0644"},
-		{f.Users, pulumi.String(ClickHouseUsers(a.Clients)), "0644"},
+		{f.Users, users, "0600"},
 	}, in)
 	if err != nil {
 		return nil, err

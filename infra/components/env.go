@@ -34,6 +34,12 @@ type Env struct {
 	Etcd, Arbiter, Node, MinIO Binary
 	// Policies are the validated policy set's files, for the arbiters.
 	Policies []PolicyFile
+	// AuditWriterPassword and AuditReaderPassword, when not nil, are the
+	// audit store's users' passwords (secure stack configuration); nil
+	// ones are made once at random and kept secret in the state.
+	AuditWriterPassword, AuditReaderPassword pulumi.StringInput
+	// ArchivePassword is the archive's root password, the same way.
+	ArchivePassword pulumi.StringInput
 }
 
 // PolicyFile is one file of the policy set, by its path in the set.

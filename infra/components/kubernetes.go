@@ -27,6 +27,9 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 		"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
 		"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
 	}
+	if a.Audit != nil {
+		data["audit-credentials"] = a.Audit.credentials() // mounted 0400, as --audit-credentials wants
+	}
 	if a.Archive != nil {
 		data["archive-credentials"], data["archive-ca.crt"] = archiveCredentials(a.Archive.Password), a.Archive.CA.CertPem
 	}

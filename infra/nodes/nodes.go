@@ -87,17 +87,16 @@ func NewClusterToken(ctx *pulumi.Context, name, prefix string, opts ...pulumi.Re
 	return &r, ctx.RegisterResource(prefix_+"ClusterToken", name, pulumi.Map{"prefix": pulumi.String(prefix)}, &r, opts...)
 }
 
-// Password is a random secret made once and kept, encrypted, in the
-// stack's state.
+// Password is a random password, secret in the state and in the program.
 type Password struct {
 	pulumi.CustomResourceState
 	Password pulumi.StringOutput `pulumi:"password"`
 }
 
-// NewPassword makes a password of 32 hex digits.
-func NewPassword(ctx *pulumi.Context, name string, opts ...pulumi.ResourceOption) (*Password, error) {
+// NewPassword makes a password once; purpose names it.
+func NewPassword(ctx *pulumi.Context, name, purpose string, opts ...pulumi.ResourceOption) (*Password, error) {
 	var r Password
-	return &r, ctx.RegisterResource(prefix_+"Password", name, pulumi.Map{"bytes": pulumi.Int(16)}, &r,
+	return &r, ctx.RegisterResource(prefix_+"Password", name, pulumi.Map{"purpose": pulumi.String(purpose)}, &r,
 		append(opts, pulumi.AdditionalSecretOutputs([]string{"password"}))...)
 }
 

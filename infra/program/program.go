@@ -98,6 +98,8 @@ func Run(ctx *pulumi.Context) error {
 	if err != nil {
 		return err
 	}
+	env.AuditWriterPassword, env.AuditReaderPassword = secretConfig(cfg, "auditWriterPassword"), secretConfig(cfg, "auditReaderPassword")
+	env.ArchivePassword = secretConfig(cfg, "archivePassword")
 	region, err := components.NewRegion(ctx, env)
 	if err != nil {
 		return err
@@ -131,6 +133,16 @@ func Run(ctx *pulumi.Context) error {
 		ctx.Export("promotion", pulumi.String(rec))
 	}
 	return nil
+}
+
+// secretConfig is the secure configuration value lockplane:<key> (set
+// with `pulumi config set --secret`), nil when the stack has none.
+func secretConfig(cfg *config.Config, key string) pulumi.StringInput {
+	v, err := cfg.TrySecret(key)
+	if err != nil {
+		return nil
+	}
+	return v
 }
 
 // NewEnv validates the stack and reads what the program needs from disk:

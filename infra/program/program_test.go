@@ -12,7 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/program"
+	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"golang.org/x/crypto/ssh"
@@ -40,10 +42,13 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 	case "lockplane:nodes:EtcdCluster":
 		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
 	case "lockplane:nodes:Password":
-		out["password"] = resource.NewStringProperty("password-value")
+		out["password"] = resource.MakeSecret(resource.NewStringProperty(mockPassword(a.Name)))
 	}
 	return a.Name + "-id", out, nil
 }
+
+// mockPassword is the password the mock provider makes for a Password.
+func mockPassword(name string) string { return "generated-" + name }
 
 func (m *mocks) Call(pulumi.MockCallArgs) (resource.PropertyMap, error) {
 	return resource.PropertyMap{}, nil
@@ -405,8 +410,8 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 				t.Fatalf("clickhouse config: %s", content.StringValue())
 			}
 		case strings.HasSuffix(r.Inputs["path"].StringValue(), "/clickhouse/users.xml"):
-			if !strings.Contains(content.StringValue(), "<ip>10.231.0.21</ip><ip>10.231.0.22</ip>") {
-				t.Fatalf("clickhouse users do not let the arbiter hosts in: %s", content.StringValue())
+			if !content.IsSecret() || !strings.Contains(content.SecretValue().Element.StringValue(), "<ip>10.231.0.21</ip><ip>10.231.0.22</ip>") {
+				t.Fatalf("clickhouse users are not secret or do not let the arbiter hosts in: %v", content)
 			}
 		}
 	}
@@ -474,6 +479,130 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 	if len(deps) != 1 || !strings.Contains(fmt.Sprint(deps[0].Inputs.Mappable()), "--audit-store http://10.9.9.9:8123") {
 		t.Fatalf("the kubernetes arbiters do not get the audit store: %v", deps)
 	}
+	if !strings.Contains(fmt.Sprint(deps[0].Inputs.Mappable()), "--audit-credentials /etc/lockplane/arbiter/audit-credentials") {
+		t.Fatalf("the kubernetes arbiters do not get --audit-credentials: %v", deps[0].Inputs.Mappable())
+	}
+	secrets := m.of("kubernetes:core/v1:Secret")
+	if len(secrets) != 1 || !secrets[0].Inputs["stringData"].IsSecret() ||
+		!strings.Contains(fmt.Sprint(secrets[0].Inputs["stringData"].SecretValue().Element.Mappable()), "audit-credentials:writer lockplane:generated-") {
+		t.Fatalf("the arbiters' Secret lacks a secret audit-credentials: %v", secrets)
+	}
+	for _, r := range m.res {
+		for _, s := range plainStrings(resource.NewObjectProperty(r.Inputs)) {
+			if strings.Contains(s, "generated-") {
+				t.Fatalf("kubernetes: %s %s has a password in a plain input: %q", r.TypeToken, r.Name, s)
+			}
+		}
+	}
+}
+
+// The audit store's passwords: made once at random (Password resources)
+// or given as secure configuration; hashed in users.xml, whole in each
+// arbiter host's --audit-credentials file (0600, secret), and in no plain
+// input of any resource: not a command line, not a Kubernetes Deployment.
+func TestAuditPasswordsAreSecretAndReachTheArbiters(t *testing.T) {
+	const configured = "configured-writer-password"
+	for name, edit := range map[string]func(map[string]string){
+		"generated": localHosts,
+		"configured writer": func(c map[string]string) {
+			localHosts(c)
+			c["lockplane:auditWriterPassword"] = configured
+		},
+	} {
+		m, err := run(t, "local", edit)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var pws []string
+		for _, r := range m.of("lockplane:nodes:Password") {
+			if strings.Contains(r.Name, "-audit-") { // not the archive's
+				pws = append(pws, mockPassword(r.Name))
+			}
+		}
+		writer, reader := mockPassword("local-audit-audit-1-writer-password"), mockPassword("local-audit-audit-1-reader-password")
+		if want := 2 - strings.Count(name, "configured"); len(pws) != want {
+			t.Fatalf("%s: made passwords %v; want %d", name, pws, want)
+		}
+		if name == "configured writer" {
+			writer = configured
+			pws = append(pws, configured)
+		}
+		creds := map[string]string{}
+		for _, r := range m.of("lockplane:nodes:File") {
+			path, content := r.Inputs["path"].StringValue(), r.Inputs["content"]
+			switch {
+			case strings.HasSuffix(path, "/clickhouse/users.xml"):
+				u := content.SecretValue().Element.StringValue()
+				for _, p := range []string{writer, reader} {
+					if !strings.Contains(u, "<password_sha256_hex>"+chserver.PasswordSHA256(p)+"</password_sha256_hex>") {
+						t.Errorf("%s: users.xml lacks a password's hash:\n%s", name, u)
+					}
+				}
+				if r.Inputs["mode"].StringValue() != "0600" {
+					t.Errorf("%s: users.xml mode %s", name, r.Inputs["mode"].StringValue())
+				}
+			case strings.HasSuffix(path, "/etc/lockplane/arbiter/audit-credentials"):
+				if !content.IsSecret() || r.Inputs["mode"].StringValue() != "0600" {
+					t.Fatalf("%s: %s is not secret and 0600: %v %v", name, path, content.IsSecret(), r.Inputs["mode"])
+				}
+				creds[path] = content.SecretValue().Element.StringValue()
+			}
+		}
+		if len(creds) != 2 {
+			t.Fatalf("%s: credentials files %v; want one per arbiter host", name, creds)
+		}
+		for path, c := range creds {
+			if c != components.AuditCredentials(writer, reader) {
+				t.Errorf("%s: %s holds %q", name, path, c)
+			}
+		}
+		for _, r := range services(m, "arbiter") {
+			cmd := strs(r.Inputs["command"])
+			if _, ok := creds[flag(cmd, "--audit-credentials")]; !ok {
+				t.Errorf("%s: %s: --audit-credentials %q is not its file", name, r.Name, flag(cmd, "--audit-credentials"))
+			}
+			if !dependsOnSuffix(r, "-audit-credentials") {
+				t.Errorf("%s: %s starts before its credentials file", name, r.Name)
+			}
+		}
+		for _, r := range m.res {
+			for _, s := range plainStrings(resource.NewObjectProperty(r.Inputs)) {
+				for _, p := range pws {
+					if strings.Contains(s, p) {
+						t.Fatalf("%s: %s %s has a password in a plain input: %q", name, r.TypeToken, r.Name, s)
+					}
+				}
+			}
+		}
+	}
+	// A configured password that breaks the rule stops the program, named.
+	_, err := run(t, "local", func(c map[string]string) { localHosts(c); c["lockplane:auditReaderPassword"] = "short" })
+	if err == nil || !strings.Contains(err.Error(), "lockplane:auditReaderPassword: must be at least 16 characters") || strings.Contains(err.Error(), "short") {
+		t.Fatalf("a short configured password: %v", err)
+	}
+}
+
+// plainStrings are the strings in v that are not inside a secret.
+func plainStrings(v resource.PropertyValue) []string {
+	switch {
+	case v.IsSecret():
+		return nil
+	case v.IsString():
+		return []string{v.StringValue()}
+	case v.IsArray():
+		var out []string
+		for _, e := range v.ArrayValue() {
+			out = append(out, plainStrings(e)...)
+		}
+		return out
+	case v.IsObject():
+		var out []string
+		for _, e := range v.ObjectValue() {
+			out = append(out, plainStrings(e)...)
+		}
+		return out
+	}
+	return nil
 }
 
 // With an archive host (the local stack's archive-1), the region runs one
@@ -534,7 +663,7 @@ func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
 			continue
 		}
 		for k, v := range r.Inputs {
-			if (k == "command" || k == "env") && strings.Contains(fmt.Sprint(v), "password-value") {
+			if (k == "command" || k == "env") && strings.Contains(fmt.Sprint(v), mockPassword("local-archive-archive-1-root-password")) {
 				t.Fatalf("%s %s: the password is in its %s", r.TypeToken, r.Name, k)
 			}
 		}

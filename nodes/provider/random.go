@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 )
 
 func randomHex(n int) string {
@@ -40,26 +39,24 @@ func init() {
 	})
 }
 
-// PasswordInputs is a random secret made once and kept in the stack's
-// state, encrypted as a Pulumi secret: a service's password that no
-// operator has to choose, store or pass on a command line. It is made
-// again only when the resource is replaced (the services given it restart).
+// PasswordInputs make a random password (32 bytes, in hex), made once and
+// kept secret in the state: the audit store's users' passwords when the
+// stack's configuration gives none. Purpose names it in the state only.
 type PasswordInputs struct {
-	// Bytes of randomness, shown as twice as many hex digits.
-	Bytes int `json:"bytes"`
+	Purpose string `json:"purpose"`
 }
 
 func init() {
 	register("Password", spec[PasswordInputs]{
 		Validate: func(in *PasswordInputs) error {
-			if in.Bytes < 16 || in.Bytes > 64 {
-				return fmt.Errorf("bytes: %d must be between 16 and 64", in.Bytes)
+			if in.Purpose == "" {
+				return errors.New("purpose: is required")
 			}
 			return nil
 		},
 		Create: func(_ context.Context, _ *Env, in *PasswordInputs) (string, map[string]any, error) {
-			// The ID is public; the password only ever an output.
-			return "password-" + randomHex(8), map[string]any{"password": randomHex(in.Bytes)}, nil
+			// The ID is not derived from the password: IDs are not secret.
+			return in.Purpose + "-" + randomHex(4), map[string]any{"password": randomHex(32)}, nil
 		},
 		Secrets: []string{"password"},
 	})

@@ -31,7 +31,7 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 	ch := resourcetest.StartClickHouse(t)
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 3*time.Minute)
-	store := chstore.New(ch.URL(), ch.Database(t))
+	store := chstore.New(ch.URL(), ch.Database(t), chstore.WithCredentials(ch.Writer()))
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

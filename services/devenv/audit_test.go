@@ -32,12 +32,15 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 	ch := resourcetest.StartClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := chstore.New(ch.URL(), ch.Database(t))
+	db := ch.Database(t)
+	store := chstore.New(ch.URL(), db, chstore.WithCredentials(ch.Writer()))
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity}
-	env := devenvtest.Start(t, devenv.Options{Audit: store, Shards: []string{"entity-0"},
+	// The queries go through the store's read-only user, as an arbiter's.
+	reader := chstore.New(ch.URL(), db, chstore.WithCredentials(ch.Reader()))
+	env := devenvtest.Start(t, devenv.Options{Audit: store, AuditReader: reader, Shards: []string{"entity-0"},
 		Classes: class.NewStatic(devenvtest.Fast, entity)})
 	demo := devenvtest.Client(t, env, "demo")
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())

@@ -102,6 +102,9 @@ type Options struct {
 	// and of each shard runs into it for the environment's lifetime, and the
 	// admin API's audit queries read it. The caller migrates it first.
 	Audit AuditStore
+	// AuditReader, when set, answers the admin API's audit queries instead
+	// of Audit: the same store as its read-only user, as the arbiter does.
+	AuditReader audit.Reader
 }
 
 // AuditStore is where the embedded tailers write and the admin API reads:
@@ -254,6 +257,9 @@ func (e *Env) StartArbiter() error {
 	}
 	if e.opts.Audit != nil {
 		cfg.Audit = e.opts.Audit
+	}
+	if e.opts.AuditReader != nil {
+		cfg.Audit = e.opts.AuditReader
 	}
 	var srv server
 	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {

@@ -19,7 +19,8 @@ import (
 const ClickHouseBin = chserver.Bin
 
 // ClickHouse is a running ClickHouse server shared by a test binary,
-// reached through its HTTP interface.
+// reached through its HTTP interface as its writer or reader user
+// (Writer, Reader: random passwords, so the tests authenticate for real).
 type ClickHouse struct {
 	*chserver.Server
 }
@@ -76,7 +77,7 @@ func (c *ClickHouse) Database(t testing.TB) string {
 	return name
 }
 
-// exec runs one statement that returns nothing.
+// exec runs one statement that returns nothing, as the writer.
 func (c *ClickHouse) exec(query string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -84,6 +85,7 @@ func (c *ClickHouse) exec(query string) error {
 	if err != nil {
 		return err
 	}
+	req.SetBasicAuth(c.Writer())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

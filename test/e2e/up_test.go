@@ -314,7 +314,7 @@ func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, password, _ := strings.Cut(strings.TrimSpace(string(creds)), "\n")
+	user, password, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(string(creds)), "archive "), ":")
 	pem, err := os.ReadFile(filepath.Join(conf, "archive-ca.crt"))
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,7 @@ func newEnv(t *testing.T) env {
 	mio := resourcetest.StartMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	s := chstore.New(ch.URL(), ch.Database(t))
+	s := chstore.New(ch.URL(), ch.Database(t), chstore.WithCredentials(ch.Writer()))
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

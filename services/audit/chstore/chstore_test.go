@@ -29,7 +29,7 @@ func store(t *testing.T) (*chstore.Store, context.Context) {
 	ch := resourcetest.StartClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	s := chstore.New(ch.URL(), ch.Database(t))
+	s := chstore.New(ch.URL(), ch.Database(t), chstore.WithCredentials(ch.Writer()))
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestErrorsCarryClickHouseMessage(t *testing.T) {
 	ch := resourcetest.StartClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := chstore.New(ch.URL(), "no_such_database")
+	s := chstore.New(ch.URL(), "no_such_database", chstore.WithCredentials(ch.Writer()))
 	err := s.Insert(ctx, history())
 	var chErr *chstore.Error
 	if !errors.As(err, &chErr) || chErr.Status == 200 || !strings.Contains(chErr.Message, "no_such_database") {

@@ -16,7 +16,7 @@ func fresh(t *testing.T) (*Store, context.Context) {
 	ch := resourcetest.StartClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	return New(ch.URL(), ch.Database(t)), ctx
+	return New(ch.URL(), ch.Database(t), WithCredentials(ch.Writer())), ctx
 }
 
 func versions(t *testing.T, ctx context.Context, s *Store) []int {

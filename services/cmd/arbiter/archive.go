@@ -28,7 +28,7 @@ type archiveFlags struct {
 
 func (a *archiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.url, "archive", "", "MinIO (S3) base URL of the audit archive, e.g. https://minio:9000: one arbiter of the region (elected) copies the audit store's history there every day; needs --audit-store and --archive-credentials")
-	fs.StringVar(&a.credentials, "archive-credentials", "", "file holding the archive's access key on its first line and secret key on its second (mode 0600)")
+	fs.StringVar(&a.credentials, "archive-credentials", "", "the archive's user: "+credentialsRule("archive")+" (the access key, then the secret key)")
 	fs.StringVar(&a.ca, "archive-ca", "", "CA bundle that signed the archive's serving certificate (PEM), for an https --archive")
 	fs.StringVar(&a.historyBucket, "archive-history-bucket", "lockplane-history", "bucket of the daily Parquet history, expired by a lifecycle rule")
 	fs.StringVar(&a.recordsBucket, "archive-records-bucket", "lockplane-records", "bucket of the epoch-advance and force-release records, under object lock")
@@ -53,10 +53,11 @@ func (a archiveFlags) open(store *chstore.Store, log *slog.Logger) (*archive.Arc
 	if a.credentials == "" {
 		return nil, errors.New("--archive-credentials: required with --archive")
 	}
-	access, secret, err := readKeyPair(a.credentials)
+	c, err := readCredentials("--archive-credentials", a.credentials, "archive")
 	if err != nil {
-		return nil, fmt.Errorf("--archive-credentials: %w", err)
+		return nil, err
 	}
+	access, secret := c["archive"].user, c["archive"].password
 	mode := minio.RetentionMode(strings.ToUpper(a.recordsMode))
 	if !mode.IsValid() {
 		return nil, fmt.Errorf("--archive-records-mode: want COMPLIANCE or GOVERNANCE, got %q", a.recordsMode)
@@ -87,18 +88,4 @@ func (a archiveFlags) open(store *chstore.Store, log *slog.Logger) (*archive.Arc
 	}
 	return archive.New(archive.Config{Store: store, Client: cli, HistoryBucket: a.historyBucket, RecordsBucket: a.recordsBucket,
 		RecordsMode: mode, HistoryDays: a.historyDays, RecordsYears: uint(a.recordsYears), Logger: log})
-}
-
-// readKeyPair reads a credentials file: the key ID on its first line, the
-// secret on its second. Errors never quote the file's content.
-func readKeyPair(path string) (id, secret string, err error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", "", err
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\r\n"), "\n")
-	if len(lines) != 2 || strings.TrimSpace(lines[0]) == "" || strings.TrimSpace(lines[1]) == "" {
-		return "", "", fmt.Errorf("%s: want two lines, the access key then the secret key, got %d", path, len(lines))
-	}
-	return strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1]), nil
 }

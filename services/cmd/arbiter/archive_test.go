@@ -19,8 +19,8 @@ func TestArchiveFlagsAreCheckedAtStart(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	bad := filepath.Join(dir, "bad")
-	os.WriteFile(good, []byte("access\nsupersecret\n"), 0o600)
-	os.WriteFile(bad, []byte("access:supersecret\n"), 0o600)
+	os.WriteFile(good, []byte("archive access:supersecret\n"), 0o600)
+	os.WriteFile(bad, []byte("access\nsupersecret\n"), 0o600)
 	store := chstore.New("http://127.0.0.1:1", "lockplane")
 	base := archiveFlags{url: "http://127.0.0.1:9000", credentials: good, historyBucket: "h", recordsBucket: "r",
 		recordsMode: "COMPLIANCE", historyDays: 365, recordsYears: 7}
@@ -68,7 +68,7 @@ func TestArchiveFlagsAreCheckedAtStart(t *testing.T) {
 func TestTheArchiveFlagsReachMinIO(t *testing.T) {
 	m := resourcetest.StartMinIO(t)
 	creds := filepath.Join(t.TempDir(), "archive")
-	os.WriteFile(creds, []byte(resourcetest.MinIOUser+"\n"+resourcetest.MinIOPassword+"\n"), 0o600)
+	os.WriteFile(creds, []byte("archive "+resourcetest.MinIOUser+":"+resourcetest.MinIOPassword+"\n"), 0o600)
 	a, err := archiveFlags{url: "http://" + m.Endpoint, credentials: creds, historyBucket: m.Bucket(t) + "-h", recordsBucket: m.Bucket(t) + "-r",
 		recordsMode: "GOVERNANCE", historyDays: 1, recordsYears: 1}.open(chstore.New("http://127.0.0.1:1", "x"), slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -49,6 +49,7 @@ type flags struct {
 	region                            string
 	shards                            map[string]string
 	auditStore, auditDatabase         string
+	auditCredentials                  string
 	archive                           archiveFlags
 }
 
@@ -102,6 +103,8 @@ func main() {
 	})
 	flag.StringVar(&f.auditStore, "audit-store", "", "ClickHouse HTTP base URL of the audit store (e.g. http://clickhouse:8123): tail every cluster of this arbiter into it and answer the admin API's audit queries from it; an unreachable store is logged and retried, never fatal")
 	flag.StringVar(&f.auditDatabase, "audit-database", "lockplane", "the audit store's ClickHouse database (created by the migrations)")
+	flag.StringVar(&f.auditCredentials, "audit-credentials", "", "the audit store's users: "+credentialsRule(auditRoles...)+
+		"; the tailers write as the writer, audit queries read as the reader. Without it the store is used with no credentials (a store without passwords: trials only)")
 	f.archive.register(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -121,11 +124,11 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if f.endpoints == "" {
 		return errors.New("--etcd-endpoints: required")
 	}
-	store, err := f.audit()
+	store, reader, err := f.audit()
 	if err != nil {
 		return err
 	}
-	arch, err := f.archive.open(store, log)
+	arch, err := f.archive.open(reader, log)
 	if err != nil {
 		return err
 	}
@@ -210,7 +213,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	}
 	auditDone := make(chan struct{})
 	if store != nil {
-		cfg.Audit = store
+		cfg.Audit = reader
+		if f.auditCredentials == "" {
+			log.Warn("the audit store is used without credentials (no --audit-credentials): only a store without passwords accepts that")
+		}
 		go func() {
 			defer close(auditDone)
 			tc := tailers.Config{CoordName: f.cluster, Coord: cli, Shards: shardClients, Store: store,
@@ -282,20 +288,28 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	return srv.Serve(lis)
 }
 
-// audit is the audit store of --audit-store, nil without it. It only
-// checks the URL: the store may be down now and answer later.
-func (f flags) audit() (*chstore.Store, error) {
+// audit is the audit store of --audit-store as its writer (the tailers)
+// and as its reader (the audit queries), nil without it. It checks the
+// URL and reads --audit-credentials only: the store may be down now and
+// answer later.
+func (f flags) audit() (writer, reader *chstore.Store, _ error) {
 	if f.auditStore == "" {
-		return nil, nil
+		if f.auditCredentials != "" {
+			return nil, nil, errors.New("--audit-credentials: given without --audit-store")
+		}
+		return nil, nil, nil
 	}
 	u, err := url.Parse(f.auditStore)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--audit-store: want ClickHouse's HTTP base URL, e.g. http://clickhouse:8123, got %q", redacted(f.auditStore))
+		return nil, nil, fmt.Errorf("--audit-store: want ClickHouse's HTTP base URL, e.g. http://clickhouse:8123, got %q", redacted(f.auditStore))
+	}
+	if u.User != nil {
+		return nil, nil, fmt.Errorf("--audit-store: %q carries a user: a command line is no place for credentials; give them in --audit-credentials FILE", redacted(f.auditStore))
 	}
 	if f.auditDatabase == "" {
-		return nil, errors.New("--audit-database: required with --audit-store")
+		return nil, nil, errors.New("--audit-database: required with --audit-store")
 	}
-	return chstore.New(strings.TrimSuffix(f.auditStore, "/"), f.auditDatabase), nil
+	return f.auditStores(strings.TrimSuffix(f.auditStore, "/"))
 }
 
 // redacted is a URL as logs may show it: without a password.

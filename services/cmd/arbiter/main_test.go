@@ -2,17 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/infra/components"
+	"github.com/lockplane/lockplane/services/audit/audittest"
+	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/lockplane/lockplane/services/audit/chstore"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -115,5 +122,116 @@ func TestAMalformedAuditStoreIsRefused(t *testing.T) {
 	f := flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, auditStore: "clickhouse:8123", auditDatabase: "lockplane"}
 	if err := run(context.Background(), f, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--audit-store") {
 		t.Fatalf("run: %v, want a refusal naming --audit-store", err)
+	}
+}
+
+// writeCredentials writes an --audit-credentials file with mode perm.
+func writeCredentials(t *testing.T, content string, perm os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "audit-credentials")
+	if err := os.WriteFile(p, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A malformed, unreadable or world-readable credentials file is refused
+// at start with the flag, the file and the rule, and never the password.
+func TestAuditCredentialsAreRefusedWhenMalformed(t *testing.T) {
+	const secret = "s3cret-Pa55"
+	for _, tc := range []struct {
+		name, content string
+		perm          os.FileMode
+		want          string
+	}{
+		{"no reader", "writer lockplane:" + secret + "\n", 0o600, "no reader line"},
+		{"no writer", "reader r:" + secret + "\n", 0o600, "no writer line"},
+		{"unknown role", "admin lockplane:" + secret + "\nreader r:" + secret + "\n", 0o600, "line 1: starts with none of writer, reader"},
+		{"no colon", "writer lockplane " + secret + "\nreader r:" + secret + "\n", 0o600, "line 1: the writer is not USER:PASSWORD"},
+		{"empty password", "writer lockplane:\nreader r:" + secret + "\n", 0o600, "line 1: the writer is not USER:PASSWORD"},
+		{"twice", "writer w:" + secret + "\nreader r:x\nreader r:" + secret + "\n", 0o600, "line 3: a second reader line"},
+		{"same user", "writer w:" + secret + "\nreader w:" + secret + "\n", 0o600, "the same user w"},
+		{"readable by others", "writer w:" + secret + "\nreader r:" + secret + "\n", 0o644, "mode 0644 lets others read it"},
+	} {
+		f := flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, auditStore: "http://127.0.0.1:1", auditDatabase: "lockplane",
+			auditCredentials: writeCredentials(t, tc.content, tc.perm)}
+		err := run(context.Background(), f, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), "--audit-credentials: "+f.auditCredentials) ||
+			!strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "writer USER:PASSWORD") {
+			t.Errorf("%s: %v; want a refusal naming the flag, the file, %q and the rule", tc.name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the error carries the password: %v", tc.name, err)
+		}
+	}
+	f := flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, auditStore: "http://127.0.0.1:1", auditDatabase: "lockplane",
+		auditCredentials: filepath.Join(t.TempDir(), "missing")}
+	if err := run(context.Background(), f, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--audit-credentials") ||
+		!strings.Contains(err.Error(), "cannot read it") {
+		t.Errorf("a missing file: %v; want a refusal naming --audit-credentials", err)
+	}
+}
+
+// Credentials go in the file, never on the command line; the file is for
+// a store.
+func TestAuditCredentialsOnTheCommandLineAreRefused(t *testing.T) {
+	for _, f := range []flags{
+		{auditStore: "http://lockplane:s3cret@127.0.0.1:1", auditDatabase: "lockplane"},
+		{auditCredentials: "/etc/lockplane/arbiter/audit-credentials"},
+	} {
+		f.endpoints, f.allowAnyWorkload = "http://127.0.0.1:1", true
+		err := run(context.Background(), f, slog.New(slog.DiscardHandler))
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%+v: %v; want a refusal without the password", f, err)
+		}
+	}
+}
+
+// The arbiter's two stores are the file's users against the real store:
+// the writer migrates and inserts, the reader answers queries and cannot
+// write.
+func TestAuditCredentialsMakeAWriterAndAReader(t *testing.T) {
+	ch := resourcetest.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wu, wp := ch.Writer()
+	ru, rp := ch.Reader()
+	f := flags{auditStore: ch.URL() + "/", auditDatabase: "arbiter_creds",
+		auditCredentials: writeCredentials(t, "# the audit store's users\nwriter "+wu+":"+wp+"\n\nreader "+ru+":"+rp+"\n", 0o600)}
+	writer, reader, err := f.audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Migrate(ctx); err != nil {
+		t.Fatalf("the writer migrates: %v", err)
+	}
+	evs := audittest.EveryKind(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	if err := writer.Insert(ctx, evs); err != nil {
+		t.Fatalf("the writer inserts: %v", err)
+	}
+	if got, err := reader.ByKey(ctx, evs[1].Key, time.Time{}, 100); err != nil || len(got) == 0 {
+		t.Fatalf("the reader's ByKey: %d events, %v", len(got), err)
+	}
+	var chErr *chstore.Error
+	if err := reader.Insert(ctx, evs); !errors.As(err, &chErr) || !strings.Contains(chErr.Message, "readonly") {
+		t.Fatalf("the reader's Insert: %v; want ClickHouse's readonly refusal", err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	resourcetest.StopClickHouse()
+	os.Exit(code)
+}
+
+// The file the region program writes (components.AuditCredentials) is the
+// one this flag reads, with chserver's users.
+func TestTheProgramsCredentialsFileIsReadable(t *testing.T) {
+	c, err := readCredentials("--audit-credentials", writeCredentials(t, components.AuditCredentials("w-0123456789abcdef", "r-0123456789abcdef"), 0o600), auditRoles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c["writer"] != (account{chserver.WriterUser, "w-0123456789abcdef"}) || c["reader"] != (account{chserver.ReaderUser, "r-0123456789abcdef"}) || len(c) != 2 {
+		t.Fatalf("read %+v", c)
 	}
 }

@@ -100,11 +100,11 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 	auditURL := ""
 	if !withAudit {
 		say("lockplane dev: audit: off (--no-audit)")
-	} else if srv, store, off := startAuditStore(ctx, filepath.Join(dir, "clickhouse")); srv == nil {
+	} else if srv, store, reader, off := startAuditStore(ctx, filepath.Join(dir, "clickhouse")); srv == nil {
 		say("lockplane dev: audit: off (%s)", off)
 	} else {
 		defer srv.Stop() // after env.Close: the tailers stop first
-		opts.Audit, auditURL = store, srv.URL()
+		opts.Audit, opts.AuditReader, auditURL = store, reader, srv.URL()
 		say("lockplane dev: audit: on (ClickHouse at %s, database %s, in %s)", srv.URL(), devAuditDatabase, srv.Dir())
 	}
 	env, err := devenv.Start(ctx, opts)
@@ -151,28 +151,29 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 const devAuditDatabase = "lockplane"
 
 // startAuditStore starts a fresh ClickHouse under dir, as etcd's data is
-// fresh each start, and migrates its audit database. Audit is an addition
+// fresh each start, and migrates its audit database: the store as its
+// writer user (tailers) and as its reader (queries). Audit is an addition
 // to the embedded default, never a condition of it: without ClickHouse, or
 // when it does not start, the server is nil and off says why.
-func startAuditStore(ctx context.Context, dir string) (_ *chserver.Server, _ *chstore.Store, off string) {
+func startAuditStore(ctx context.Context, dir string) (_ *chserver.Server, writer, reader *chstore.Store, off string) {
 	if !chserver.Installed() {
-		return nil, nil, "ClickHouse is not installed; run make clickhouse"
+		return nil, nil, nil, "ClickHouse is not installed; run make clickhouse"
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return nil, nil, err.Error()
+		return nil, nil, nil, err.Error()
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	srv, err := chserver.Start(ctx, dir)
 	if err != nil {
-		return nil, nil, "ClickHouse did not start: " + err.Error()
+		return nil, nil, nil, "ClickHouse did not start: " + err.Error()
 	}
-	store := chstore.New(srv.URL(), devAuditDatabase)
+	store := chstore.New(srv.URL(), devAuditDatabase, chstore.WithCredentials(srv.Writer()))
 	if err := store.Migrate(ctx); err != nil {
 		srv.Stop()
-		return nil, nil, "the audit store's migration failed: " + err.Error()
+		return nil, nil, nil, "the audit store's migration failed: " + err.Error()
 	}
-	return srv, store, ""
+	return srv, store, chstore.New(srv.URL(), devAuditDatabase, chstore.WithCredentials(srv.Reader())), ""
 }
 
 // lockDir makes a second `lockplane dev` on the same directory say so
