@@ -105,6 +105,9 @@ type Options struct {
 	// AuditReader, when set, answers the admin API's audit queries instead
 	// of Audit: the same store as its read-only user, as the arbiter does.
 	AuditReader audit.Reader
+	// Archive, when set with Audit, is run by the tailers' process: the
+	// embedded default has one, so it is always the elected archiver.
+	Archive tailers.Archiver
 }
 
 // AuditStore is where the embedded tailers write and the admin API reads:
@@ -403,7 +406,7 @@ func (e *Env) startAudit() {
 	go func() {
 		defer wg.Done()
 		tailers.Run(ctx, tailers.Config{CoordName: e.coordName(), Coord: e.Etcd, Shards: e.ShardEtcd, Store: e.opts.Audit,
-			Metrics: audit.NewMetrics(e.AuditRegistry), Logger: e.opts.Logger})
+			Metrics: audit.NewMetrics(e.AuditRegistry), Logger: e.opts.Logger, Archive: e.opts.Archive})
 	}()
 	e.stopAudit = func() { cancel(); wg.Wait() }
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +15,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/services/audit/archive"
+	"github.com/lockplane/lockplane/services/audit/archive/minioserver"
 	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -42,7 +47,10 @@ them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...
 
 When ClickHouse is installed (make clickhouse), it also starts one on
 loopback under --dir, fresh each start, and runs the audit tailers into it:
-operators read the history with bin/lockctl audit. --no-audit leaves it out.`,
+operators read the history with bin/lockctl audit. When MinIO is built too
+(make minio), it starts one and archives the history there daily
+(docs/audit.md), its credentials in --dir/minio/credentials. --no-audit
+leaves both out.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -59,7 +67,7 @@ operators read the history with bin/lockctl audit. --no-audit leaves it out.`,
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", "arbiter /metrics address")
 	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (one JSON line once serving)")
 	c.Flags().IntVar(&shards, "shards", 0, "also start this many entity shards and the class \"entity\" routed to them")
-	c.Flags().BoolVar(&noAudit, "no-audit", false, "do not start ClickHouse and the audit tailers, even when ClickHouse is installed")
+	c.Flags().BoolVar(&noAudit, "no-audit", false, "do not start ClickHouse, MinIO, the audit tailers and the archive, even when they are installed")
 	return c
 }
 
@@ -97,7 +105,7 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
 		say("lockplane dev: and %d entity shard(s) %s", shards, strings.Join(opts.Shards, ", "))
 	}
-	auditURL := ""
+	auditURL, archiveURL := "", ""
 	if !withAudit {
 		say("lockplane dev: audit: off (--no-audit)")
 	} else if srv, store, reader, off := startAuditStore(ctx, filepath.Join(dir, "clickhouse")); srv == nil {
@@ -106,6 +114,14 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 		defer srv.Stop() // after env.Close: the tailers stop first
 		opts.Audit, opts.AuditReader, auditURL = store, reader, srv.URL()
 		say("lockplane dev: audit: on (ClickHouse at %s, database %s, in %s)", srv.URL(), devAuditDatabase, srv.Dir())
+		if msrv, arch, off := startArchive(ctx, filepath.Join(dir, "minio"), reader, logger); msrv == nil {
+			say("lockplane dev: archive: off (%s)", off)
+		} else {
+			defer msrv.Stop()
+			opts.Archive, archiveURL = arch, "http://"+msrv.Endpoint()
+			say("lockplane dev: archive: on (MinIO at %s, user %s, buckets %s and %s, in %s)", archiveURL, devArchiveUser,
+				devHistoryBucket, devRecordsBucket, msrv.Dir())
+		}
 	}
 	env, err := devenv.Start(ctx, opts)
 	if err != nil {
@@ -114,7 +130,7 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 	defer env.Close()
 	if asJSON {
 		out := map[string]any{"arbiter": env.Addr, "metrics": env.Profile.Metrics, "profile": env.ProfilePath,
-			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid(), "audit": auditURL}
+			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid(), "audit": auditURL, "archive": archiveURL}
 		if shards > 0 {
 			byName := map[string][]string{}
 			for name, c := range env.ShardClusters {
@@ -174,6 +190,58 @@ func startAuditStore(ctx context.Context, dir string) (_ *chserver.Server, write
 		return nil, nil, nil, "the audit store's migration failed: " + err.Error()
 	}
 	return srv, store, chstore.New(srv.URL(), devAuditDatabase, chstore.WithCredentials(srv.Reader())), ""
+}
+
+// The embedded default's archive: its MinIO user and buckets. The
+// password is made at each start and written beside the data (0600), for
+// a developer who wants to look with an S3 client.
+const (
+	devArchiveUser   = "lockplane"
+	devHistoryBucket = "lockplane-history"
+	devRecordsBucket = "lockplane-records"
+)
+
+// startArchive starts a fresh MinIO (bin/minio, beside this binary) under
+// dir and the archive on it, reading the store as reader. Like audit, it is
+// an addition: without bin/minio, or when it does not start, the server is
+// nil and off says why. Records are kept under governance retention, so a
+// developer's data directory can be removed.
+func startArchive(ctx context.Context, dir string, reader *chstore.Store, log *slog.Logger) (_ *minioserver.Server, _ *archive.Archive, off string) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	bin := filepath.Join(filepath.Dir(self), "minio")
+	if _, err := os.Stat(bin); err != nil {
+		return nil, nil, "MinIO is not built; run make minio"
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err.Error()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err.Error()
+	}
+	password := rand.Text()
+	if err := os.WriteFile(filepath.Join(dir, "credentials"), []byte("archive "+devArchiveUser+":"+password+"\n"), 0o600); err != nil {
+		return nil, nil, err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	srv, err := minioserver.Start(ctx, minioserver.Config{Bin: bin, Dir: dir, User: devArchiveUser, Password: password})
+	if err != nil {
+		return nil, nil, "MinIO did not start: " + err.Error()
+	}
+	cli, err := minio.New(srv.Endpoint(), &minio.Options{Creds: credentials.NewStaticV4(devArchiveUser, password, "")})
+	if err == nil {
+		var arch *archive.Archive
+		arch, err = archive.New(archive.Config{Store: reader, Client: cli, HistoryBucket: devHistoryBucket, RecordsBucket: devRecordsBucket,
+			RecordsMode: minio.Governance, Logger: log})
+		if err == nil {
+			return srv, arch, ""
+		}
+	}
+	srv.Stop()
+	return nil, nil, err.Error()
 }
 
 // lockDir makes a second `lockplane dev` on the same directory say so

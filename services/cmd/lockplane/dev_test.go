@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -10,8 +11,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // The quick start's first command, as a user runs it: serve (with its
@@ -21,6 +25,13 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lockplane")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
+	}
+	// dev looks for bin/minio beside itself, as `make dev` has it.
+	minioBin, _ := filepath.Abs("../../../bin/minio")
+	_, err := os.Stat(minioBin)
+	withMinIO := err == nil && chserver.Installed()
+	if withMinIO {
+		os.Symlink(minioBin, filepath.Join(filepath.Dir(bin), "minio"))
 	}
 	dir := t.TempDir()
 	first := exec.Command(bin, "dev", "--dir", dir, "-o", "json")
@@ -39,6 +50,7 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 		Profile string   `json:"profile"`
 		Etcd    []string `json:"etcd"`
 		Audit   string   `json:"audit"`
+		Archive string   `json:"archive"`
 	}
 	if err := json.Unmarshal(line.Bytes(), &ready); err != nil || ready.Arbiter == "" || len(ready.Etcd) != 3 {
 		t.Fatalf("ready line %q: %v", line.Text(), err)
@@ -52,6 +64,12 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 			t.Fatalf("the audit store does not answer: %v", err)
 		}
 		resp.Body.Close()
+	}
+	if (ready.Archive != "") != withMinIO {
+		t.Fatalf("ready line %q: archive %q with MinIO built (and ClickHouse installed) %v", line.Text(), ready.Archive, withMinIO)
+	}
+	if ready.Archive != "" {
+		awaitDevArchive(t, dir, ready.Archive)
 	}
 	if _, err := os.Stat(ready.Profile); err != nil {
 		t.Fatalf("profile: %v", err)
@@ -70,6 +88,40 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 		if resp, err := http.Get(ready.Audit + "/ping"); err == nil {
 			resp.Body.Close()
 			t.Fatal("ClickHouse outlived dev")
+		}
+	}
+	if ready.Archive != "" {
+		if resp, err := http.Get(ready.Archive + "/minio/health/live"); err == nil {
+			resp.Body.Close()
+			t.Fatal("MinIO outlived dev")
+		}
+	}
+}
+
+// awaitDevArchive reads dev's archive credentials under dir and waits
+// until the archiver has made the records bucket, under object lock.
+func awaitDevArchive(t *testing.T, dir, url string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "minio", "credentials"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, password, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(string(b)), "archive "), ":")
+	cli, err := minio.New(strings.TrimPrefix(url, "http://"), &minio.Options{Creds: credentials.NewStaticV4(user, password, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		lock, _, _, _, err := cli.GetObjectLockConfig(ctx, "lockplane-records")
+		if err == nil && lock == "Enabled" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("dev's archive made no records bucket: %v", err)
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
