@@ -234,10 +234,13 @@ func (v *Verifier) classify(raw string, err error) *Error {
 	if u.NotBefore != nil && time.Unix(int64(*u.NotBefore), 0).After(v.cfg.Now()) {
 		return &Error{Rule: RuleNotYetValid, Err: err, Detail: "claim nbf is in the future"}
 	}
+	// go-oidc's messages here name the failure (parse, algorithm, key
+	// fetch, verification), never the token, so the detail carries them.
 	if strings.Contains(err.Error(), "malformed jwt") || strings.Contains(err.Error(), "unmarshal claims") {
-		return &Error{Rule: RuleMalformed, Err: err, Detail: "not a valid JWS"}
+		return &Error{Rule: RuleMalformed, Err: err, Detail: "not a valid JWS: " + err.Error()}
 	}
-	return &Error{Rule: RuleSignature, Err: err, Detail: "no key of the issuer verifies the signature"}
+	return &Error{Rule: RuleSignature, Err: err,
+		Detail: "not verified with the issuer's keys: " + err.Error()}
 }
 
 // stringsAt reads a list of strings at a dotted claim path. A missing claim
