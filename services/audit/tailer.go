@@ -77,7 +77,10 @@ var ErrDeposed = errors.New("audit: this tailer is no longer the cluster's leade
 // (nil) or it is deposed (ErrDeposed). A second instance waits in the
 // election. Every event reaches the store before the checkpoint passes
 // its revision, and the checkpoint moves only under the election, so a
-// deposed tailer cannot move it, backwards or at all.
+// deposed tailer cannot move it, backwards or at all. However far behind
+// it starts, it holds at most MaxPendingEvents events (or MaxPendingBytes)
+// of the log read and not stored, and one watch response (feed.go). While
+// it leads, the lag gauges follow the cluster's head (Metrics).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	// The election's lease is granted under a deadline: NewSession's own
