@@ -4,7 +4,17 @@
 //	(a) catch-up: a backlog of grants and releases made with the tailer
 //	    stopped, then read into ClickHouse: sustained events per second;
 //	(b) live: the same traffic with the tailer running: events per second
-//	    and the lag from a grant's answer to its row in ClickHouse.
+//	    and the lag from a grant's answer to its row in ClickHouse;
+//	(c) catch-up memory: a backlog of -backlog-events events written
+//	    straight into etcd (Txns of 4 holds put, then deleted), read into
+//	    ClickHouse twice, side by side: without the tailer's read-ahead
+//	    bound (as before it had one: the watch buffers the backlog) and
+//	    with its default bound. For each, the most events held read and
+//	    not stored, and the peak Go heap above the heap before (sampled
+//	    every 10 ms), of a child process running the tailer alone. It
+//	    runs once at ClickHouse's own speed and once with each insert
+//	    slowed by -slow-store per event: a store slower than etcd serves
+//	    the backlog, which is when the backlog piles up.
 //
 // It prints a table (or JSON with -json). It never asserts a speed.
 package main
@@ -41,7 +51,14 @@ func main() {
 	clients := flag.Int("clients", 8, "lock clients, each its own session and keys")
 	ops := flag.Int("ops", 300, "grant+release pairs per client in each phase")
 	asJSON := flag.Bool("json", false, "print JSON")
+	backlog := flag.Int("backlog-events", 200000, "events in the catch-up memory phase (0: skip it)")
+	slowStore := flag.Duration("slow-store", 200*time.Microsecond, "catch-up memory phase: also run with each insert slowed this much per event (0: don't)")
+	child := flag.Bool("tail-child", false, "internal: run one catch-up of the memory phase (its job on stdin) in this process")
 	flag.Parse()
+	if *child {
+		tailChild(os.Stdin)
+		return
+	}
 	if !chserver.Installed() {
 		log.Fatal("ClickHouse is not installed: run make clickhouse")
 	}
@@ -100,8 +117,13 @@ func main() {
 	results = append(results, result{Phase: "live", Events: n, Seconds: secs, EventsSec: float64(n) / secs,
 		LagP50ms: s.P50ms, LagP99ms: s.P99ms})
 
+	var mems []memResult
+	if *backlog > 0 {
+		mems = memory(ctx, env, ch, *backlog, *slowStore)
+	}
+
 	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(results)
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"phases": results, "catch_up_memory": mems})
 		return
 	}
 	fmt.Printf("%-9s %8s %8s %10s %10s %10s\n", "phase", "events", "seconds", "events/s", "lag p50", "lag p99")
@@ -111,6 +133,18 @@ func main() {
 			lag = fmt.Sprintf("%11s %11s", "-", "-")
 		}
 		fmt.Printf("%-9s %8d %8.2f %10.0f %s\n", r.Phase, r.Events, r.Seconds, r.EventsSec, lag)
+	}
+	if len(mems) > 0 {
+		fmt.Printf("\ncatch-up memory, backlog of %d events\n", *backlog)
+		fmt.Printf("%-16s %-10s %10s %8s %10s %12s %14s\n", "store", "variant", "events", "seconds", "events/s", "held peak", "heap peak MiB")
+		for _, m := range mems {
+			fmt.Printf("%-16s %-10s %10d %8.2f %10.0f %12d %14.1f\n", m.Store, m.Variant, m.Events, m.Seconds, m.EventsSec, m.HeldPeak, m.HeapPeakMiB)
+		}
+		for i := 0; i+1 < len(mems); i += 2 {
+			u, b := mems[i], mems[i+1]
+			fmt.Printf("%s, unbounded/bounded: held %.1fx, heap %.2fx, time %.2fx\n", u.Store,
+				float64(u.HeldPeak)/float64(b.HeldPeak), u.HeapPeakMiB/b.HeapPeakMiB, u.Seconds/b.Seconds)
+		}
 	}
 }
 
@@ -171,6 +205,7 @@ func runTailer(env *devenv.Env, store audit.Store) (stop func()) {
 // timedStore notes when each revision's events were stored.
 type timedStore struct {
 	*chstore.Store
+	slow    time.Duration // added to each insert per event
 	mu      sync.Mutex
 	at      map[int64]time.Time
 	n       int
@@ -180,6 +215,11 @@ type timedStore struct {
 
 func (s *timedStore) Insert(ctx context.Context, evs []audit.Event) error {
 	t0 := time.Now()
+	if s.slow > 0 {
+		// A slower store, simulated: the point is a store slower than
+		// etcd serves the backlog.
+		time.Sleep(time.Duration(len(evs)) * s.slow)
+	}
 	if err := s.Store.Insert(ctx, evs); err != nil {
 		return err
 	}

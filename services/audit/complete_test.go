@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/resourcetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) {
@@ -24,24 +27,26 @@ func TestMain(m *testing.M) {
 }
 
 // Every grant the clients were given is in ClickHouse once, and every
-// expiry, across a holder that crashes, a tailer killed and restarted and
-// the etcd leader killed: the tailer reads the log, so it misses nothing
-// the log has.
+// expiry, across holders that crash, a tailer stopped and restarted, a
+// tailer crashed (no final checkpoint: its successor replays all it
+// stored) and the etcd leader killed: the tailer reads the log, so it
+// misses nothing the log has, and the store's FINAL view shows a replayed
+// event once.
 func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 	ch := resourcetest.StartClickHouse(t)
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 3*time.Minute)
-	store := chstore.New(ch.URL(), ch.Database(t), chstore.WithCredentials(ch.Writer()))
+	store := &countingStore{Store: chstore.New(ch.URL(), ch.Database(t), chstore.WithCredentials(ch.Writer())), n: map[string]int{}, changed: make(chan struct{})}
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now().Add(-time.Minute)
 	// As the arbiters run them: campaigning again after any failure.
-	stop := tailLikeTheArbiter(t, env, store, "t1")
+	stop := tailLikeTheArbiter(t, env, store, "t0")
 
 	var mu sync.Mutex
 	observed := map[int64]string{} // grant revision -> key, as clients saw it
-	traffic := func(client, rounds int) {
+	traffic := func(client, rounds int) (last int64) {
 		s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
 		for i := range rounds {
 			key := fmt.Sprintf("team-a/complete/%d", i%4)
@@ -59,85 +64,239 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 			mu.Lock()
 			observed[h.Token().Revision()] = key
 			mu.Unlock()
+			last = h.Token().Revision()
 			h.Release(ctx)
 		}
+		return last
 	}
-	// A holder that crashes: it stops renewing and never releases.
-	api := raw(devenvtest.Client(t, env, "demo"))
-	sess, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Class: devenvtest.Fast.Name, Instance: "crashed"})
-	if err != nil {
-		t.Fatal(err)
+	// Holders that crash: they stop renewing and never release.
+	crashed := map[string]bool{}
+	crash := func(key string) {
+		api := raw(devenvtest.Client(t, env, "demo"))
+		sess, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Class: devenvtest.Fast.Name, Instance: "crashed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := api.Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: sess.GetSessionId(), Class: devenvtest.Fast.Name, Instance: "crashed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		observed[h.GetToken().GetRevision()] = key
+		crashed[key] = true
+		mu.Unlock()
 	}
-	crashed, err := api.Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/crashed/0", SessionId: sess.GetSessionId(), Class: devenvtest.Fast.Name, Instance: "crashed"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	observed[crashed.GetToken().GetRevision()] = "team-a/crashed/0"
+	crash("team-a/crashed/0")
 
 	var wg sync.WaitGroup
 	for c := range 3 {
 		wg.Add(1)
 		go func() { defer wg.Done(); traffic(c, 30) }()
 	}
-	// The tailer killed and restarted, then the etcd leader killed,
-	// while the traffic runs.
+	// While the traffic runs: the tailer stopped (it checkpoints) and
+	// another started that never checkpoints and crashes, a holder
+	// crashed just before (its lease ends while no tailer runs), then a
+	// third tailer, and the etcd leader killed.
 	traffic(9, 10)
 	stop()
-	traffic(10, 10)
+	ck := checkpointOf(t, ctx, env.Etcd)
+	crashTailer := crashingTailer(t, env, store, "t1")
+	last := traffic(10, 10)
+	crash("team-a/crashed/1")
+	// The crashing tailer has stored past the checkpoint: its successor
+	// must read it all again.
+	if err := store.await(ctx, func() bool { return store.last >= last }); err != nil {
+		t.Fatal(err)
+	}
+	crashTailer()
+	if now := checkpointOf(t, ctx, env.Etcd); now != ck {
+		t.Fatalf("the crashed tailer moved the checkpoint from %d to %d", ck, now)
+	}
+	traffic(11, 10)
 	tailLikeTheArbiter(t, env, store, "t2")
 	killLeader(t, ctx, env)
-	traffic(11, 10)
+	traffic(12, 10)
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
 
-	// Wait for the expiry, which etcd commits a TTL after the crash, and
-	// for every grant.
+	// Wait for the expiries, which etcd commits a TTL after each crash,
+	// and for every grant.
 	var evs []audit.Event
+	var err error
 	for {
 		evs, err = store.ByNamespaceClass(ctx, "team-a", "", start, 10000)
-		if err == nil && complete(evs, observed) {
+		if err == nil && len(missing(evs, observed, crashed)) == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the store never had every grant and the expiry: %v; %d events", err, len(evs))
+			t.Fatalf("the store never had every grant and expiry: %v; missing %v", err, missing(evs, observed, crashed))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	for _, p := range problems(evs, observed) {
+		t.Error(p)
+	}
+	if store.replayed() == 0 {
+		t.Fatal("no event was inserted twice: the crash replayed nothing, so the FINAL view was not tested")
+	}
+	t.Logf("%d grants and %d expiries stored once each; %d events were inserted more than once (replays after the crash)",
+		len(observed), len(crashed), store.replayed())
+
+	// The checks themselves, on broken copies of the history: an event
+	// lost, one shown twice, an expiry missing.
+	t.Run("checks fail on a broken history", func(t *testing.T) {
+		var grant, expiry int
+		for i, e := range evs {
+			switch e.Kind {
+			case audit.Grant:
+				grant = i
+			case audit.Expiry:
+				expiry = i
+			}
+		}
+		lost := slices.Delete(slices.Clone(evs), grant, grant+1)
+		if len(missing(lost, observed, crashed)) == 0 {
+			t.Error("a lost grant went unnoticed")
+		}
+		if len(problems(append(slices.Clone(evs), evs[grant]), observed)) == 0 {
+			t.Error("a grant shown twice went unnoticed")
+		}
+		if len(missing(slices.Delete(slices.Clone(evs), expiry, expiry+1), observed, crashed)) == 0 {
+			t.Error("a missing expiry went unnoticed")
+		}
+	})
+}
+
+// missing lists the observed grants and the crashed holders' expiries
+// that evs lack.
+func missing(evs []audit.Event, observed map[int64]string, crashed map[string]bool) []string {
+	seen := map[int64]bool{}
+	expired := map[string]bool{}
+	for _, e := range evs {
+		seen[e.Revision] = seen[e.Revision] || e.Kind == audit.Grant || e.Kind == audit.Handoff
+		if e.Kind == audit.Expiry && e.Instance == "crashed" {
+			expired[e.Key] = true
+		}
+	}
+	var out []string
+	for rev, key := range observed {
+		if !seen[rev] {
+			out = append(out, fmt.Sprintf("grant of %s at %d", key, rev))
+		}
+	}
+	for key := range crashed {
+		if !expired[key] {
+			out = append(out, "expiry of "+key)
+		}
+	}
+	return out
+}
+
+// problems lists the events shown more than once, and the observed grants
+// stored other than once or under another key.
+func problems(evs []audit.Event, observed map[int64]string) []string {
+	var out []string
+	rows := map[string]int{}
 	grants := map[int64]int{}
 	for _, e := range evs {
+		id := fmt.Sprintf("%s/%d/%s", e.ClusterID, e.Revision, e.Key)
+		if rows[id]++; rows[id] == 2 {
+			out = append(out, "event shown more than once: "+id)
+		}
 		if e.Kind == audit.Grant || e.Kind == audit.Handoff {
 			grants[e.Revision]++
 			if key, ok := observed[e.Revision]; ok && key != e.Key {
-				t.Errorf("stored a grant of %s at %d, where a client was given %s", e.Key, e.Revision, key)
+				out = append(out, fmt.Sprintf("stored a grant of %s at %d, where a client was given %s", e.Key, e.Revision, key))
 			}
 		}
 	}
 	for rev, key := range observed {
 		if grants[rev] != 1 {
-			t.Errorf("grant of %s at revision %d stored %d times, want once", key, rev, grants[rev])
+			out = append(out, fmt.Sprintf("grant of %s at revision %d stored %d times, want once", key, rev, grants[rev]))
 		}
 	}
-	t.Logf("%d grants, every one stored once; the crashed holder's expiry stored", len(observed))
+	return out
 }
 
-// complete reports whether evs hold every observed grant and the crashed
-// holder's expiry.
-func complete(evs []audit.Event, observed map[int64]string) bool {
-	seen := map[int64]bool{}
-	expired := false
-	for _, e := range evs {
-		seen[e.Revision] = seen[e.Revision] || e.Kind == audit.Grant || e.Kind == audit.Handoff
-		expired = expired || (e.Kind == audit.Expiry && e.Key == "team-a/crashed/0" && e.Instance == "crashed")
+// countingStore counts how often each event was inserted, and the
+// highest revision inserted.
+type countingStore struct {
+	*chstore.Store
+	mu      sync.Mutex
+	n       map[string]int
+	last    int64
+	changed chan struct{}
+}
+
+func (s *countingStore) Insert(ctx context.Context, evs []audit.Event) error {
+	if err := s.Store.Insert(ctx, evs); err != nil {
+		return err
 	}
-	for rev := range observed {
-		if !seen[rev] {
-			return false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range evs {
+		s.n[fmt.Sprintf("%s/%d/%s", e.ClusterID, e.Revision, e.Key)]++
+		s.last = max(s.last, e.Revision)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+// await returns once ok holds (called with s.mu held), or ctx's error.
+func (s *countingStore) await(ctx context.Context, ok func() bool) error {
+	for {
+		s.mu.Lock()
+		done, ch := ok(), s.changed
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	return expired
+}
+
+// replayed is how many events were inserted more than once.
+func (s *countingStore) replayed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.n {
+		if c > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// crashingTailer runs the tailers as an arbiter does, on a client of its
+// own and never checkpointing, until crash: the client is closed first,
+// so the tailer cannot write its final checkpoint nor end its election
+// (its successor waits out the election's lease), as when its process
+// dies.
+func crashingTailer(t *testing.T, env *devenv.Env, store audit.Store, name string) (crash func()) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: env.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tailers.Run(ctx, tailers.Config{CoordName: "coord", Coord: cli, Store: store, Name: name,
+			Backoff: 50 * time.Millisecond, CheckpointEvery: time.Hour})
+	}()
+	var once sync.Once
+	crash = func() { once.Do(func() { cli.Close(); cancel(); <-done }) }
+	t.Cleanup(crash)
+	return crash
 }
 
 // killLeader stops the embedded cluster's leader and starts it again.

@@ -2,53 +2,175 @@ package audit
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the tailers' series, labelled by cluster name only (a
 // region's clusters, from its configuration: bounded).
+//
+// The lag gauges compare the cluster's head, as the leading tailer last
+// saw it (every watch response's header, and a read of its own every
+// checkpoint interval, whatever the store does), with the revision the
+// store has. So they grow while the store refuses or the tailer is stuck,
+// rather than keeping the last batch's figure. A tailer that stops leading
+// (deposed, or stopped) removes its cluster's series: the leader's are the
+// only ones. A tailer that fails keeps them, frozen, until it leads again.
 type Metrics struct {
-	lag    *prometheus.GaugeVec
-	events *prometheus.CounterVec
-	gaps   *prometheus.CounterVec
-	fails  *prometheus.CounterVec
+	lag     *prometheus.GaugeVec
+	seconds *prometheus.GaugeVec
+	pending *prometheus.GaugeVec
+	events  *prometheus.CounterVec
+	gaps    *prometheus.CounterVec
+	fails   *prometheus.CounterVec
 
-	mu    sync.Mutex
-	heads map[string]int64
+	mu       sync.Mutex
+	clusters map[string]*position
+	peaks    map[string]int64 // the most events pending at once, per cluster
 }
+
+// position is how far one cluster's store is behind its head.
+type position struct {
+	head, done int64
+	// seen are heads beyond done, oldest first, each with when the tailer
+	// first knew of it: the oldest is how long the store has been missing
+	// a revision. Sightings less than a second apart share an entry (its
+	// time the first's), so they are bounded by the seconds behind.
+	seen []sighting
+}
+
+type sighting struct {
+	rev int64
+	at  time.Time
+}
+
+// maxSightings bounds a cluster's sightings; past it the newest entry
+// takes on later heads, which can only overstate the seconds behind.
+const maxSightings = 4096
 
 // NewMetrics registers the tailer series on reg (none when nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_audit_lag_revisions",
-			Help: "Revisions the cluster has that the audit store does not yet."}, []string{"cluster"}),
+			Help: "Revisions the cluster has that the audit store does not yet: the head the tailer last saw minus the last revision stored."}, []string{"cluster"}),
+		seconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_audit_lag_seconds",
+			Help: "How long the audit store has been missing its oldest missing revision, from when the tailer first saw it (1 s resolution); 0 when it has every revision seen."}, []string{"cluster"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_audit_pending_events",
+			Help: "Events the tailer has read and not yet stored: at most its bound (MaxPendingEvents) and one watch response."}, []string{"cluster"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_audit_events_total",
 			Help: "Audit events stored."}, []string{"cluster"}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_audit_gaps_total",
 			Help: "Ranges of revisions compacted before the tailer read them, each recorded as a gap event."}, []string{"cluster"}),
 		fails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_audit_store_failures_total",
 			Help: "Batches the audit store refused (each is tried again)."}, []string{"cluster"}),
-		heads: map[string]int64{},
+		clusters: map[string]*position{},
+		peaks:    map[string]int64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.events, m.gaps, m.fails)
+		reg.MustRegister(m.lag, m.seconds, m.pending, m.events, m.gaps, m.fails)
 	}
 	return m
 }
 
-func (m *Metrics) head(cluster string, rev int64) {
-	m.mu.Lock()
-	m.heads[cluster] = max(m.heads[cluster], rev)
-	m.mu.Unlock()
+// pos is cluster's position; m.mu is held.
+func (m *Metrics) pos(cluster string) *position {
+	p := m.clusters[cluster]
+	if p == nil {
+		p = &position{}
+		m.clusters[cluster] = p
+	}
+	return p
 }
 
+// start records where a leading tailer starts: the store has done, and
+// no head is known yet (a cluster rebuilt under a new ID has a new one).
+func (m *Metrics) start(cluster string, done int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pos(cluster)
+	*p = position{head: done, done: done}
+	m.publish(cluster, p, time.Now())
+}
+
+// head records that the cluster has reached rev.
+func (m *Metrics) head(cluster string, rev int64) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pos(cluster)
+	if rev <= p.head {
+		return
+	}
+	p.head = rev
+	if rev > p.done {
+		if n := len(p.seen); n > 0 && (n >= maxSightings || now.Sub(p.seen[n-1].at) < time.Second) {
+			p.seen[n-1].rev = rev
+		} else {
+			p.seen = append(p.seen, sighting{rev: rev, at: now})
+		}
+	}
+	m.publish(cluster, p, now)
+}
+
+// stored records that the store has every revision to done, n events
+// more.
 func (m *Metrics) stored(cluster string, done int64, n int) {
 	m.mu.Lock()
-	h := max(m.heads[cluster], done)
+	p := m.pos(cluster)
+	p.done = max(p.done, done)
+	m.publish(cluster, p, time.Now())
 	m.mu.Unlock()
-	m.lag.WithLabelValues(cluster).Set(float64(h - done))
 	m.events.WithLabelValues(cluster).Add(float64(n))
+}
+
+// refresh sets the gauges again: the seconds behind grow with time alone.
+func (m *Metrics) refresh(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.publish(cluster, m.pos(cluster), time.Now())
+}
+
+// forget removes the cluster's gauges: this process no longer leads it.
+func (m *Metrics) forget(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.clusters, cluster)
+	m.lag.DeleteLabelValues(cluster)
+	m.seconds.DeleteLabelValues(cluster)
+	m.pending.DeleteLabelValues(cluster)
+}
+
+// held records that the tailer holds n events read and not yet stored.
+func (m *Metrics) held(cluster string, n int64) {
+	m.mu.Lock()
+	m.peaks[cluster] = max(m.peaks[cluster], n)
+	m.mu.Unlock()
+	m.pending.WithLabelValues(cluster).Set(float64(n))
+}
+
+// PendingPeak is the most events the cluster's tailers in this process
+// have held at once, read and not yet stored, since it started: what a
+// catch-up cost, for benchmarks and tests.
+func (m *Metrics) PendingPeak(cluster string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peaks[cluster]
+}
+
+// publish sets cluster's gauges from p; m.mu is held.
+func (m *Metrics) publish(cluster string, p *position, now time.Time) {
+	i := 0
+	for i < len(p.seen) && p.seen[i].rev <= p.done {
+		i++
+	}
+	p.seen = p.seen[i:]
+	behind := 0.0
+	if len(p.seen) > 0 {
+		behind = now.Sub(p.seen[0].at).Seconds()
+	}
+	m.lag.WithLabelValues(cluster).Set(float64(max(p.head-p.done, 0)))
+	m.seconds.WithLabelValues(cluster).Set(behind)
 }
 
 func (m *Metrics) gapped(cluster string)      { m.gaps.WithLabelValues(cluster).Inc() }

@@ -7,8 +7,11 @@ import (
 
 // Reader answers the questions operators ask of the history: who held a
 // key and how each hold ended; what an identity, or a namespace and class,
-// did; which holds ended by expiry. Every answer is oldest first and at
-// most limit long.
+// did; which holds ended by expiry. Every answer is at most limit long,
+// oldest first in history order: each cluster's events by revision (an
+// event's time is an arbiter's clock or the tailer's reading, not
+// monotonic in revisions, so time never orders a cluster's history), the
+// clusters' histories merged by time, since clusters share no revisions.
 type Reader interface {
 	ByKey(ctx context.Context, key string, since time.Time, limit int) ([]Event, error)
 	ByIdentity(ctx context.Context, identity string, since time.Time, limit int) ([]Event, error)

@@ -42,8 +42,16 @@ type Config struct {
 	OpTimeout time.Duration
 	// LeaderTTL is the election session's TTL; 10s when zero.
 	LeaderTTL time.Duration
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	// MaxPendingEvents and MaxPendingBytes bound what the tailer holds of
+	// the log read but not yet stored: events, and bytes of their keys and
+	// values (current and previous). Past either, it stops reading until
+	// the store has half of it (see feed.go). 20,000 events and 32 MiB
+	// when zero; a negative MaxPendingEvents removes the bound, only to
+	// measure what it saves.
+	MaxPendingEvents int64
+	MaxPendingBytes  int64
+	Metrics          *Metrics
+	Logger           *slog.Logger
 }
 
 // ElectionPrefix and CheckpointPrefix are the coord cluster's keys of each
@@ -69,7 +77,10 @@ var ErrDeposed = errors.New("audit: this tailer is no longer the cluster's leade
 // (nil) or it is deposed (ErrDeposed). A second instance waits in the
 // election. Every event reaches the store before the checkpoint passes
 // its revision, and the checkpoint moves only under the election, so a
-// deposed tailer cannot move it, backwards or at all.
+// deposed tailer cannot move it, backwards or at all. However far behind
+// it starts, it holds at most MaxPendingEvents events (or MaxPendingBytes)
+// of the log read and not stored, and one watch response (feed.go). While
+// it leads, the lag gauges follow the cluster's head (Metrics).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	// The election's lease is granted under a deadline: NewSession's own
@@ -108,9 +119,18 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-lctx.Done():
 		}
 	}()
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		probe(lctx, cfg)
+	}()
 	t := &tailer{cfg: cfg, leader: clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
 	err = t.run(lctx)
+	cancel()
+	<-probed
 	if ctx.Err() != nil {
+		// Another tailer leads from here: the series are its own.
+		defer cfg.Metrics.forget(cfg.Cluster)
 		// Stopped: record how far the store has it, so a successor does
 		// not replay it (or call it a gap after a compaction).
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
@@ -120,6 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	select {
 	case <-deposed:
+		cfg.Metrics.forget(cfg.Cluster)
 		return ErrDeposed
 	default:
 	}
@@ -144,6 +165,12 @@ func (c *Config) defaults() {
 	}
 	if c.Coord == nil {
 		c.Coord = c.Etcd
+	}
+	if c.MaxPendingEvents == 0 {
+		c.MaxPendingEvents = 20000
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = 32 << 20
 	}
 }
 
@@ -200,6 +227,7 @@ func (t *tailer) run(ctx context.Context) error {
 		}
 		t.done = 0
 	}
+	t.cfg.Metrics.start(t.cfg.Cluster, t.done)
 	t.dirty = true // the first checkpoint records the cluster ID, even at no progress
 	tick := time.NewTicker(t.cfg.CheckpointEvery)
 	defer tick.Stop()
@@ -211,12 +239,17 @@ func (t *tailer) run(ctx context.Context) error {
 }
 
 // watch reads the log from t.done+1 until the watch fails (nil: watch
-// again) or the tailer must stop (an error).
+// again) or the tailer must stop (an error). The feed reads ahead of the
+// inserts, within Config's bound.
 func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := t.cfg.Etcd.Watch(wctx, "/", clientv3.WithPrefix(), clientv3.WithRev(t.done+1),
-		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	fctx, cancel := context.WithCancel(ctx)
+	out, freed := make(chan item), make(chan cost)
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		t.feed(fctx, t.done+1, out, freed)
+	}()
+	defer func() { cancel(); <-fed }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -225,25 +258,31 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 			if err := t.checkpoint(ctx); err != nil {
 				return err
 			}
-		case resp, ok := <-wch:
+		case it := <-out:
 			// Store what has arrived in one insert: the store pays per
-			// insert, and the watch keeps delivering while it runs.
+			// insert, and the feed keeps reading while it runs.
 			var b batch
 			for {
-				if !ok || resp.CompactRevision > 0 || resp.Err() != nil {
+				b.cost.add(it.cost)
+				if !it.ok || it.resp.Canceled || it.resp.CompactRevision > 0 || it.resp.Err() != nil {
 					if err := t.flush(ctx, &b); err != nil {
 						return t.flushFailed(ctx, err)
 					}
-					return t.interrupted(ctx, resp, ok)
+					return t.interrupted(ctx, it.resp, it.ok)
 				}
-				t.cfg.Metrics.head(t.cfg.Cluster, resp.Header.Revision)
-				t.collect(&b, resp)
-				if len(b.events) >= maxBatch || !t.next(wch, &resp, &ok) {
+				t.collect(&b, it.resp)
+				if len(b.events) >= maxBatch || t.half(b.cost) || !t.next(out, &it) {
 					break
 				}
 			}
+			c := b.cost
 			if err := t.flush(ctx, &b); err != nil {
 				return t.flushFailed(ctx, err)
+			}
+			select {
+			case freed <- c:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		}
 	}
@@ -268,16 +307,16 @@ const (
 	linger   = 2 * time.Millisecond
 )
 
-// next receives the watch's next response into resp and ok if one comes
-// within linger.
-func (t *tailer) next(wch clientv3.WatchChan, resp *clientv3.WatchResponse, ok *bool) bool {
+// next receives the feed's next response into it if one comes within
+// linger.
+func (t *tailer) next(out <-chan item, it *item) bool {
 	if t.linger == nil {
 		t.linger = time.NewTimer(linger)
 	} else {
 		t.linger.Reset(linger)
 	}
 	select {
-	case *resp, *ok = <-wch:
+	case *it = <-out:
 		t.linger.Stop()
 		return true
 	case <-t.linger.C:
@@ -294,6 +333,7 @@ type batch struct {
 	// read again from there.
 	epoch   uint32
 	started bool
+	cost    cost // what the feed counts for the batch's responses
 }
 
 // interrupted handles a watch response that ends the watch: a compaction
@@ -317,6 +357,7 @@ func (t *tailer) interrupted(ctx context.Context, resp clientv3.WatchResponse, o
 			return err
 		}
 		t.done, t.dirty = resp.CompactRevision, true
+		t.cfg.Metrics.stored(t.cfg.Cluster, t.done, 0)
 		return nil
 	default:
 		t.cfg.Logger.Warn("audit: watch failed; watching again", "cluster", t.cfg.Cluster, "err", resp.Err())
@@ -449,6 +490,7 @@ func (t *tailer) checkpoint(ctx context.Context) error {
 		return nil
 	}
 	if !resp.Succeeded {
+		t.cfg.Metrics.forget(t.cfg.Cluster)
 		return ErrDeposed
 	}
 	t.saved, t.dirty = t.done, false
@@ -482,6 +524,29 @@ func (t *tailer) get(ctx context.Context, cli *clientv3.Client, key string, rev 
 		}
 		if err := sleep(ctx, backoff); err != nil {
 			return nil, err
+		}
+	}
+}
+
+// probe reads the cluster's head every CheckpointEvery, each read under
+// the op deadline, until ctx ends, so the lag gauges follow the cluster
+// whatever the tailer waits on: a refusing store, a slow insert, a watch
+// that delivers nothing.
+func probe(ctx context.Context, cfg Config) {
+	tick := time.NewTicker(cfg.CheckpointEvery)
+	defer tick.Stop()
+	for {
+		octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+		resp, err := cfg.Etcd.Get(octx, lockkey.EpochKey, clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			cfg.Metrics.head(cfg.Cluster, resp.Header.Revision)
+		}
+		cfg.Metrics.refresh(cfg.Cluster)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
 }

@@ -268,3 +268,43 @@ func TestReportsContentionAndCost(t *testing.T) {
 		t.Fatalf("grants by class %v, %v; want ledger: 5", byClass, err)
 	}
 }
+
+// A cluster's history comes back in revision order though its times are
+// not (a grant's time is its arbiter's clock, a release's when the tailer
+// read it); histories of clusters are merged by time.
+func TestHistoryIsInRevisionOrderWithinACluster(t *testing.T) {
+	s, ctx := store(t)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ev := func(cluster string, rev int64, kind audit.Kind, ms int) audit.Event {
+		return audit.Event{ClusterID: cluster, Cluster: "c-" + cluster, Revision: rev, Key: "payments/moved/1", Kind: kind,
+			At: at(ms), Namespace: "payments", Class: "ledger", Identity: "alice"}
+	}
+	// The key's first shard, before a shard move, then its second, whose
+	// arbiter's clock runs 4 s ahead of the tailer's.
+	want := []audit.Event{
+		ev("beef", 5, audit.Grant, 100),
+		ev("beef", 6, audit.Release, 200),
+		ev("c0ffee", 10, audit.Grant, 5000),
+		ev("c0ffee", 11, audit.Release, 1000),
+		ev("c0ffee", 12, audit.Grant, 6000),
+		ev("c0ffee", 13, audit.Expiry, 3000),
+	}
+	if err := s.Insert(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ByKey(ctx, "payments/moved/1", time.Time{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByKey", got, want)
+	got, err = s.ByIdentity(ctx, "alice", time.Time{}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByIdentity, limit 4", got, want[:4])
+	got, err = s.ExpiriesList(ctx, time.Time{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ExpiriesList", got, want[5:])
+}

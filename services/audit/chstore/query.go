@@ -10,7 +10,7 @@ import (
 )
 
 // ByKey returns the events of one lock key at or after since, oldest
-// first (by time, then revision), at most limit.
+// first (in history order, see order.go), at most limit.
 func (s *Store) ByKey(ctx context.Context, key string, since time.Time, limit int) ([]audit.Event, error) {
 	return s.since(ctx, "key = "+quote(key), since, limit)
 }
@@ -62,9 +62,16 @@ func (s *Store) LastRevision(ctx context.Context, clusterID string) (int64, erro
 }
 
 // since runs the query every lookup by key, holder or namespace shares:
-// the events at or after since, by time, then revision.
+// the first limit events at or after since in history order (order.go):
+// each cluster's in revision order, the clusters' merged by time.
 func (s *Store) since(ctx context.Context, where string, since time.Time, limit int) ([]audit.Event, error) {
-	return s.events(ctx, where+" AND "+sinceCond(since), "at_ms, revision, cluster_id, key", limit)
+	if limit <= 0 {
+		return nil, errors.New("chstore: limit must be positive")
+	}
+	n := min(limit, MaxLimit)
+	// The first n of the merge are among the first n of each cluster.
+	return s.history(ctx, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE %s AND %s
+		ORDER BY cluster_id, revision, key LIMIT %d BY cluster_id`, columns, where, sinceCond(since), n), n)
 }
 
 // events returns the events where holds, in the order orderBy, at most

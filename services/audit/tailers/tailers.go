@@ -40,6 +40,9 @@ type Config struct {
 	// (an election on the coord cluster): it copies the store's history
 	// to MinIO every day.
 	Archive Archiver
+	// CheckpointEvery is passed to each tailer (audit.Config's default
+	// when zero).
+	CheckpointEvery time.Duration
 	// Backoff is the first wait before campaigning again, doubling up to
 	// MaxBackoff while runs keep failing at once; 1 s and 30 s when zero.
 	Backoff, MaxBackoff time.Duration
@@ -71,7 +74,8 @@ func Run(ctx context.Context, cfg Config) {
 		wg.Go(func() { runArchive(ctx, cfg) })
 	}
 	for name, cl := range clusters {
-		tc := audit.Config{Cluster: name, Etcd: cl, Coord: cfg.Coord, Store: cfg.Store, Name: cfg.Name, Metrics: cfg.Metrics, Logger: cfg.Logger}
+		tc := audit.Config{Cluster: name, Etcd: cl, Coord: cfg.Coord, Store: cfg.Store, Name: cfg.Name, Metrics: cfg.Metrics, Logger: cfg.Logger,
+			CheckpointEvery: cfg.CheckpointEvery}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
