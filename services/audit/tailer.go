@@ -14,7 +14,6 @@ import (
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // Store is where audit events go. Inserting an event twice must leave it
@@ -69,9 +68,9 @@ type checkpoint struct {
 	Revision  int64  `json:"revision"`
 }
 
-// ErrDeposed is returned when the tailer lost its election: another
-// instance tails the cluster from the checkpoint on.
-var ErrDeposed = errors.New("audit: this tailer is no longer the cluster's leader")
+// ErrDeposed is returned when a tailer (or the archiver) lost its
+// election: another instance takes over, a tailer from the checkpoint on.
+var ErrDeposed = errors.New("audit: no longer the elected leader (its election lease ended)")
 
 // Run tails cfg.Cluster while it is the elected tailer, until ctx ends
 // (nil) or it is deposed (ErrDeposed). A second instance waits in the
@@ -83,66 +82,32 @@ var ErrDeposed = errors.New("audit: this tailer is no longer the cluster's leade
 // it leads, the lag gauges follow the cluster's head (Metrics).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	// The election's lease is granted under a deadline: NewSession's own
-	// grant would wait on a partitioned coord cluster for good.
-	gctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
-	lease, err := cfg.Coord.Grant(gctx, int64(cfg.LeaderTTL/time.Second))
-	cancel()
-	if err != nil {
-		return fmt.Errorf("audit: election lease: %w", err)
-	}
-	sess, err := concurrency.NewSession(cfg.Coord, concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("audit: election session: %w", err)
-	}
-	defer func() {
-		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
-		defer cancel()
-		sess.Client().Revoke(octx, sess.Lease())
-	}()
-	el := concurrency.NewElection(sess, ElectionPrefix+cfg.Cluster)
-	if err := el.Campaign(ctx, cfg.Name); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("audit: campaign for %s: %w", cfg.Cluster, err)
-	}
-	cfg.Logger.Info("audit: tailing", "cluster", cfg.Cluster, "tailer", cfg.Name)
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	deposed := make(chan struct{})
-	go func() {
-		select {
-		case <-sess.Done(): // the election lease is gone
-			close(deposed)
-			cancel()
-		case <-lctx.Done():
-		}
-	}()
-	probed := make(chan struct{})
-	go func() {
-		defer close(probed)
-		probe(lctx, cfg)
-	}()
-	t := &tailer{cfg: cfg, leader: clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
-	err = t.run(lctx)
-	cancel()
-	<-probed
-	if ctx.Err() != nil {
-		// Another tailer leads from here: the series are its own.
-		defer cfg.Metrics.forget(cfg.Cluster)
-		// Stopped: record how far the store has it, so a successor does
-		// not replay it (or call it a gap after a compaction).
-		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
-		t.checkpoint(octx)
+	el := Election{Coord: cfg.Coord, Prefix: ElectionPrefix + cfg.Cluster, Name: cfg.Name, TTL: cfg.LeaderTTL, OpTimeout: cfg.OpTimeout}
+	err := el.Lead(ctx, func(lctx context.Context, leader clientv3.Cmp) error {
+		cfg.Logger.Info("audit: tailing", "cluster", cfg.Cluster, "tailer", cfg.Name)
+		pctx, cancel := context.WithCancel(lctx)
+		probed := make(chan struct{})
+		go func() {
+			defer close(probed)
+			probe(pctx, cfg)
+		}()
+		t := &tailer{cfg: cfg, leader: leader}
+		err := t.run(lctx)
 		cancel()
-		return nil
-	}
-	select {
-	case <-deposed:
+		<-probed
+		if ctx.Err() != nil {
+			// Stopped, still leading: record how far the store has it, so
+			// a successor does not replay it (or call it a gap after a
+			// compaction).
+			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
+			t.checkpoint(octx)
+			cancel()
+		}
+		return err
+	})
+	if ctx.Err() != nil || errors.Is(err, ErrDeposed) {
+		// Another tailer leads from here: the series are its own.
 		cfg.Metrics.forget(cfg.Cluster)
-		return ErrDeposed
-	default:
 	}
 	return err
 }
