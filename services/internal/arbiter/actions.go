@@ -374,13 +374,18 @@ func pending(rec actionRecord, op Operator, verb string) error {
 		return stale("action_"+rec.State, fmt.Sprintf("request %s is %s%s, not pending", rec.ID, rec.State, by))
 	case !time.Now().Before(rec.ExpiresAt):
 		return stale("action_expired", fmt.Sprintf("request %s expired at %s; request again", rec.ID, rec.ExpiresAt.Format(time.RFC3339)))
-	case rec.Requester.same(op):
+	case !twoPersonRule(rec.Requester, op):
 		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
 			fmt.Sprintf("request %s was made by %s: a different operator must %s it (two-person rule, ADR-20)", rec.ID, rec.Requester.String(), verb),
 			"cause", "same_operator")
 	}
 	return nil
 }
+
+// twoPersonRule reports whether approver may decide requester's request:
+// a different person, by issuer and subject. A var so that tests can show
+// a broken variant fail their checks.
+var twoPersonRule = func(requester, approver Operator) bool { return !requester.same(approver) }
 
 // ApproveAction implements adminv1.AdminServiceServer: the request is
 // claimed (pending → approved, compared on its revision, so two approvers
