@@ -54,7 +54,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 	closing := map[int64]bool{} // leases whose closing mark goes here
 	forced, advanced := false, false
 	var forceDetail string // the force record: who asked, who approved, why
-	var endedLease int64 // one lease ends per revision: a revoke or an expiry
+	var endedLease int64   // one lease ends per revision: a revoke or an expiry
 	for _, ev := range r.events {
 		k := string(ev.Kv.Key)
 		switch {

@@ -542,3 +542,36 @@ func TestEpochAdvanceIsTwoPerson(t *testing.T) {
 	_, err = admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
 	wantCause(t, err, lockv1.ErrorReason_ACTION_STALE, "action_approved")
 }
+
+// On an entity shard behind a Router: the hold is found on its shard, the
+// Txn runs there, and the Router's keepalive carries the shard's report.
+func TestForceReleaseOnAShard(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{Operators: operators, Shards: []string{"a"}, Classes: class.NewStatic(devenvtest.Fast, entity)})
+	ctx := ctxT(t, time.Minute)
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), entity.Name)
+	fenced := make(chan time.Time, 1)
+	if _, err := s.TryLock(ctx, "orders/sharded", func(*lockclient.Hold) { fenced <- time.Now() }); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminOf(t, env)
+	act := request(t, ctx, admin, "tok-alice", "orders/sharded")
+	if act.GetHold().GetCluster() != "a" {
+		t.Fatalf("facts = %v, want the hold on shard a", act.GetHold())
+	}
+	if _, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	select {
+	case got := <-fenced:
+		t.Logf("OnFence ran %v after the approval", got.Sub(at))
+	case <-time.After(3 * entity.TTL):
+		t.Fatal("OnFence did not run for a force-released hold on a shard")
+	}
+	if holdRev(t, ctx, env.ShardEtcd["a"], "orders/sharded") != 0 {
+		t.Fatal("the shard's hold is still there")
+	}
+	if rec, err := env.ShardEtcd["a"].Get(ctx, arbiter.ForceKey(act.GetId())); err != nil || len(rec.Kvs) != 1 || rec.Kvs[0].Lease == 0 {
+		t.Fatalf("no force record on a lease on the shard (err %v)", err)
+	}
+}
