@@ -426,11 +426,9 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 			next = rec
 			next.State, next.DecisionReason = stateFailed, reasonText(err)
 		}
-		// The request's own deadline may be spent: its record is put back
-		// under a fresh one.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.a.cfg.OpTimeout)
-		defer cancel()
-		if _, derr := s.decide(dctx, next, claimed); derr != nil {
+		// The call's own deadline (and budget) may be spent: the record is
+		// put back under a fresh one.
+		if _, derr := s.decide(context.Background(), next, claimed); derr != nil {
 			s.a.log.Error("approved request not put back", "action", rec.ID, "err", derr)
 		}
 		return nil, err
