@@ -53,7 +53,8 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 	ended := map[int64]bool{}   // leases whose session record goes here
 	closing := map[int64]bool{} // leases whose closing mark goes here
 	forced, advanced := false, false
-	var endedLease int64 // one lease ends per revision: a revoke or an expiry
+	var forceDetail string // the force record: who asked, who approved, why
+	var endedLease int64   // one lease ends per revision: a revoke or an expiry
 	for _, ev := range r.events {
 		k := string(ev.Kv.Key)
 		switch {
@@ -68,7 +69,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 				closing[id] = true
 			}
 		case ev.Type == mvccpb.PUT && strings.HasPrefix(k, ForcePrefix):
-			forced = true
+			forced, forceDetail = true, string(ev.Kv.Value)
 		}
 	}
 	endOf := func(lease int64) Kind {
@@ -119,6 +120,9 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			}
 			if e.Kind == EpochAdvance && e.Detail == "" {
 				e.Detail = "ended by the epoch advance at this revision"
+			}
+			if e.Kind == ForceRelease && e.Detail == "" {
+				e.Detail = forceDetail
 			}
 		case strings.HasPrefix(k, lockkey.SessionPrefix):
 			lease, ok := leaseOf(k, lockkey.SessionPrefix)

@@ -22,7 +22,9 @@ const (
 	// Expiry: a hold ended because its session's lease expired: the
 	// holder stopped renewing (ADR-22's client-health signal).
 	Expiry Kind = "expiry"
-	// ForceRelease: a hold ended by two operators (when that exists).
+	// ForceRelease: a hold ended by two operators (lockctl force-release);
+	// the hold's event's Detail is the /sys/force record put in the same
+	// Txn: requester, approver, reason, class and enforcement.
 	ForceRelease Kind = "force_release"
 	// EpochAdvance: the cluster's epoch record was written.
 	EpochAdvance Kind = "epoch_advance"

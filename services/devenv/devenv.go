@@ -95,6 +95,11 @@ type Options struct {
 	Homes  arbiter.Homes
 	// Quotas limits each identity's sessions and holds; none when nil.
 	Quotas arbiter.Quotas
+	// Operators verifies operators' ID tokens for the two-person actions
+	// (force-release, epoch advance); they are refused without one.
+	Operators arbiter.OperatorVerifier
+	// ActionTTL overrides how long a two-person request lives (1 h).
+	ActionTTL time.Duration
 	// WrapEtcd, when set, wraps the coord cluster's client as the arbiter
 	// sees it, for tests that act between two of the arbiter's etcd calls.
 	WrapEtcd func(arbiter.Etcd) arbiter.Etcd
@@ -256,7 +261,7 @@ func (e *Env) StartArbiter() error {
 		Etcd: etcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
-		Quotas: e.opts.Quotas,
+		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL,
 	}
 	if e.opts.Audit != nil {
 		cfg.Audit = e.opts.Audit

@@ -54,7 +54,7 @@ func (hs *holdState) nest(onFence func(*Hold)) *Hold {
 	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if hs.released || hs.count == 0 {
+	if hs.released || hs.count == 0 || hs.fenceDone {
 		return nil
 	}
 	return hs.addLocked(onFence)
@@ -67,17 +67,27 @@ func (hs *holdState) release() {
 }
 
 func (hs *holdState) fenceOnce() {
+	if run := hs.fenceMark(); run != nil {
+		run()
+	}
+}
+
+// fenceMark marks hs fenced, its CanStart false from here on, and returns
+// what runs its OnFence callbacks; nil if it was fenced or released
+// already.
+func (hs *holdState) fenceMark() func() {
 	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	if hs.fenceDone || hs.released {
-		hs.mu.Unlock()
-		return
+		return nil
 	}
 	hs.fenceDone = true
 	close(hs.fenced)
 	fs, handles := hs.onFence, hs.handles
-	hs.mu.Unlock()
-	for i, f := range fs {
-		f(handles[i])
+	return func() {
+		for i, f := range fs {
+			f(handles[i])
+		}
 	}
 }
 
@@ -96,7 +106,8 @@ func (h *Hold) Key() string { return h.state.key }
 func (h *Hold) Token() token.Token { return h.state.token }
 
 // CanStart reports whether the holder may start a new unit of work under
-// this hold: the hold is live and its session's last keepalive succeeded.
+// this hold: the hold is live (not fenced, not force-released) and its
+// session's last keepalive succeeded.
 func (h *Hold) CanStart() bool {
 	select {
 	case <-h.state.fenced:
@@ -112,7 +123,8 @@ func (h *Hold) CanStart() bool {
 // RemainingTTL is the time left before the local deadline fences the hold.
 func (h *Hold) RemainingTTL() time.Duration { return h.state.lease.remaining() }
 
-// Fenced is closed when the hold's deadline passes.
+// Fenced is closed when the hold's deadline passes, or when the service
+// reports the hold ended under its holder (force-released by operators).
 func (h *Hold) Fenced() <-chan struct{} { return h.state.fenced }
 
 // Release ends this acquisition. Only the release of the outermost one

@@ -244,6 +244,7 @@ func (l *lease) answer(sent time.Time, r *lockv1.KeepAliveResponse) bool {
 		l.fenceNow()
 		return false
 	}
+	l.endHolds(r.GetEnded())
 	if r.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED || r.GetTtl() == nil {
 		return false
 	}
@@ -286,6 +287,43 @@ func (l *lease) fenceNow() {
 		}
 		testhook.Fenced(l.id)
 	}()
+}
+
+// endHolds ends the holds the service reports ended under the lease (two
+// operators force-released them): each one's CanStart turns false at once
+// and its OnFence runs once; the lease and its other holds live on. A
+// report names the grant by key and revision, so a key acquired again
+// since is not ended by an old report (reports repeat for a day).
+func (l *lease) endHolds(ended []*lockv1.EndedHold) {
+	if len(ended) == 0 {
+		return
+	}
+	var hit []*holdState
+	l.mu.Lock()
+	for _, e := range ended {
+		hs, ok := l.holds[e.GetKey()]
+		if !ok {
+			continue
+		}
+		select {
+		case <-hs.ready: // the token is set before ready closes
+		default:
+			continue // still acquiring: not the grant reported
+		}
+		if hs.failed || hs.token.Revision() != e.GetRevision() {
+			continue
+		}
+		hit = append(hit, hs)
+	}
+	l.mu.Unlock()
+	for _, hs := range hit {
+		if run := hs.fenceMark(); run != nil {
+			// The grant's end is answered for: the key is free for a new
+			// Lock, which must not join this grant.
+			l.forget(hs)
+			go run()
+		}
+	}
 }
 
 // retire tells the owning Client the lease has ended.

@@ -42,6 +42,7 @@ type flags struct {
 	svidCert, svidKey, bundle, domain string
 	cluster, operatorPrefix           string
 	opTimeout                         time.Duration
+	actionTTL                         time.Duration
 	classes                           []class.Class
 	policies                          string
 	allowAnyWorkload                  bool
@@ -71,6 +72,7 @@ func main() {
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
 	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class); this or --allow-any-workload is required")
 	flag.BoolVar(&f.allowAnyWorkload, "allow-any-workload", false, "without a policy set, let every workload of the trust domain lock every key: for trials and tests only; logged at start and exported as lockplane_authorization_open")
+	flag.DurationVar(&f.actionTTL, "action-ttl", time.Hour, "how long a two-person request (force-release, epoch advance) lives: past it, it cannot be approved (etcd keeps it on a lease of this TTL)")
 	flag.DurationVar(&f.policyReload, "policy-reload", 30*time.Second, "how often --policies is read again (and on SIGHUP); an invalid set keeps the last good one")
 	flag.Func("class", "a lock class NAME=TTL[:TIER] (e.g. fast=3s, orders=10s:entity), besides the default; repeatable; for tests and trials, where no --policies set is given", func(v string) error {
 		name, spec, ok := strings.Cut(v, "=")
@@ -175,7 +177,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		func() float64 { return open }))
 	cfg := arbiter.Config{
 		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
-		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...),
+		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
+		// Operators: the OpenID Connect verifier (services/operator) is wired
+		// in with its flags; until then force-release and the two-person
+		// epoch advance are refused, saying no verifier is configured.
 	}
 	if f.policies != "" {
 		if len(f.classes) > 0 {

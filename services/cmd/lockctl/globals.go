@@ -35,6 +35,8 @@ type globals struct {
 	tlsBundle   string
 	spiffeSock  string
 	timeout     time.Duration
+	// idToken is the operator's cached ID token file (force.go).
+	idToken string
 }
 
 func (g *globals) register(c *cobra.Command) {
@@ -50,6 +52,7 @@ func (g *globals) register(c *cobra.Command) {
 	f.StringVar(&g.tlsBundle, "tls-bundle", "", "trust bundle (PEM)")
 	f.StringVar(&g.spiffeSock, "spiffe-socket", "", "SPIRE Workload API socket, e.g. unix:///run/spire/agent.sock (instead of --tls-*)")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on each call to the arbiter")
+	f.StringVar(&g.idToken, "id-token-file", "", "the signed-in operator's ID token, as lockctl login caches it, for force-release and epoch advance (default: $"+idTokenEnv+", else "+defaultIDTokenFile()+")")
 }
 
 func (g *globals) json() bool { return g.output == "json" }

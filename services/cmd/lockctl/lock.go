@@ -146,7 +146,7 @@ wait:
 			syscall.Kill(-child.Process.Pid, s.(syscall.Signal))
 		case <-lost:
 			lost, wasLost = nil, true
-			fmt.Fprintf(os.Stderr, "lockctl: lock on %s lost (keepalives failed until the deadline); sending SIGTERM\n", key)
+			fmt.Fprintf(os.Stderr, "lockctl: lock on %s lost (keepalives failed until the deadline, or two operators force-released it); sending SIGTERM\n", key)
 			syscall.Kill(-child.Process.Pid, syscall.SIGTERM)
 			kill = time.After(grace)
 		case <-kill:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
@@ -85,16 +86,25 @@ func showStatus(ctx context.Context, g *globals, c *lockclient.Client, cluster s
 }
 
 func epochCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "epoch", Short: "Epoch administration (operators only)"}
+	c := &cobra.Command{Use: "epoch", Short: "Epoch administration: two operators, one requests and another approves (ADR-03, ADR-20)"}
 	var expected, above uint32
 	var why, cluster string
+	var direct bool
 	adv := &cobra.Command{
-		Use:   "advance --expected N --reason TEXT [--cluster NAME] [--above M]",
-		Short: "Move a cluster from epoch N (0: it has no record) to a new epoch allocated from the coord cluster, deleting every hold",
+		Use:   "advance --expected N --reason TEXT [--cluster NAME] [--above M] [--direct]",
+		Short: "Request that a cluster move from epoch N (0: it has no record) to a new epoch, deleting every hold; a different operator approves",
 		Long: `Advance unseals a restored cluster, a cluster rebuilt empty or one whose epoch record
 was deleted. The new epoch is allocated from the coord cluster, above every epoch it
 has recorded for any cluster, so no token can repeat. --expected is the epoch
 ` + "`lockctl status`" + ` shows (0 when it reports no epoch record).
+
+An advance deletes every hold and waiter of the cluster, so it is a two-person
+action: advance records a request and prints its ID; a different signed-in operator
+runs ` + "`lockctl epoch approve ID`" + `, which shows it again and carries it out. Both
+need an ID token from lockctl login (--id-token-file).
+
+--direct advances at once, as one operator, through the older AdvanceEpoch call. Only
+an arbiter without operator sign-in configured accepts it (it says so otherwise).
 
 A coord cluster with no epoch records at all (new, or rebuilt empty) also needs
 --above M: the highest epoch the region ever served. Take it from the audit archive,
@@ -109,6 +119,22 @@ right by 48 bits (a fence column value v gives epoch v >> 48). Use 0 only for a 
 			if cmd.Flags().Changed("above") {
 				req.Above = &above
 			}
+			if !direct {
+				return g.asOperator(func(ctx context.Context, admin adminv1.AdminServiceClient) error {
+					r, err := admin.RequestEpochAdvance(ctx, &adminv1.RequestEpochAdvanceRequest{Advance: req})
+					if err != nil {
+						return err
+					}
+					if g.json() {
+						printProto(r)
+						return nil
+					}
+					fmt.Printf("request %s\n", r.GetAction().GetId())
+					printAction(os.Stdout, r.GetAction())
+					fmt.Printf("\na different operator approves it with: lockctl epoch approve %s\n", r.GetAction().GetId())
+					return nil
+				})
+			}
 			return g.call(func(ctx context.Context, c *lockclient.Client) error {
 				r, err := adminv1.NewAdminServiceClient(c.Conn()).AdvanceEpoch(ctx, req)
 				if err != nil {
@@ -118,12 +144,7 @@ right by 48 bits (a fence column value v gives epoch v >> 48). Use 0 only for a 
 					printProto(r)
 					return nil
 				}
-				from := fmt.Sprintf("epoch %d", r.GetPreviousEpoch())
-				if r.GetPreviousEpoch() == 0 {
-					from = "no epoch record"
-				}
-				fmt.Printf("epoch advanced from %s to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
-					from, r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
+				printAdvance(r)
 				return nil
 			})
 		},
@@ -132,6 +153,16 @@ right by 48 bits (a fence column value v gives epoch v >> 48). Use 0 only for a 
 	adv.Flags().StringVar(&why, "reason", "", "why the epoch is being advanced (required)")
 	adv.Flags().StringVar(&cluster, "cluster", "", "an entity shard to advance (default: the coord cluster); it goes above the highest epoch it reached")
 	adv.Flags().Uint32Var(&above, "above", 0, "only for a coord cluster with no epoch records: the highest epoch the region served")
-	c.AddCommand(adv)
+	adv.Flags().BoolVar(&direct, "direct", false, "advance at once as one operator (only an arbiter without operator sign-in accepts it)")
+	c.AddCommand(adv, approveCmd(g, "epoch_advance"), denyCmd(g, "epoch_advance"), listCmd(g, "epoch_advance"), showCmd(g, "epoch_advance"))
 	return c
+}
+
+func printAdvance(r *adminv1.AdvanceEpochResponse) {
+	from := fmt.Sprintf("epoch %d", r.GetPreviousEpoch())
+	if r.GetPreviousEpoch() == 0 {
+		from = "no epoch record"
+	}
+	fmt.Printf("epoch advanced from %s to %d for cluster %s at revision %d; deleted %d holds and %d waiters\n",
+		from, r.GetEpoch(), r.GetClusterId(), r.GetRevision(), r.GetDeletedHolds(), r.GetDeletedWaiters())
 }

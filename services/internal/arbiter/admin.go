@@ -18,7 +18,6 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/shardmap"
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )
@@ -143,11 +142,13 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 	return out, nil
 }
 
-// AdvanceEpoch implements adminv1.AdminServiceServer. The epoch comes from
-// the coord cluster's allocation (epoch.Advance), so it exceeds every epoch
-// any cluster of the region was given; here are who may call it, the
-// empty coord cluster's floor and how the outcome is reported.
-// (Two-person approval is enforced in front of this call by a later layer.)
+// AdvanceEpoch implements adminv1.AdminServiceServer: the direct,
+// one-person advance, kept for compatibility. Once the arbiter verifies
+// operators' sign-in (Config.Operators) it is refused, naming the
+// two-person flow (RequestEpochAdvance, ApproveAction), which runs the
+// same advance (advanceEpoch). Until then it serves SPIFFE operators as
+// before: there is no second signed-in person to ask, and the gate's and
+// the runbooks' restores must still be able to unseal a cluster.
 func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -156,9 +157,24 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if !s.a.cfg.IsOperator(caller) {
 		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
 	}
+	if s.a.cfg.Operators != nil {
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
+			"an epoch advance needs two signed-in operators: lockctl epoch advance requests it and prints an ID, "+
+				"and a different operator runs lockctl epoch approve ID (RequestEpochAdvance, ApproveAction)", "cause", "two_person_required")
+	}
 	if req.GetReason() == "" {
 		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
 	}
+	s.a.log.Warn("single-person epoch advance: no operator sign-in is configured", "by", caller.String())
+	return s.advanceEpoch(ctx, caller.String(), req)
+}
+
+// advanceEpoch advances req's cluster's epoch. The epoch comes from the
+// coord cluster's allocation (epoch.Advance), so it exceeds every epoch
+// any cluster of the region was given; here are the empty coord cluster's
+// floor and how the outcome is reported. by names who decided it, for the
+// epoch record and the log.
+func (s *adminServer) advanceEpoch(ctx context.Context, by string, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
 	a, err := s.cluster(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -172,11 +188,11 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if err != nil {
 		return nil, advanceFailure(coord, ctx, err)
 	}
-	if err := s.anchor(octx, caller, a, rec, req); err != nil {
+	if err := s.anchor(octx, by, a, rec, req); err != nil {
 		return nil, advanceFailure(coord, ctx, err)
 	}
 	ch := epoch.Change{Cluster: a.cfg.Cluster, Expected: req.GetExpectedEpoch(),
-		Reason: fmt.Sprintf("%s (by %s at %s)", req.GetReason(), caller, time.Now().UTC().Format(time.RFC3339))}
+		Reason: fmt.Sprintf("%s (by %s at %s)", req.GetReason(), by, time.Now().UTC().Format(time.RFC3339))}
 	if a != coord {
 		// A shard rebuilt empty must be stamped with the map version it
 		// serves under, or every grant routed to it is refused MOVING.
@@ -195,7 +211,7 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 	if id, err := strconv.ParseUint(adv.ClusterID, 16, 64); err == nil {
 		a.epochs.set(adv.State, obs{id, adv.Revision})
 	}
-	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "from", adv.Previous, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", caller.String(),
+	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "from", adv.Previous, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", by,
 		"deleted_holds", adv.DeletedHolds, "deleted_waiters", adv.DeletedWaiters)
 	// Re-check the seal against the cluster now serving.
 	a.reloadEpoch(ctx)
@@ -211,7 +227,7 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 // shard's epoch, before anything is allocated; above is refused otherwise.
 // The target's expected epoch is checked first, so a refused advance
 // anchors nothing.
-func (s *adminServer) anchor(ctx context.Context, caller spiffeid.ID, target *Arbiter, rec epoch.Recorded, req *adminv1.AdvanceEpochRequest) error {
+func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, rec epoch.Recorded, req *adminv1.AdvanceEpochRequest) error {
 	coord := s.a
 	switch {
 	case req.Above != nil && rec.Anchored:
@@ -257,7 +273,7 @@ func (s *adminServer) anchor(ctx context.Context, caller spiffeid.ID, target *Ar
 	if _, err := epoch.Anchor(ctx, coord.etcd, above); err != nil {
 		return err
 	}
-	coord.log.Info("epoch allocation anchored", "above", above, "operator_floor", req.GetAbove(), "by", caller.String())
+	coord.log.Info("epoch allocation anchored", "above", above, "operator_floor", req.GetAbove(), "by", by)
 	return nil
 }
 

@@ -1,6 +1,10 @@
 package arbiter
 
-import "time"
+import (
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // Internals the external tests use and measure.
 
@@ -31,3 +35,28 @@ type TestHooks = testHooks
 
 // SetTestHooks installs h on a; nil removes them.
 func (a *Arbiter) SetTestHooks(h *TestHooks) { a.hooks.Store(h) }
+
+// ActionKey is the coord cluster's etcd key of a two-person request.
+func ActionKey(id string) string { return actionKey(id) }
+
+// ForceKey is the force record's etcd key of action id.
+func ForceKey(id string) string { return forceKey(id) }
+
+// BreakForceCompare swaps in a broken force-release Txn that deletes the
+// holds without comparing them to the request's revision and value, until
+// restore: the safety tests show their checks catch it.
+func BreakForceCompare() (restore func()) {
+	orig := forceTxn
+	forceTxn = func(a *Arbiter, rec actionRecord, holds []holdFact, fr forceRecord, lease clientv3.LeaseID) ([]clientv3.Cmp, []clientv3.Op) {
+		_, ops := orig(a, rec, holds, fr, lease)
+		return nil, ops
+	}
+	return func() { forceTxn = orig }
+}
+
+// BreakTwoPersonRule lets anyone approve, the requester too, until restore.
+func BreakTwoPersonRule() (restore func()) {
+	orig := twoPersonRule
+	twoPersonRule = func(Operator, Operator) bool { return true }
+	return func() { twoPersonRule = orig }
+}

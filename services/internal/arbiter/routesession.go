@@ -203,6 +203,7 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: status.Convert(err).Message()}
 	}
 	ttl := coord.GetTtl().AsDuration()
+	ended := coord.GetEnded()
 	for shard, lease := range leases {
 		r := ro.shards[shard].renew(ctx, caller, lease, ownedOn(shard))
 		if r.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
@@ -210,8 +211,9 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 				ErrorMessage: "shard " + shard + ": " + r.GetErrorMessage()}
 		}
 		ttl = min(ttl, r.GetTtl().AsDuration())
+		ended = append(ended, r.GetEnded()...)
 	}
-	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(ttl)}
+	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(ttl), Ended: ended}
 }
 
 // CloseSession implements lockv1.LockServiceServer: it revokes the

@@ -49,6 +49,13 @@ type Config struct {
 	IsOperator func(spiffeid.ID) bool
 	// Audit answers the admin API's audit queries; none when nil.
 	Audit audit.Reader
+	// Operators verifies operators' OpenID Connect ID tokens: the
+	// two-person actions (force-release, epoch advance) need it, and are
+	// refused, saying so, when it is nil.
+	Operators OperatorVerifier
+	// ActionTTL is how long a two-person action's request lives, pending
+	// or decided: past it, it cannot be approved. 1 h when zero.
+	ActionTTL time.Duration
 	// OpTimeout bounds every etcd call: past it the arbiter answers
 	// NO_QUORUM rather than hang. 2 s when zero.
 	OpTimeout time.Duration
@@ -95,6 +102,9 @@ type Arbiter struct {
 	// whose session records are shard leases of coord sessions.
 	usage   *usage
 	shardOf bool
+	// forced are the holds force-released on this cluster in the last
+	// day, which keepalives of their sessions report.
+	forced *forcedHolds
 	// hooks are the tests' synchronisation points; nil in production.
 	hooks atomic.Pointer[testHooks]
 }
@@ -143,6 +153,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = 2 * time.Second
 	}
+	if cfg.ActionTTL == 0 {
+		cfg.ActionTTL = time.Hour
+	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = 5 * time.Minute
 	}
@@ -166,7 +179,7 @@ func newArbiter(cfg Config, with collaborators) *Arbiter {
 		etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,
-		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst)}
+		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}
 	a.drained, a.drain = context.WithCancel(context.Background())
 	with.metrics.live.add(a)
 	return a
@@ -193,10 +206,12 @@ func (a *Arbiter) registerOthers(s *grpc.Server, admin adminv1.AdminServiceServe
 // server's GracefulStop.
 func (a *Arbiter) Drain() { a.drain() }
 
-// Run keeps the epoch record and the quota usage current until ctx ends.
+// Run keeps the epoch record, the quota usage and the force-released
+// holds current until ctx ends.
 func (a *Arbiter) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.watchEpoch(ctx) })
+	wg.Go(func() { a.watchForced(ctx) })
 	wg.Go(func() { a.runUsage(ctx) })
 	wg.Wait()
 }

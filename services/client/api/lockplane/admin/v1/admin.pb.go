@@ -26,6 +26,1011 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RequestForceReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        *Action                `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestForceReleaseResponse) Reset() {
+	*x = RequestForceReleaseResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestForceReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestForceReleaseResponse) ProtoMessage() {}
+
+func (x *RequestForceReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestForceReleaseResponse.ProtoReflect.Descriptor instead.
+func (*RequestForceReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RequestForceReleaseResponse) GetAction() *Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+type RequestForceReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock key whose hold is to end.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Why; required, kept in the force record and the audit archive.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// End the holder's whole session instead: every hold of the session on
+	// the key's cluster is deleted in the same Txn and its lease revoked.
+	RevokeSession bool `protobuf:"varint,3,opt,name=revoke_session,json=revokeSession,proto3" json:"revoke_session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestForceReleaseRequest) Reset() {
+	*x = RequestForceReleaseRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestForceReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestForceReleaseRequest) ProtoMessage() {}
+
+func (x *RequestForceReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestForceReleaseRequest.ProtoReflect.Descriptor instead.
+func (*RequestForceReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RequestForceReleaseRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RequestForceReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestForceReleaseRequest) GetRevokeSession() bool {
+	if x != nil {
+		return x.RevokeSession
+	}
+	return false
+}
+
+type RequestEpochAdvanceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        *Action                `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestEpochAdvanceResponse) Reset() {
+	*x = RequestEpochAdvanceResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestEpochAdvanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestEpochAdvanceResponse) ProtoMessage() {}
+
+func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
+func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RequestEpochAdvanceResponse) GetAction() *Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+type RequestEpochAdvanceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What AdvanceEpoch would be called with; reason is required.
+	Advance       *AdvanceEpochRequest `protobuf:"bytes,1,opt,name=advance,proto3" json:"advance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestEpochAdvanceRequest) Reset() {
+	*x = RequestEpochAdvanceRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestEpochAdvanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestEpochAdvanceRequest) ProtoMessage() {}
+
+func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
+func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RequestEpochAdvanceRequest) GetAdvance() *AdvanceEpochRequest {
+	if x != nil {
+		return x.Advance
+	}
+	return nil
+}
+
+// Operator is a person signed in through OpenID Connect.
+type Operator struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Issuer  string                 `protobuf:"bytes,1,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	Subject string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The display name the ID token gives, for people reading.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operator) Reset() {
+	*x = Operator{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operator) ProtoMessage() {}
+
+func (x *Operator) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operator.ProtoReflect.Descriptor instead.
+func (*Operator) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Operator) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *Operator) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Operator) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// HoldFacts is what an operator is shown of a hold before ending it.
+// Never its token.
+type HoldFacts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The cluster the hold lives on: "coord" or an entity shard's name.
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The holder: its SPIFFE ID and client instance.
+	Identity string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	Instance string `protobuf:"bytes,4,opt,name=instance,proto3" json:"instance,omitempty"`
+	// The holder's session (its lease on that cluster).
+	Session int64  `protobuf:"varint,5,opt,name=session,proto3" json:"session,omitempty"`
+	Class   string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	// fenced or advisory, from the class's policy; empty when the class is
+	// not from the policy set, which is shown and treated as advisory.
+	Enforcement string `protobuf:"bytes,7,opt,name=enforcement,proto3" json:"enforcement,omitempty"`
+	// True only for a fenced class: the resource refuses the released
+	// holder's late writes by their token.
+	Fenced bool `protobuf:"varint,8,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	// The revision of the hold's grant: approval compares it.
+	Revision      int64                  `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldFacts) Reset() {
+	*x = HoldFacts{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldFacts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldFacts) ProtoMessage() {}
+
+func (x *HoldFacts) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldFacts.ProtoReflect.Descriptor instead.
+func (*HoldFacts) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HoldFacts) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HoldFacts) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *HoldFacts) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *HoldFacts) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *HoldFacts) GetSession() int64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *HoldFacts) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *HoldFacts) GetEnforcement() string {
+	if x != nil {
+		return x.Enforcement
+	}
+	return ""
+}
+
+func (x *HoldFacts) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+func (x *HoldFacts) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *HoldFacts) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// Action is a two-person action: requested by one operator, approved or
+// denied by another.
+type Action struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// force_release or epoch_advance.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// pending, approved or denied.
+	State       string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Requester   *Operator              `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
+	Reason      string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// When the request is forgotten: pending, it can no longer be approved.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// A force-release: the hold named, as it was at request time.
+	Hold          *HoldFacts `protobuf:"bytes,8,opt,name=hold,proto3" json:"hold,omitempty"`
+	RevokeSession bool       `protobuf:"varint,9,opt,name=revoke_session,json=revokeSession,proto3" json:"revoke_session,omitempty"`
+	// With revoke_session: every hold of the session on that cluster at
+	// request time (the named one included).
+	SessionHolds []*HoldFacts `protobuf:"bytes,10,rep,name=session_holds,json=sessionHolds,proto3" json:"session_holds,omitempty"`
+	// An epoch advance: its arguments.
+	Advance *AdvanceEpochRequest `protobuf:"bytes,11,opt,name=advance,proto3" json:"advance,omitempty"`
+	// The operator who approved or denied it, why (a denial), and when.
+	DecidedBy      *Operator              `protobuf:"bytes,12,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecisionReason string                 `protobuf:"bytes,13,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	DecidedAt      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// Plain-language warnings to read before approving, e.g. that an
+	// advisory class may see two writers at once once the hold ends.
+	Warnings      []string `protobuf:"bytes,15,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action) Reset() {
+	*x = Action{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action) ProtoMessage() {}
+
+func (x *Action) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action.ProtoReflect.Descriptor instead.
+func (*Action) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Action) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Action) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Action) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Action) GetRequester() *Operator {
+	if x != nil {
+		return x.Requester
+	}
+	return nil
+}
+
+func (x *Action) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Action) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *Action) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Action) GetHold() *HoldFacts {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+func (x *Action) GetRevokeSession() bool {
+	if x != nil {
+		return x.RevokeSession
+	}
+	return false
+}
+
+func (x *Action) GetSessionHolds() []*HoldFacts {
+	if x != nil {
+		return x.SessionHolds
+	}
+	return nil
+}
+
+func (x *Action) GetAdvance() *AdvanceEpochRequest {
+	if x != nil {
+		return x.Advance
+	}
+	return nil
+}
+
+func (x *Action) GetDecidedBy() *Operator {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return nil
+}
+
+func (x *Action) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *Action) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *Action) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+type ApproveActionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveActionRequest) Reset() {
+	*x = ApproveActionRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveActionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveActionRequest) ProtoMessage() {}
+
+func (x *ApproveActionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveActionRequest.ProtoReflect.Descriptor instead.
+func (*ApproveActionRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ApproveActionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ApproveActionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action, now approved.
+	Action *Action `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Set for a force-release.
+	ForceRelease *ForceReleaseResult `protobuf:"bytes,2,opt,name=force_release,json=forceRelease,proto3" json:"force_release,omitempty"`
+	// Set for an epoch advance.
+	EpochAdvance  *AdvanceEpochResponse `protobuf:"bytes,3,opt,name=epoch_advance,json=epochAdvance,proto3" json:"epoch_advance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveActionResponse) Reset() {
+	*x = ApproveActionResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveActionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveActionResponse) ProtoMessage() {}
+
+func (x *ApproveActionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveActionResponse.ProtoReflect.Descriptor instead.
+func (*ApproveActionResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ApproveActionResponse) GetAction() *Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+func (x *ApproveActionResponse) GetForceRelease() *ForceReleaseResult {
+	if x != nil {
+		return x.ForceRelease
+	}
+	return nil
+}
+
+func (x *ApproveActionResponse) GetEpochAdvance() *AdvanceEpochResponse {
+	if x != nil {
+		return x.EpochAdvance
+	}
+	return nil
+}
+
+type ForceReleaseResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The keys whose holds ended.
+	Released []string `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	// The revision of the Txn that ended them.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The force record's etcd key, on a 24-hour lease.
+	Record string `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	// True when the holder's session was revoked too.
+	SessionRevoked bool `protobuf:"varint,4,opt,name=session_revoked,json=sessionRevoked,proto3" json:"session_revoked,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ForceReleaseResult) Reset() {
+	*x = ForceReleaseResult{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceReleaseResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceReleaseResult) ProtoMessage() {}
+
+func (x *ForceReleaseResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceReleaseResult.ProtoReflect.Descriptor instead.
+func (*ForceReleaseResult) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ForceReleaseResult) GetReleased() []string {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+func (x *ForceReleaseResult) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ForceReleaseResult) GetRecord() string {
+	if x != nil {
+		return x.Record
+	}
+	return ""
+}
+
+func (x *ForceReleaseResult) GetSessionRevoked() bool {
+	if x != nil {
+		return x.SessionRevoked
+	}
+	return false
+}
+
+type DenyActionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        *Action                `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyActionResponse) Reset() {
+	*x = DenyActionResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyActionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyActionResponse) ProtoMessage() {}
+
+func (x *DenyActionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyActionResponse.ProtoReflect.Descriptor instead.
+func (*DenyActionResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DenyActionResponse) GetAction() *Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+type DenyActionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyActionRequest) Reset() {
+	*x = DenyActionRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyActionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyActionRequest) ProtoMessage() {}
+
+func (x *DenyActionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyActionRequest.ProtoReflect.Descriptor instead.
+func (*DenyActionRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DenyActionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DenyActionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ListActionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// force_release or epoch_advance; every kind when empty.
+	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActionsRequest) Reset() {
+	*x = ListActionsRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActionsRequest) ProtoMessage() {}
+
+func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActionsRequest.ProtoReflect.Descriptor instead.
+func (*ListActionsRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListActionsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+type ListActionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actions       []*Action              `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActionsResponse) Reset() {
+	*x = ListActionsResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActionsResponse) ProtoMessage() {}
+
+func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActionsResponse.ProtoReflect.Descriptor instead.
+func (*ListActionsResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListActionsResponse) GetActions() []*Action {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+type GetActionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        *Action                `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActionResponse) Reset() {
+	*x = GetActionResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActionResponse) ProtoMessage() {}
+
+func (x *GetActionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActionResponse.ProtoReflect.Descriptor instead.
+func (*GetActionResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetActionResponse) GetAction() *Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+type GetActionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActionRequest) Reset() {
+	*x = GetActionRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActionRequest) ProtoMessage() {}
+
+func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActionRequest.ProtoReflect.Descriptor instead.
+func (*GetActionRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetActionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type ReportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// register, contention or cost.
@@ -38,7 +1043,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +1055,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +1068,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportRequest) GetKind() string {
@@ -99,7 +1104,7 @@ type RegisterRow struct {
 
 func (x *RegisterRow) Reset() {
 	*x = RegisterRow{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +1116,7 @@ func (x *RegisterRow) String() string {
 func (*RegisterRow) ProtoMessage() {}
 
 func (x *RegisterRow) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +1129,7 @@ func (x *RegisterRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRow.ProtoReflect.Descriptor instead.
 func (*RegisterRow) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterRow) GetClass() string {
@@ -196,7 +1201,7 @@ type ContentionRow struct {
 
 func (x *ContentionRow) Reset() {
 	*x = ContentionRow{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -208,7 +1213,7 @@ func (x *ContentionRow) String() string {
 func (*ContentionRow) ProtoMessage() {}
 
 func (x *ContentionRow) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -221,7 +1226,7 @@ func (x *ContentionRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentionRow.ProtoReflect.Descriptor instead.
 func (*ContentionRow) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ContentionRow) GetNamespace() string {
@@ -308,7 +1313,7 @@ type CostRow struct {
 
 func (x *CostRow) Reset() {
 	*x = CostRow{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +1325,7 @@ func (x *CostRow) String() string {
 func (*CostRow) ProtoMessage() {}
 
 func (x *CostRow) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +1338,7 @@ func (x *CostRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CostRow.ProtoReflect.Descriptor instead.
 func (*CostRow) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CostRow) GetIdentity() string {
@@ -375,7 +1380,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +1392,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +1405,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportResponse) GetRegister() []*RegisterRow {
@@ -443,7 +1448,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +1460,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +1473,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AuditRequest) GetKey() string {
@@ -544,7 +1549,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +1561,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +1574,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AuditEvent) GetClusterId() string {
@@ -688,7 +1693,7 @@ type AuditResponse struct {
 
 func (x *AuditResponse) Reset() {
 	*x = AuditResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +1705,7 @@ func (x *AuditResponse) String() string {
 func (*AuditResponse) ProtoMessage() {}
 
 func (x *AuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +1718,7 @@ func (x *AuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
 func (*AuditResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AuditResponse) GetEvents() []*AuditEvent {
@@ -742,7 +1747,7 @@ type AuditExpiriesRequest struct {
 
 func (x *AuditExpiriesRequest) Reset() {
 	*x = AuditExpiriesRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1759,7 @@ func (x *AuditExpiriesRequest) String() string {
 func (*AuditExpiriesRequest) ProtoMessage() {}
 
 func (x *AuditExpiriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1772,7 @@ func (x *AuditExpiriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditExpiriesRequest.ProtoReflect.Descriptor instead.
 func (*AuditExpiriesRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AuditExpiriesRequest) GetSince() *timestamppb.Timestamp {
@@ -795,7 +1800,7 @@ type ExpiryCount struct {
 
 func (x *ExpiryCount) Reset() {
 	*x = ExpiryCount{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1812,7 @@ func (x *ExpiryCount) String() string {
 func (*ExpiryCount) ProtoMessage() {}
 
 func (x *ExpiryCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1825,7 @@ func (x *ExpiryCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpiryCount.ProtoReflect.Descriptor instead.
 func (*ExpiryCount) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExpiryCount) GetNamespace() string {
@@ -855,7 +1860,7 @@ type AuditExpiriesResponse struct {
 
 func (x *AuditExpiriesResponse) Reset() {
 	*x = AuditExpiriesResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1872,7 @@ func (x *AuditExpiriesResponse) String() string {
 func (*AuditExpiriesResponse) ProtoMessage() {}
 
 func (x *AuditExpiriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1885,7 @@ func (x *AuditExpiriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditExpiriesResponse.ProtoReflect.Descriptor instead.
 func (*AuditExpiriesResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AuditExpiriesResponse) GetCounts() []*ExpiryCount {
@@ -912,7 +1917,7 @@ type ShardMapRequest struct {
 
 func (x *ShardMapRequest) Reset() {
 	*x = ShardMapRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1929,7 @@ func (x *ShardMapRequest) String() string {
 func (*ShardMapRequest) ProtoMessage() {}
 
 func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1942,7 @@ func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapRequest.ProtoReflect.Descriptor instead.
 func (*ShardMapRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 type ShardMapResponse struct {
@@ -954,7 +1959,7 @@ type ShardMapResponse struct {
 
 func (x *ShardMapResponse) Reset() {
 	*x = ShardMapResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1971,7 @@ func (x *ShardMapResponse) String() string {
 func (*ShardMapResponse) ProtoMessage() {}
 
 func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1984,7 @@ func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapResponse.ProtoReflect.Descriptor instead.
 func (*ShardMapResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ShardMapResponse) GetVersion() int64 {
@@ -1019,7 +2024,7 @@ type AddShardRequest struct {
 
 func (x *AddShardRequest) Reset() {
 	*x = AddShardRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +2036,7 @@ func (x *AddShardRequest) String() string {
 func (*AddShardRequest) ProtoMessage() {}
 
 func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +2049,7 @@ func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
 func (*AddShardRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AddShardRequest) GetShard() string {
@@ -1065,7 +2070,7 @@ type AddShardResponse struct {
 
 func (x *AddShardResponse) Reset() {
 	*x = AddShardResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +2082,7 @@ func (x *AddShardResponse) String() string {
 func (*AddShardResponse) ProtoMessage() {}
 
 func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +2095,7 @@ func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
 func (*AddShardResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddShardResponse) GetPhase() string {
@@ -1118,7 +2123,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +2135,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +2148,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusRequest) GetCluster() string {
@@ -1190,7 +2195,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +2207,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +2220,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -1325,7 +2330,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +2342,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +2355,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetId() string {
@@ -1424,7 +2429,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +2441,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +2454,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AdvanceEpochRequest) GetExpectedEpoch() uint32 {
@@ -1495,7 +2500,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +2512,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +2525,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -1569,7 +2574,77 @@ var File_lockplane_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"U\n" +
+	"\x1elockplane/admin/v1/admin.proto\x12\x12lockplane.admin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
+	"\x1bRequestForceReleaseResponse\x122\n" +
+	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\"m\n" +
+	"\x1aRequestForceReleaseRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12%\n" +
+	"\x0erevoke_session\x18\x03 \x01(\bR\rrevokeSession\"Q\n" +
+	"\x1bRequestEpochAdvanceResponse\x122\n" +
+	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\"_\n" +
+	"\x1aRequestEpochAdvanceRequest\x12A\n" +
+	"\aadvance\x18\x01 \x01(\v2'.lockplane.admin.v1.AdvanceEpochRequestR\aadvance\"P\n" +
+	"\bOperator\x12\x16\n" +
+	"\x06issuer\x18\x01 \x01(\tR\x06issuer\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xa7\x02\n" +
+	"\tHoldFacts\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x1a\n" +
+	"\binstance\x18\x04 \x01(\tR\binstance\x12\x18\n" +
+	"\asession\x18\x05 \x01(\x03R\asession\x12\x14\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\x12 \n" +
+	"\venforcement\x18\a \x01(\tR\venforcement\x12\x16\n" +
+	"\x06fenced\x18\b \x01(\bR\x06fenced\x12\x1a\n" +
+	"\brevision\x18\t \x01(\x03R\brevision\x120\n" +
+	"\x05since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xae\x05\n" +
+	"\x06Action\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12:\n" +
+	"\trequester\x18\x04 \x01(\v2\x1c.lockplane.admin.v1.OperatorR\trequester\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12=\n" +
+	"\frequested_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x121\n" +
+	"\x04hold\x18\b \x01(\v2\x1d.lockplane.admin.v1.HoldFactsR\x04hold\x12%\n" +
+	"\x0erevoke_session\x18\t \x01(\bR\rrevokeSession\x12B\n" +
+	"\rsession_holds\x18\n" +
+	" \x03(\v2\x1d.lockplane.admin.v1.HoldFactsR\fsessionHolds\x12A\n" +
+	"\aadvance\x18\v \x01(\v2'.lockplane.admin.v1.AdvanceEpochRequestR\aadvance\x12;\n" +
+	"\n" +
+	"decided_by\x18\f \x01(\v2\x1c.lockplane.admin.v1.OperatorR\tdecidedBy\x12'\n" +
+	"\x0fdecision_reason\x18\r \x01(\tR\x0edecisionReason\x129\n" +
+	"\n" +
+	"decided_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1a\n" +
+	"\bwarnings\x18\x0f \x03(\tR\bwarnings\"&\n" +
+	"\x14ApproveActionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xe7\x01\n" +
+	"\x15ApproveActionResponse\x122\n" +
+	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\x12K\n" +
+	"\rforce_release\x18\x02 \x01(\v2&.lockplane.admin.v1.ForceReleaseResultR\fforceRelease\x12M\n" +
+	"\repoch_advance\x18\x03 \x01(\v2(.lockplane.admin.v1.AdvanceEpochResponseR\fepochAdvance\"\x8d\x01\n" +
+	"\x12ForceReleaseResult\x12\x1a\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06record\x18\x03 \x01(\tR\x06record\x12'\n" +
+	"\x0fsession_revoked\x18\x04 \x01(\bR\x0esessionRevoked\"H\n" +
+	"\x12DenyActionResponse\x122\n" +
+	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\";\n" +
+	"\x11DenyActionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"(\n" +
+	"\x12ListActionsRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\"K\n" +
+	"\x13ListActionsResponse\x124\n" +
+	"\aactions\x18\x01 \x03(\v2\x1a.lockplane.admin.v1.ActionR\aactions\"G\n" +
+	"\x11GetActionResponse\x122\n" +
+	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\"\"\n" +
+	"\x10GetActionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"U\n" +
 	"\rReportRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xf7\x01\n" +
@@ -1700,7 +2775,7 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rdeleted_holds\x18\x03 \x01(\x03R\fdeletedHolds\x12'\n" +
 	"\x0fdeleted_waiters\x18\x04 \x01(\x03R\x0edeletedWaiters\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision2\xf7\x04\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision2\xe4\t\n" +
 	"\fAdminService\x12O\n" +
 	"\x06Status\x12!.lockplane.admin.v1.StatusRequest\x1a\".lockplane.admin.v1.StatusResponse\x12a\n" +
 	"\fAdvanceEpoch\x12'.lockplane.admin.v1.AdvanceEpochRequest\x1a(.lockplane.admin.v1.AdvanceEpochResponse\x12U\n" +
@@ -1708,7 +2783,14 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\bAddShard\x12#.lockplane.admin.v1.AddShardRequest\x1a$.lockplane.admin.v1.AddShardResponse0\x01\x12L\n" +
 	"\x05Audit\x12 .lockplane.admin.v1.AuditRequest\x1a!.lockplane.admin.v1.AuditResponse\x12d\n" +
 	"\rAuditExpiries\x12(.lockplane.admin.v1.AuditExpiriesRequest\x1a).lockplane.admin.v1.AuditExpiriesResponse\x12O\n" +
-	"\x06Report\x12!.lockplane.admin.v1.ReportRequest\x1a\".lockplane.admin.v1.ReportResponseBOZMgithub.com/lockplane/lockplane/services/client/api/lockplane/admin/v1;adminv1b\x06proto3"
+	"\x06Report\x12!.lockplane.admin.v1.ReportRequest\x1a\".lockplane.admin.v1.ReportResponse\x12v\n" +
+	"\x13RequestForceRelease\x12..lockplane.admin.v1.RequestForceReleaseRequest\x1a/.lockplane.admin.v1.RequestForceReleaseResponse\x12v\n" +
+	"\x13RequestEpochAdvance\x12..lockplane.admin.v1.RequestEpochAdvanceRequest\x1a/.lockplane.admin.v1.RequestEpochAdvanceResponse\x12d\n" +
+	"\rApproveAction\x12(.lockplane.admin.v1.ApproveActionRequest\x1a).lockplane.admin.v1.ApproveActionResponse\x12[\n" +
+	"\n" +
+	"DenyAction\x12%.lockplane.admin.v1.DenyActionRequest\x1a&.lockplane.admin.v1.DenyActionResponse\x12^\n" +
+	"\vListActions\x12&.lockplane.admin.v1.ListActionsRequest\x1a'.lockplane.admin.v1.ListActionsResponse\x12X\n" +
+	"\tGetAction\x12$.lockplane.admin.v1.GetActionRequest\x1a%.lockplane.admin.v1.GetActionResponseBOZMgithub.com/lockplane/lockplane/services/client/api/lockplane/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_lockplane_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1722,62 +2804,108 @@ func file_lockplane_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lockplane_admin_v1_admin_proto_rawDescData
 }
 
-var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_lockplane_admin_v1_admin_proto_goTypes = []any{
-	(*ReportRequest)(nil),         // 0: lockplane.admin.v1.ReportRequest
-	(*RegisterRow)(nil),           // 1: lockplane.admin.v1.RegisterRow
-	(*ContentionRow)(nil),         // 2: lockplane.admin.v1.ContentionRow
-	(*CostRow)(nil),               // 3: lockplane.admin.v1.CostRow
-	(*ReportResponse)(nil),        // 4: lockplane.admin.v1.ReportResponse
-	(*AuditRequest)(nil),          // 5: lockplane.admin.v1.AuditRequest
-	(*AuditEvent)(nil),            // 6: lockplane.admin.v1.AuditEvent
-	(*AuditResponse)(nil),         // 7: lockplane.admin.v1.AuditResponse
-	(*AuditExpiriesRequest)(nil),  // 8: lockplane.admin.v1.AuditExpiriesRequest
-	(*ExpiryCount)(nil),           // 9: lockplane.admin.v1.ExpiryCount
-	(*AuditExpiriesResponse)(nil), // 10: lockplane.admin.v1.AuditExpiriesResponse
-	(*ShardMapRequest)(nil),       // 11: lockplane.admin.v1.ShardMapRequest
-	(*ShardMapResponse)(nil),      // 12: lockplane.admin.v1.ShardMapResponse
-	(*AddShardRequest)(nil),       // 13: lockplane.admin.v1.AddShardRequest
-	(*AddShardResponse)(nil),      // 14: lockplane.admin.v1.AddShardResponse
-	(*StatusRequest)(nil),         // 15: lockplane.admin.v1.StatusRequest
-	(*StatusResponse)(nil),        // 16: lockplane.admin.v1.StatusResponse
-	(*Member)(nil),                // 17: lockplane.admin.v1.Member
-	(*AdvanceEpochRequest)(nil),   // 18: lockplane.admin.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),  // 19: lockplane.admin.v1.AdvanceEpochResponse
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*RequestForceReleaseResponse)(nil), // 0: lockplane.admin.v1.RequestForceReleaseResponse
+	(*RequestForceReleaseRequest)(nil),  // 1: lockplane.admin.v1.RequestForceReleaseRequest
+	(*RequestEpochAdvanceResponse)(nil), // 2: lockplane.admin.v1.RequestEpochAdvanceResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 3: lockplane.admin.v1.RequestEpochAdvanceRequest
+	(*Operator)(nil),                    // 4: lockplane.admin.v1.Operator
+	(*HoldFacts)(nil),                   // 5: lockplane.admin.v1.HoldFacts
+	(*Action)(nil),                      // 6: lockplane.admin.v1.Action
+	(*ApproveActionRequest)(nil),        // 7: lockplane.admin.v1.ApproveActionRequest
+	(*ApproveActionResponse)(nil),       // 8: lockplane.admin.v1.ApproveActionResponse
+	(*ForceReleaseResult)(nil),          // 9: lockplane.admin.v1.ForceReleaseResult
+	(*DenyActionResponse)(nil),          // 10: lockplane.admin.v1.DenyActionResponse
+	(*DenyActionRequest)(nil),           // 11: lockplane.admin.v1.DenyActionRequest
+	(*ListActionsRequest)(nil),          // 12: lockplane.admin.v1.ListActionsRequest
+	(*ListActionsResponse)(nil),         // 13: lockplane.admin.v1.ListActionsResponse
+	(*GetActionResponse)(nil),           // 14: lockplane.admin.v1.GetActionResponse
+	(*GetActionRequest)(nil),            // 15: lockplane.admin.v1.GetActionRequest
+	(*ReportRequest)(nil),               // 16: lockplane.admin.v1.ReportRequest
+	(*RegisterRow)(nil),                 // 17: lockplane.admin.v1.RegisterRow
+	(*ContentionRow)(nil),               // 18: lockplane.admin.v1.ContentionRow
+	(*CostRow)(nil),                     // 19: lockplane.admin.v1.CostRow
+	(*ReportResponse)(nil),              // 20: lockplane.admin.v1.ReportResponse
+	(*AuditRequest)(nil),                // 21: lockplane.admin.v1.AuditRequest
+	(*AuditEvent)(nil),                  // 22: lockplane.admin.v1.AuditEvent
+	(*AuditResponse)(nil),               // 23: lockplane.admin.v1.AuditResponse
+	(*AuditExpiriesRequest)(nil),        // 24: lockplane.admin.v1.AuditExpiriesRequest
+	(*ExpiryCount)(nil),                 // 25: lockplane.admin.v1.ExpiryCount
+	(*AuditExpiriesResponse)(nil),       // 26: lockplane.admin.v1.AuditExpiriesResponse
+	(*ShardMapRequest)(nil),             // 27: lockplane.admin.v1.ShardMapRequest
+	(*ShardMapResponse)(nil),            // 28: lockplane.admin.v1.ShardMapResponse
+	(*AddShardRequest)(nil),             // 29: lockplane.admin.v1.AddShardRequest
+	(*AddShardResponse)(nil),            // 30: lockplane.admin.v1.AddShardResponse
+	(*StatusRequest)(nil),               // 31: lockplane.admin.v1.StatusRequest
+	(*StatusResponse)(nil),              // 32: lockplane.admin.v1.StatusResponse
+	(*Member)(nil),                      // 33: lockplane.admin.v1.Member
+	(*AdvanceEpochRequest)(nil),         // 34: lockplane.admin.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 35: lockplane.admin.v1.AdvanceEpochResponse
+	(*timestamppb.Timestamp)(nil),       // 36: google.protobuf.Timestamp
 }
 var file_lockplane_admin_v1_admin_proto_depIdxs = []int32{
-	20, // 0: lockplane.admin.v1.ReportRequest.since:type_name -> google.protobuf.Timestamp
-	20, // 1: lockplane.admin.v1.RegisterRow.waiver_expires:type_name -> google.protobuf.Timestamp
-	1,  // 2: lockplane.admin.v1.ReportResponse.register:type_name -> lockplane.admin.v1.RegisterRow
-	2,  // 3: lockplane.admin.v1.ReportResponse.contention:type_name -> lockplane.admin.v1.ContentionRow
-	3,  // 4: lockplane.admin.v1.ReportResponse.cost:type_name -> lockplane.admin.v1.CostRow
-	20, // 5: lockplane.admin.v1.AuditRequest.since:type_name -> google.protobuf.Timestamp
-	20, // 6: lockplane.admin.v1.AuditEvent.at:type_name -> google.protobuf.Timestamp
-	6,  // 7: lockplane.admin.v1.AuditResponse.events:type_name -> lockplane.admin.v1.AuditEvent
-	20, // 8: lockplane.admin.v1.AuditExpiriesRequest.since:type_name -> google.protobuf.Timestamp
-	9,  // 9: lockplane.admin.v1.AuditExpiriesResponse.counts:type_name -> lockplane.admin.v1.ExpiryCount
-	6,  // 10: lockplane.admin.v1.AuditExpiriesResponse.events:type_name -> lockplane.admin.v1.AuditEvent
-	17, // 11: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
-	15, // 12: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
-	18, // 13: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
-	11, // 14: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
-	13, // 15: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
-	5,  // 16: lockplane.admin.v1.AdminService.Audit:input_type -> lockplane.admin.v1.AuditRequest
-	8,  // 17: lockplane.admin.v1.AdminService.AuditExpiries:input_type -> lockplane.admin.v1.AuditExpiriesRequest
-	0,  // 18: lockplane.admin.v1.AdminService.Report:input_type -> lockplane.admin.v1.ReportRequest
-	16, // 19: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
-	19, // 20: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
-	12, // 21: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
-	14, // 22: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
-	7,  // 23: lockplane.admin.v1.AdminService.Audit:output_type -> lockplane.admin.v1.AuditResponse
-	10, // 24: lockplane.admin.v1.AdminService.AuditExpiries:output_type -> lockplane.admin.v1.AuditExpiriesResponse
-	4,  // 25: lockplane.admin.v1.AdminService.Report:output_type -> lockplane.admin.v1.ReportResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	6,  // 0: lockplane.admin.v1.RequestForceReleaseResponse.action:type_name -> lockplane.admin.v1.Action
+	6,  // 1: lockplane.admin.v1.RequestEpochAdvanceResponse.action:type_name -> lockplane.admin.v1.Action
+	34, // 2: lockplane.admin.v1.RequestEpochAdvanceRequest.advance:type_name -> lockplane.admin.v1.AdvanceEpochRequest
+	36, // 3: lockplane.admin.v1.HoldFacts.since:type_name -> google.protobuf.Timestamp
+	4,  // 4: lockplane.admin.v1.Action.requester:type_name -> lockplane.admin.v1.Operator
+	36, // 5: lockplane.admin.v1.Action.requested_at:type_name -> google.protobuf.Timestamp
+	36, // 6: lockplane.admin.v1.Action.expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: lockplane.admin.v1.Action.hold:type_name -> lockplane.admin.v1.HoldFacts
+	5,  // 8: lockplane.admin.v1.Action.session_holds:type_name -> lockplane.admin.v1.HoldFacts
+	34, // 9: lockplane.admin.v1.Action.advance:type_name -> lockplane.admin.v1.AdvanceEpochRequest
+	4,  // 10: lockplane.admin.v1.Action.decided_by:type_name -> lockplane.admin.v1.Operator
+	36, // 11: lockplane.admin.v1.Action.decided_at:type_name -> google.protobuf.Timestamp
+	6,  // 12: lockplane.admin.v1.ApproveActionResponse.action:type_name -> lockplane.admin.v1.Action
+	9,  // 13: lockplane.admin.v1.ApproveActionResponse.force_release:type_name -> lockplane.admin.v1.ForceReleaseResult
+	35, // 14: lockplane.admin.v1.ApproveActionResponse.epoch_advance:type_name -> lockplane.admin.v1.AdvanceEpochResponse
+	6,  // 15: lockplane.admin.v1.DenyActionResponse.action:type_name -> lockplane.admin.v1.Action
+	6,  // 16: lockplane.admin.v1.ListActionsResponse.actions:type_name -> lockplane.admin.v1.Action
+	6,  // 17: lockplane.admin.v1.GetActionResponse.action:type_name -> lockplane.admin.v1.Action
+	36, // 18: lockplane.admin.v1.ReportRequest.since:type_name -> google.protobuf.Timestamp
+	36, // 19: lockplane.admin.v1.RegisterRow.waiver_expires:type_name -> google.protobuf.Timestamp
+	17, // 20: lockplane.admin.v1.ReportResponse.register:type_name -> lockplane.admin.v1.RegisterRow
+	18, // 21: lockplane.admin.v1.ReportResponse.contention:type_name -> lockplane.admin.v1.ContentionRow
+	19, // 22: lockplane.admin.v1.ReportResponse.cost:type_name -> lockplane.admin.v1.CostRow
+	36, // 23: lockplane.admin.v1.AuditRequest.since:type_name -> google.protobuf.Timestamp
+	36, // 24: lockplane.admin.v1.AuditEvent.at:type_name -> google.protobuf.Timestamp
+	22, // 25: lockplane.admin.v1.AuditResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	36, // 26: lockplane.admin.v1.AuditExpiriesRequest.since:type_name -> google.protobuf.Timestamp
+	25, // 27: lockplane.admin.v1.AuditExpiriesResponse.counts:type_name -> lockplane.admin.v1.ExpiryCount
+	22, // 28: lockplane.admin.v1.AuditExpiriesResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	33, // 29: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
+	31, // 30: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
+	34, // 31: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
+	27, // 32: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
+	29, // 33: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
+	21, // 34: lockplane.admin.v1.AdminService.Audit:input_type -> lockplane.admin.v1.AuditRequest
+	24, // 35: lockplane.admin.v1.AdminService.AuditExpiries:input_type -> lockplane.admin.v1.AuditExpiriesRequest
+	16, // 36: lockplane.admin.v1.AdminService.Report:input_type -> lockplane.admin.v1.ReportRequest
+	1,  // 37: lockplane.admin.v1.AdminService.RequestForceRelease:input_type -> lockplane.admin.v1.RequestForceReleaseRequest
+	3,  // 38: lockplane.admin.v1.AdminService.RequestEpochAdvance:input_type -> lockplane.admin.v1.RequestEpochAdvanceRequest
+	7,  // 39: lockplane.admin.v1.AdminService.ApproveAction:input_type -> lockplane.admin.v1.ApproveActionRequest
+	11, // 40: lockplane.admin.v1.AdminService.DenyAction:input_type -> lockplane.admin.v1.DenyActionRequest
+	12, // 41: lockplane.admin.v1.AdminService.ListActions:input_type -> lockplane.admin.v1.ListActionsRequest
+	15, // 42: lockplane.admin.v1.AdminService.GetAction:input_type -> lockplane.admin.v1.GetActionRequest
+	32, // 43: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
+	35, // 44: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
+	28, // 45: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
+	30, // 46: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
+	23, // 47: lockplane.admin.v1.AdminService.Audit:output_type -> lockplane.admin.v1.AuditResponse
+	26, // 48: lockplane.admin.v1.AdminService.AuditExpiries:output_type -> lockplane.admin.v1.AuditExpiriesResponse
+	20, // 49: lockplane.admin.v1.AdminService.Report:output_type -> lockplane.admin.v1.ReportResponse
+	0,  // 50: lockplane.admin.v1.AdminService.RequestForceRelease:output_type -> lockplane.admin.v1.RequestForceReleaseResponse
+	2,  // 51: lockplane.admin.v1.AdminService.RequestEpochAdvance:output_type -> lockplane.admin.v1.RequestEpochAdvanceResponse
+	8,  // 52: lockplane.admin.v1.AdminService.ApproveAction:output_type -> lockplane.admin.v1.ApproveActionResponse
+	10, // 53: lockplane.admin.v1.AdminService.DenyAction:output_type -> lockplane.admin.v1.DenyActionResponse
+	13, // 54: lockplane.admin.v1.AdminService.ListActions:output_type -> lockplane.admin.v1.ListActionsResponse
+	14, // 55: lockplane.admin.v1.AdminService.GetAction:output_type -> lockplane.admin.v1.GetActionResponse
+	43, // [43:56] is the sub-list for method output_type
+	30, // [30:43] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_lockplane_admin_v1_admin_proto_init() }
@@ -1785,14 +2913,14 @@ func file_lockplane_admin_v1_admin_proto_init() {
 	if File_lockplane_admin_v1_admin_proto != nil {
 		return
 	}
-	file_lockplane_admin_v1_admin_proto_msgTypes[18].OneofWrappers = []any{}
+	file_lockplane_admin_v1_admin_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_admin_v1_admin_proto_rawDesc), len(file_lockplane_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,13 +23,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_Status_FullMethodName        = "/lockplane.admin.v1.AdminService/Status"
-	AdminService_AdvanceEpoch_FullMethodName  = "/lockplane.admin.v1.AdminService/AdvanceEpoch"
-	AdminService_ShardMap_FullMethodName      = "/lockplane.admin.v1.AdminService/ShardMap"
-	AdminService_AddShard_FullMethodName      = "/lockplane.admin.v1.AdminService/AddShard"
-	AdminService_Audit_FullMethodName         = "/lockplane.admin.v1.AdminService/Audit"
-	AdminService_AuditExpiries_FullMethodName = "/lockplane.admin.v1.AdminService/AuditExpiries"
-	AdminService_Report_FullMethodName        = "/lockplane.admin.v1.AdminService/Report"
+	AdminService_Status_FullMethodName              = "/lockplane.admin.v1.AdminService/Status"
+	AdminService_AdvanceEpoch_FullMethodName        = "/lockplane.admin.v1.AdminService/AdvanceEpoch"
+	AdminService_ShardMap_FullMethodName            = "/lockplane.admin.v1.AdminService/ShardMap"
+	AdminService_AddShard_FullMethodName            = "/lockplane.admin.v1.AdminService/AddShard"
+	AdminService_Audit_FullMethodName               = "/lockplane.admin.v1.AdminService/Audit"
+	AdminService_AuditExpiries_FullMethodName       = "/lockplane.admin.v1.AdminService/AuditExpiries"
+	AdminService_Report_FullMethodName              = "/lockplane.admin.v1.AdminService/Report"
+	AdminService_RequestForceRelease_FullMethodName = "/lockplane.admin.v1.AdminService/RequestForceRelease"
+	AdminService_RequestEpochAdvance_FullMethodName = "/lockplane.admin.v1.AdminService/RequestEpochAdvance"
+	AdminService_ApproveAction_FullMethodName       = "/lockplane.admin.v1.AdminService/ApproveAction"
+	AdminService_DenyAction_FullMethodName          = "/lockplane.admin.v1.AdminService/DenyAction"
+	AdminService_ListActions_FullMethodName         = "/lockplane.admin.v1.AdminService/ListActions"
+	AdminService_GetAction_FullMethodName           = "/lockplane.admin.v1.AdminService/GetAction"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -46,7 +52,9 @@ type AdminServiceClient interface {
 	// any cluster (ADR-03), binds it to the current cluster ID and deletes
 	// every hold and waiter, in one transaction on that cluster. It fails
 	// with EPOCH_CHANGED if the epoch is not expected_epoch (0: the cluster
-	// has no epoch record). Only operators may call it.
+	// has no epoch record). Only operators may call it. Once the arbiter
+	// verifies operators' sign-in it is refused (FAILED_PRECONDITION, cause
+	// two_person_required): use RequestEpochAdvance and ApproveAction.
 	AdvanceEpoch(ctx context.Context, in *AdvanceEpochRequest, opts ...grpc.CallOption) (*AdvanceEpochResponse, error)
 	// ShardMap reports the entity tier's shard map and the shards this
 	// arbiter has clients for (ADR-09). Any authenticated identity may call
@@ -73,6 +81,35 @@ type AdminServiceClient interface {
 	// their risk owner and waiver, and every class's grants), contention per
 	// namespace and class, or cost per identity. Only operators may call it.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
+	// Two-person actions (ADR-20, ADR-03): an operator requests, a different
+	// operator approves. Each of these RPCs needs an operator signed in
+	// through OpenID Connect: gRPC metadata "authorization: Bearer
+	// <ID token>" on the (mTLS) admin connection. A SPIFFE operator
+	// identity alone is refused: it serves the read-only calls only.
+	// Refusals say which rule failed (metadata "cause").
+	//
+	// RequestForceRelease records a request to end another's hold and
+	// returns its ID with the facts the approver will see: the holder,
+	// class, whether the class is fenced or advisory, and for advisory
+	// classes the warning that two writers may act at once. Requests expire
+	// (the arbiter's --action-ttl, 1 h by default).
+	RequestForceRelease(ctx context.Context, in *RequestForceReleaseRequest, opts ...grpc.CallOption) (*RequestForceReleaseResponse, error)
+	// RequestEpochAdvance records a request to advance a cluster's epoch
+	// (AdvanceEpoch's arguments); approving it runs the advance.
+	RequestEpochAdvance(ctx context.Context, in *RequestEpochAdvanceRequest, opts ...grpc.CallOption) (*RequestEpochAdvanceResponse, error)
+	// ApproveAction carries out a pending action, approved by an operator
+	// whose issuer and subject differ from the requester's. A force-release
+	// is one Txn on the hold's cluster that commits only if the hold is
+	// still the one requested (its revision and value), deletes it and puts
+	// /sys/force/<id> on a 24-hour lease; otherwise ACTION_STALE and
+	// nothing is deleted.
+	ApproveAction(ctx context.Context, in *ApproveActionRequest, opts ...grpc.CallOption) (*ApproveActionResponse, error)
+	// DenyAction ends a pending action without carrying it out.
+	DenyAction(ctx context.Context, in *DenyActionRequest, opts ...grpc.CallOption) (*DenyActionResponse, error)
+	// ListActions lists the actions not yet expired: pending and decided.
+	ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error)
+	// GetAction shows one action; NOT_FOUND once it has expired.
+	GetAction(ctx context.Context, in *GetActionRequest, opts ...grpc.CallOption) (*GetActionResponse, error)
 }
 
 type adminServiceClient struct {
@@ -162,6 +199,66 @@ func (c *adminServiceClient) Report(ctx context.Context, in *ReportRequest, opts
 	return out, nil
 }
 
+func (c *adminServiceClient) RequestForceRelease(ctx context.Context, in *RequestForceReleaseRequest, opts ...grpc.CallOption) (*RequestForceReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestForceReleaseResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequestForceRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RequestEpochAdvance(ctx context.Context, in *RequestEpochAdvanceRequest, opts ...grpc.CallOption) (*RequestEpochAdvanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestEpochAdvanceResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequestEpochAdvance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ApproveAction(ctx context.Context, in *ApproveActionRequest, opts ...grpc.CallOption) (*ApproveActionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveActionResponse)
+	err := c.cc.Invoke(ctx, AdminService_ApproveAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DenyAction(ctx context.Context, in *DenyActionRequest, opts ...grpc.CallOption) (*DenyActionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DenyActionResponse)
+	err := c.cc.Invoke(ctx, AdminService_DenyAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListActionsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListActions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetAction(ctx context.Context, in *GetActionRequest, opts ...grpc.CallOption) (*GetActionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetActionResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -176,7 +273,9 @@ type AdminServiceServer interface {
 	// any cluster (ADR-03), binds it to the current cluster ID and deletes
 	// every hold and waiter, in one transaction on that cluster. It fails
 	// with EPOCH_CHANGED if the epoch is not expected_epoch (0: the cluster
-	// has no epoch record). Only operators may call it.
+	// has no epoch record). Only operators may call it. Once the arbiter
+	// verifies operators' sign-in it is refused (FAILED_PRECONDITION, cause
+	// two_person_required): use RequestEpochAdvance and ApproveAction.
 	AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error)
 	// ShardMap reports the entity tier's shard map and the shards this
 	// arbiter has clients for (ADR-09). Any authenticated identity may call
@@ -203,6 +302,35 @@ type AdminServiceServer interface {
 	// their risk owner and waiver, and every class's grants), contention per
 	// namespace and class, or cost per identity. Only operators may call it.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
+	// Two-person actions (ADR-20, ADR-03): an operator requests, a different
+	// operator approves. Each of these RPCs needs an operator signed in
+	// through OpenID Connect: gRPC metadata "authorization: Bearer
+	// <ID token>" on the (mTLS) admin connection. A SPIFFE operator
+	// identity alone is refused: it serves the read-only calls only.
+	// Refusals say which rule failed (metadata "cause").
+	//
+	// RequestForceRelease records a request to end another's hold and
+	// returns its ID with the facts the approver will see: the holder,
+	// class, whether the class is fenced or advisory, and for advisory
+	// classes the warning that two writers may act at once. Requests expire
+	// (the arbiter's --action-ttl, 1 h by default).
+	RequestForceRelease(context.Context, *RequestForceReleaseRequest) (*RequestForceReleaseResponse, error)
+	// RequestEpochAdvance records a request to advance a cluster's epoch
+	// (AdvanceEpoch's arguments); approving it runs the advance.
+	RequestEpochAdvance(context.Context, *RequestEpochAdvanceRequest) (*RequestEpochAdvanceResponse, error)
+	// ApproveAction carries out a pending action, approved by an operator
+	// whose issuer and subject differ from the requester's. A force-release
+	// is one Txn on the hold's cluster that commits only if the hold is
+	// still the one requested (its revision and value), deletes it and puts
+	// /sys/force/<id> on a 24-hour lease; otherwise ACTION_STALE and
+	// nothing is deleted.
+	ApproveAction(context.Context, *ApproveActionRequest) (*ApproveActionResponse, error)
+	// DenyAction ends a pending action without carrying it out.
+	DenyAction(context.Context, *DenyActionRequest) (*DenyActionResponse, error)
+	// ListActions lists the actions not yet expired: pending and decided.
+	ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error)
+	// GetAction shows one action; NOT_FOUND once it has expired.
+	GetAction(context.Context, *GetActionRequest) (*GetActionResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -233,6 +361,24 @@ func (UnimplementedAdminServiceServer) AuditExpiries(context.Context, *AuditExpi
 }
 func (UnimplementedAdminServiceServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedAdminServiceServer) RequestForceRelease(context.Context, *RequestForceReleaseRequest) (*RequestForceReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestForceRelease not implemented")
+}
+func (UnimplementedAdminServiceServer) RequestEpochAdvance(context.Context, *RequestEpochAdvanceRequest) (*RequestEpochAdvanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestEpochAdvance not implemented")
+}
+func (UnimplementedAdminServiceServer) ApproveAction(context.Context, *ApproveActionRequest) (*ApproveActionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveAction not implemented")
+}
+func (UnimplementedAdminServiceServer) DenyAction(context.Context, *DenyActionRequest) (*DenyActionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DenyAction not implemented")
+}
+func (UnimplementedAdminServiceServer) ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListActions not implemented")
+}
+func (UnimplementedAdminServiceServer) GetAction(context.Context, *GetActionRequest) (*GetActionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAction not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -374,6 +520,114 @@ func _AdminService_Report_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RequestForceRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestForceReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequestForceRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequestForceRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequestForceRelease(ctx, req.(*RequestForceReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RequestEpochAdvance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestEpochAdvanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequestEpochAdvance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequestEpochAdvance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequestEpochAdvance(ctx, req.(*RequestEpochAdvanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ApproveAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ApproveAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ApproveAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ApproveAction(ctx, req.(*ApproveActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DenyAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DenyActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DenyAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DenyAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DenyAction(ctx, req.(*DenyActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListActions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListActionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListActions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListActions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListActions(ctx, req.(*ListActionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetAction(ctx, req.(*GetActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -404,6 +658,30 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Report",
 			Handler:    _AdminService_Report_Handler,
+		},
+		{
+			MethodName: "RequestForceRelease",
+			Handler:    _AdminService_RequestForceRelease_Handler,
+		},
+		{
+			MethodName: "RequestEpochAdvance",
+			Handler:    _AdminService_RequestEpochAdvance_Handler,
+		},
+		{
+			MethodName: "ApproveAction",
+			Handler:    _AdminService_ApproveAction_Handler,
+		},
+		{
+			MethodName: "DenyAction",
+			Handler:    _AdminService_DenyAction_Handler,
+		},
+		{
+			MethodName: "ListActions",
+			Handler:    _AdminService_ListActions_Handler,
+		},
+		{
+			MethodName: "GetAction",
+			Handler:    _AdminService_GetAction_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

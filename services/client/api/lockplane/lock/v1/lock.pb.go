@@ -105,6 +105,11 @@ const (
 	// etcd failed the request for another reason (UNAVAILABLE); the message
 	// says which. The outcome of a write is unknown, as with NO_QUORUM.
 	ErrorReason_STORE_ERROR ErrorReason = 23
+	// An operator action's precondition no longer holds (FAILED_PRECONDITION):
+	// the hold a force-release names was released, handed off or re-granted
+	// since the request, or the request expired, was denied or was already
+	// approved. Metadata "cause" says which; nothing was changed.
+	ErrorReason_ACTION_STALE ErrorReason = 24
 )
 
 // Enum value maps for ErrorReason.
@@ -134,6 +139,7 @@ var (
 		21: "COMPACTED",
 		22: "STORE_FULL",
 		23: "STORE_ERROR",
+		24: "ACTION_STALE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -160,6 +166,7 @@ var (
 		"COMPACTED":                21,
 		"STORE_FULL":               22,
 		"STORE_ERROR":              23,
+		"ACTION_STALE":             24,
 	}
 )
 
@@ -188,6 +195,53 @@ func (x ErrorReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use ErrorReason.Descriptor instead.
 func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+type EndReason int32
+
+const (
+	EndReason_END_REASON_UNSPECIFIED EndReason = 0
+	// Two operators force-released the hold (ADR-20).
+	EndReason_FORCE_RELEASED EndReason = 1
+)
+
+// Enum value maps for EndReason.
+var (
+	EndReason_name = map[int32]string{
+		0: "END_REASON_UNSPECIFIED",
+		1: "FORCE_RELEASED",
+	}
+	EndReason_value = map[string]int32{
+		"END_REASON_UNSPECIFIED": 0,
+		"FORCE_RELEASED":         1,
+	}
+)
+
+func (x EndReason) Enum() *EndReason {
+	p := new(EndReason)
+	*p = x
+	return p
+}
+
+func (x EndReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EndReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockplane_lock_v1_lock_proto_enumTypes[1].Descriptor()
+}
+
+func (EndReason) Type() protoreflect.EnumType {
+	return &file_lockplane_lock_v1_lock_proto_enumTypes[1]
+}
+
+func (x EndReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EndReason.Descriptor instead.
+func (EndReason) EnumDescriptor() ([]byte, []int) {
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{1}
 }
 
 // TokenState is what a validation found.
@@ -238,11 +292,11 @@ func (x TokenState) String() string {
 }
 
 func (TokenState) Descriptor() protoreflect.EnumDescriptor {
-	return file_lockplane_lock_v1_lock_proto_enumTypes[1].Descriptor()
+	return file_lockplane_lock_v1_lock_proto_enumTypes[2].Descriptor()
 }
 
 func (TokenState) Type() protoreflect.EnumType {
-	return &file_lockplane_lock_v1_lock_proto_enumTypes[1]
+	return &file_lockplane_lock_v1_lock_proto_enumTypes[2]
 }
 
 func (x TokenState) Number() protoreflect.EnumNumber {
@@ -251,7 +305,7 @@ func (x TokenState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TokenState.Descriptor instead.
 func (TokenState) EnumDescriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 // Token is a fencing token. Resources compare value only; epoch and revision
@@ -509,8 +563,15 @@ type KeepAliveResponse struct {
 	// SESSION_NOT_OWNED);
 	// ERROR_REASON_UNSPECIFIED when it succeeded. One session's failure does
 	// not end the stream, which other sessions of the caller may share.
-	Error         ErrorReason `protobuf:"varint,3,opt,name=error,proto3,enum=lockplane.lock.v1.ErrorReason" json:"error,omitempty"`
-	ErrorMessage  string      `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Error        ErrorReason `protobuf:"varint,3,opt,name=error,proto3,enum=lockplane.lock.v1.ErrorReason" json:"error,omitempty"`
+	ErrorMessage string      `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// Holds of this session that ended other than by the session's own
+	// calls and that it may not have seen end: today those two operators
+	// force-released (lockctl force-release). The holder must stop working
+	// under each at once; the session and its other holds live on. Reported
+	// in every response for as long as the force record lasts (24 h): match
+	// by key and revision, so a key re-acquired since is not mistaken.
+	Ended         []*EndedHold `protobuf:"bytes,5,rep,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +634,86 @@ func (x *KeepAliveResponse) GetErrorMessage() string {
 	return ""
 }
 
+func (x *KeepAliveResponse) GetEnded() []*EndedHold {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+// EndedHold is a hold that ended under its holder. Never a token.
+type EndedHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The revision of the hold's grant: the revision part of its token
+	// (token & (2^48 - 1)); the holder compares it with its own.
+	Revision int64     `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Reason   EndReason `protobuf:"varint,3,opt,name=reason,proto3,enum=lockplane.lock.v1.EndReason" json:"reason,omitempty"`
+	// The request that ended it, for the holder's logs (lockctl
+	// force-release show ID).
+	ActionId      string `protobuf:"bytes,4,opt,name=action_id,json=actionId,proto3" json:"action_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndedHold) Reset() {
+	*x = EndedHold{}
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndedHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndedHold) ProtoMessage() {}
+
+func (x *EndedHold) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndedHold.ProtoReflect.Descriptor instead.
+func (*EndedHold) Descriptor() ([]byte, []int) {
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EndedHold) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *EndedHold) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EndedHold) GetReason() EndReason {
+	if x != nil {
+		return x.Reason
+	}
+	return EndReason_END_REASON_UNSPECIFIED
+}
+
+func (x *EndedHold) GetActionId() string {
+	if x != nil {
+		return x.ActionId
+	}
+	return ""
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -582,7 +723,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +735,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +748,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -625,7 +766,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +778,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +791,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 type AcquireRequest struct {
@@ -673,7 +814,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +826,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +839,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireRequest) GetKey() string {
@@ -748,7 +889,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +901,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +914,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireResponse) GetKey() string {
@@ -823,7 +964,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +976,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +989,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -896,7 +1037,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1049,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1062,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -942,7 +1083,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1095,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1108,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -996,7 +1137,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1149,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1162,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InspectResponse) GetKey() string {
@@ -1062,7 +1203,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1215,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1228,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Holder) GetIdentity() string {
@@ -1144,7 +1285,7 @@ type ValidateTokenRequest struct {
 
 func (x *ValidateTokenRequest) Reset() {
 	*x = ValidateTokenRequest{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1297,7 @@ func (x *ValidateTokenRequest) String() string {
 func (*ValidateTokenRequest) ProtoMessage() {}
 
 func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1310,7 @@ func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
 func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ValidateTokenRequest) GetKey() string {
@@ -1206,7 +1347,7 @@ type ValidateTokenResponse struct {
 
 func (x *ValidateTokenResponse) Reset() {
 	*x = ValidateTokenResponse{}
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1359,7 @@ func (x *ValidateTokenResponse) String() string {
 func (*ValidateTokenResponse) ProtoMessage() {}
 
 func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_lockplane_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1372,7 @@ func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
 func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_lockplane_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ValidateTokenResponse) GetValid() bool {
@@ -1276,13 +1417,19 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\binstance\x18\x05 \x01(\tR\binstance\"1\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xba\x01\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xee\x01\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
 	"\x05error\x18\x03 \x01(\x0e2\x1e.lockplane.lock.v1.ErrorReasonR\x05error\x12#\n" +
-	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"4\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\x122\n" +
+	"\x05ended\x18\x05 \x03(\v2\x1c.lockplane.lock.v1.EndedHoldR\x05ended\"\x8c\x01\n" +
+	"\tEndedHold\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x124\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1c.lockplane.lock.v1.EndReasonR\x06reason\x12\x1b\n" +
+	"\taction_id\x18\x04 \x01(\tR\bactionId\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\"\x16\n" +
@@ -1331,7 +1478,7 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
-	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xc4\x03\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xd6\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1362,7 +1509,11 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\tCOMPACTED\x10\x15\x12\x0e\n" +
 	"\n" +
 	"STORE_FULL\x10\x16\x12\x0f\n" +
-	"\vSTORE_ERROR\x10\x17*\xb0\x01\n" +
+	"\vSTORE_ERROR\x10\x17\x12\x10\n" +
+	"\fACTION_STALE\x10\x18*;\n" +
+	"\tEndReason\x12\x1a\n" +
+	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eFORCE_RELEASED\x10\x01*\xb0\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1392,58 +1543,62 @@ func file_lockplane_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lockplane_lock_v1_lock_proto_rawDescData
 }
 
-var file_lockplane_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockplane_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_lockplane_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_lockplane_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lockplane_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: lockplane.lock.v1.ErrorReason
-	(TokenState)(0),               // 1: lockplane.lock.v1.TokenState
-	(*Token)(nil),                 // 2: lockplane.lock.v1.Token
-	(*OpenSessionRequest)(nil),    // 3: lockplane.lock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 4: lockplane.lock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),      // 5: lockplane.lock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 6: lockplane.lock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),   // 7: lockplane.lock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 8: lockplane.lock.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 9: lockplane.lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 10: lockplane.lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 11: lockplane.lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 12: lockplane.lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 13: lockplane.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 14: lockplane.lock.v1.InspectResponse
-	(*Holder)(nil),                // 15: lockplane.lock.v1.Holder
-	(*ValidateTokenRequest)(nil),  // 16: lockplane.lock.v1.ValidateTokenRequest
-	(*ValidateTokenResponse)(nil), // 17: lockplane.lock.v1.ValidateTokenResponse
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(EndReason)(0),                // 1: lockplane.lock.v1.EndReason
+	(TokenState)(0),               // 2: lockplane.lock.v1.TokenState
+	(*Token)(nil),                 // 3: lockplane.lock.v1.Token
+	(*OpenSessionRequest)(nil),    // 4: lockplane.lock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 5: lockplane.lock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),      // 6: lockplane.lock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 7: lockplane.lock.v1.KeepAliveResponse
+	(*EndedHold)(nil),             // 8: lockplane.lock.v1.EndedHold
+	(*CloseSessionRequest)(nil),   // 9: lockplane.lock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 10: lockplane.lock.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 11: lockplane.lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 12: lockplane.lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 13: lockplane.lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 14: lockplane.lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),        // 15: lockplane.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 16: lockplane.lock.v1.InspectResponse
+	(*Holder)(nil),                // 17: lockplane.lock.v1.Holder
+	(*ValidateTokenRequest)(nil),  // 18: lockplane.lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil), // 19: lockplane.lock.v1.ValidateTokenResponse
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_lockplane_lock_v1_lock_proto_depIdxs = []int32{
-	18, // 0: lockplane.lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	18, // 1: lockplane.lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	20, // 0: lockplane.lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	20, // 1: lockplane.lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	0,  // 2: lockplane.lock.v1.KeepAliveResponse.error:type_name -> lockplane.lock.v1.ErrorReason
-	2,  // 3: lockplane.lock.v1.AcquireResponse.token:type_name -> lockplane.lock.v1.Token
-	15, // 4: lockplane.lock.v1.InspectResponse.holder:type_name -> lockplane.lock.v1.Holder
-	19, // 5: lockplane.lock.v1.Holder.since:type_name -> google.protobuf.Timestamp
-	18, // 6: lockplane.lock.v1.Holder.remaining_ttl:type_name -> google.protobuf.Duration
-	1,  // 7: lockplane.lock.v1.ValidateTokenResponse.state:type_name -> lockplane.lock.v1.TokenState
-	3,  // 8: lockplane.lock.v1.LockService.OpenSession:input_type -> lockplane.lock.v1.OpenSessionRequest
-	5,  // 9: lockplane.lock.v1.LockService.KeepAlive:input_type -> lockplane.lock.v1.KeepAliveRequest
-	7,  // 10: lockplane.lock.v1.LockService.CloseSession:input_type -> lockplane.lock.v1.CloseSessionRequest
-	9,  // 11: lockplane.lock.v1.LockService.Acquire:input_type -> lockplane.lock.v1.AcquireRequest
-	11, // 12: lockplane.lock.v1.LockService.Release:input_type -> lockplane.lock.v1.ReleaseRequest
-	13, // 13: lockplane.lock.v1.LockService.Inspect:input_type -> lockplane.lock.v1.InspectRequest
-	16, // 14: lockplane.lock.v1.LockService.ValidateToken:input_type -> lockplane.lock.v1.ValidateTokenRequest
-	4,  // 15: lockplane.lock.v1.LockService.OpenSession:output_type -> lockplane.lock.v1.OpenSessionResponse
-	6,  // 16: lockplane.lock.v1.LockService.KeepAlive:output_type -> lockplane.lock.v1.KeepAliveResponse
-	8,  // 17: lockplane.lock.v1.LockService.CloseSession:output_type -> lockplane.lock.v1.CloseSessionResponse
-	10, // 18: lockplane.lock.v1.LockService.Acquire:output_type -> lockplane.lock.v1.AcquireResponse
-	12, // 19: lockplane.lock.v1.LockService.Release:output_type -> lockplane.lock.v1.ReleaseResponse
-	14, // 20: lockplane.lock.v1.LockService.Inspect:output_type -> lockplane.lock.v1.InspectResponse
-	17, // 21: lockplane.lock.v1.LockService.ValidateToken:output_type -> lockplane.lock.v1.ValidateTokenResponse
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 3: lockplane.lock.v1.KeepAliveResponse.ended:type_name -> lockplane.lock.v1.EndedHold
+	1,  // 4: lockplane.lock.v1.EndedHold.reason:type_name -> lockplane.lock.v1.EndReason
+	3,  // 5: lockplane.lock.v1.AcquireResponse.token:type_name -> lockplane.lock.v1.Token
+	17, // 6: lockplane.lock.v1.InspectResponse.holder:type_name -> lockplane.lock.v1.Holder
+	21, // 7: lockplane.lock.v1.Holder.since:type_name -> google.protobuf.Timestamp
+	20, // 8: lockplane.lock.v1.Holder.remaining_ttl:type_name -> google.protobuf.Duration
+	2,  // 9: lockplane.lock.v1.ValidateTokenResponse.state:type_name -> lockplane.lock.v1.TokenState
+	4,  // 10: lockplane.lock.v1.LockService.OpenSession:input_type -> lockplane.lock.v1.OpenSessionRequest
+	6,  // 11: lockplane.lock.v1.LockService.KeepAlive:input_type -> lockplane.lock.v1.KeepAliveRequest
+	9,  // 12: lockplane.lock.v1.LockService.CloseSession:input_type -> lockplane.lock.v1.CloseSessionRequest
+	11, // 13: lockplane.lock.v1.LockService.Acquire:input_type -> lockplane.lock.v1.AcquireRequest
+	13, // 14: lockplane.lock.v1.LockService.Release:input_type -> lockplane.lock.v1.ReleaseRequest
+	15, // 15: lockplane.lock.v1.LockService.Inspect:input_type -> lockplane.lock.v1.InspectRequest
+	18, // 16: lockplane.lock.v1.LockService.ValidateToken:input_type -> lockplane.lock.v1.ValidateTokenRequest
+	5,  // 17: lockplane.lock.v1.LockService.OpenSession:output_type -> lockplane.lock.v1.OpenSessionResponse
+	7,  // 18: lockplane.lock.v1.LockService.KeepAlive:output_type -> lockplane.lock.v1.KeepAliveResponse
+	10, // 19: lockplane.lock.v1.LockService.CloseSession:output_type -> lockplane.lock.v1.CloseSessionResponse
+	12, // 20: lockplane.lock.v1.LockService.Acquire:output_type -> lockplane.lock.v1.AcquireResponse
+	14, // 21: lockplane.lock.v1.LockService.Release:output_type -> lockplane.lock.v1.ReleaseResponse
+	16, // 22: lockplane.lock.v1.LockService.Inspect:output_type -> lockplane.lock.v1.InspectResponse
+	19, // 23: lockplane.lock.v1.LockService.ValidateToken:output_type -> lockplane.lock.v1.ValidateTokenResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_lockplane_lock_v1_lock_proto_init() }
@@ -1456,8 +1611,8 @@ func file_lockplane_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_lock_v1_lock_proto_rawDesc), len(file_lockplane_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   16,
+			NumEnums:      3,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/metadata"
+)
+
+// idTokenEnv names the operator's cached ID token file when
+// --id-token-file is not given.
+const idTokenEnv = "LOCKPLANE_ID_TOKEN_FILE"
+
+// defaultIDTokenFile is where `lockctl login` caches the operator's ID
+// token: $XDG_CONFIG_HOME/lockplane/id-token (~/.config when unset).
+func defaultIDTokenFile() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "lockplane", "id-token")
+}
+
+// errNotSignedIn is what every two-person command says without a token.
+var errNotSignedIn = errors.New("not signed in: run lockctl login")
+
+// idTokenFile is the operator's ID token cache: the flag, the environment,
+// or the default login writes.
+func (g *globals) idTokenFile() string {
+	switch {
+	case g.idToken != "":
+		return g.idToken
+	case os.Getenv(idTokenEnv) != "":
+		return os.Getenv(idTokenEnv)
+	}
+	return defaultIDTokenFile()
+}
+
+// operatorToken returns the signed-in operator's raw ID token from its
+// cache file, or errNotSignedIn saying where it looked. The arbiter
+// verifies it (issuer, audience, expiry, role, second factor); an expired
+// one is refused there, naming the rule.
+func (g *globals) operatorToken() (string, error) {
+	path := g.idTokenFile()
+	if path == "" {
+		return "", fmt.Errorf("%w (no --id-token-file, $%s or user config directory)", errNotSignedIn, idTokenEnv)
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w (no ID token at %s)", errNotSignedIn, path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("operator ID token %s: %w", path, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%w (%s is empty)", errNotSignedIn, path)
+	}
+	return tok, nil
+}
+
+// asOperator runs fn with the admin client, its calls carrying the
+// operator's ID token ("authorization: Bearer ..."), bounded by --timeout.
+func (g *globals) asOperator(fn func(ctx context.Context, admin adminv1.AdminServiceClient) error) error {
+	tok, err := g.operatorToken()
+	if err != nil {
+		return err
+	}
+	return g.call(func(ctx context.Context, c *lockclient.Client) error {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+		return fn(ctx, adminv1.NewAdminServiceClient(c.Conn()))
+	})
+}
+
+func forceReleaseCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "force-release",
+		Short: "End another's hold: one operator requests, a different one approves (ADR-20)",
+		Long: `force-release ends a hold its holder will not release (a leaked lock: the holder is
+alive and renewing). One signed-in operator requests it with a reason; a different
+signed-in operator approves it. Both are shown, before anything else, the key's
+holder, class and whether the class is fenced (the resource refuses the holder's
+late writes) or advisory (nothing does: two writers may act at once once the hold
+ends). Approval ends the hold in one transaction only if it is still the hold
+requested, and writes a /sys/force record kept 24 hours and archived for seven
+years. The holder's next keepalive tells it: its OnFence runs, lockctl run sends
+its command SIGTERM. Requests expire (1 h by default). See docs/force-release.md.
+
+Operators sign in with lockctl login, which caches an ID token; these commands read
+it from --id-token-file, $` + idTokenEnv + `, or ` + defaultIDTokenFile() + `.`,
+	}
+	var why string
+	var revoke bool
+	req := &cobra.Command{
+		Use:   "request KEY --reason TEXT [--revoke-session]",
+		Short: "Request that KEY's hold end; prints the request ID and the facts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.asOperator(func(ctx context.Context, admin adminv1.AdminServiceClient) error {
+				r, err := admin.RequestForceRelease(ctx, &adminv1.RequestForceReleaseRequest{Key: args[0], Reason: why, RevokeSession: revoke})
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					printProto(r)
+					return nil
+				}
+				fmt.Printf("request %s\n", r.GetAction().GetId())
+				printAction(os.Stdout, r.GetAction())
+				fmt.Printf("\na different operator approves it with: lockctl force-release approve %s\n", r.GetAction().GetId())
+				return nil
+			})
+		},
+	}
+	req.Flags().StringVar(&why, "reason", "", "why the hold must end (required; kept in the force record)")
+	req.Flags().BoolVar(&revoke, "revoke-session", false, "end the holder's whole session: every hold of it on that cluster")
+	c.AddCommand(req, approveCmd(g, "force_release"), denyCmd(g, "force_release"), listCmd(g, "force_release"), showCmd(g, "force_release"))
+	return c
+}
+
+// approveCmd shows a request's facts again, then approves it. Both kinds
+// share it: the request says what approval does.
+func approveCmd(g *globals, kind string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "approve ID",
+		Short: "Show the request's facts again, then carry it out (a different operator from the requester)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.asOperator(func(ctx context.Context, admin adminv1.AdminServiceClient) error {
+				got, err := admin.GetAction(ctx, &adminv1.GetActionRequest{Id: args[0]})
+				if err != nil {
+					return err
+				}
+				if got.GetAction().GetKind() != kind {
+					return exitErr{exitUsage, fmt.Errorf("request %s is a %s, not a %s: approve it with the %s command", args[0],
+						got.GetAction().GetKind(), kind, commandOf(got.GetAction().GetKind()))}
+				}
+				if !g.json() {
+					printAction(os.Stdout, got.GetAction())
+					fmt.Println()
+				}
+				r, err := admin.ApproveAction(ctx, &adminv1.ApproveActionRequest{Id: args[0]})
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					printProto(r)
+					return nil
+				}
+				if fr := r.GetForceRelease(); fr != nil {
+					fmt.Printf("released %s at revision %d; force record %s (kept 24 h)\n", strings.Join(fr.GetReleased(), ", "), fr.GetRevision(), fr.GetRecord())
+					if fr.GetSessionRevoked() {
+						fmt.Printf("session %d revoked\n", r.GetAction().GetHold().GetSession())
+					}
+				}
+				if ea := r.GetEpochAdvance(); ea != nil {
+					printAdvance(ea)
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func commandOf(kind string) string {
+	if kind == "epoch_advance" {
+		return "lockctl epoch"
+	}
+	return "lockctl force-release"
+}
+
+func denyCmd(g *globals, kind string) *cobra.Command {
+	var why string
+	c := &cobra.Command{
+		Use:   "deny ID --reason TEXT",
+		Short: "Refuse a pending request (or withdraw your own)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.asOperator(func(ctx context.Context, admin adminv1.AdminServiceClient) error {
+				r, err := admin.DenyAction(ctx, &adminv1.DenyActionRequest{Id: args[0], Reason: why})
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					printProto(r)
+					return nil
+				}
+				fmt.Printf("request %s denied\n", r.GetAction().GetId())
+				return nil
+			})
+		},
+	}
+	c.Flags().StringVar(&why, "reason", "", "why (required)")
+	return c
+}
+
+func listCmd(g *globals, kind string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "Requests not yet expired: pending and decided",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.asOperator(func(ctx context.Context, admin adminv1.AdminServiceClient) error {
+				r, err := admin.ListActions(ctx, &adminv1.ListActionsRequest{Kind: kind})
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					printProto(r)
+					return nil
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSTATE\tWHAT\tREQUESTER\tEXPIRES IN\tREASON")
+				for _, a := range r.GetActions() {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.GetId(), a.GetState(), what(a), operatorName(a.GetRequester()),
+						time.Until(a.GetExpiresAt().AsTime()).Round(time.Second), a.GetReason())
+				}
+				return tw.Flush()
+			})
+		},
+	}
+}
+
+func showCmd(g *globals, kind string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "A request's facts and state",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.asOperator(func(ctx context.Context, admin adminv1.AdminServiceClient) error {
+				r, err := admin.GetAction(ctx, &adminv1.GetActionRequest{Id: args[0]})
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					printProto(r)
+					return nil
+				}
+				fmt.Printf("request %s\n", r.GetAction().GetId())
+				printAction(os.Stdout, r.GetAction())
+				return nil
+			})
+		},
+	}
+}
+
+func what(a *adminv1.Action) string {
+	if h := a.GetHold(); h != nil {
+		s := "release " + h.GetKey()
+		if a.GetRevokeSession() {
+			s += fmt.Sprintf(" + session %d", h.GetSession())
+		}
+		return s
+	}
+	if ad := a.GetAdvance(); ad != nil {
+		return fmt.Sprintf("advance %s from epoch %d", ad.GetCluster(), ad.GetExpectedEpoch())
+	}
+	return a.GetKind()
+}
+
+func operatorName(o *adminv1.Operator) string {
+	if o.GetName() != "" {
+		return o.GetName()
+	}
+	return o.GetSubject()
+}
+
+// printAction prints the facts first: what the request would end, who
+// holds it, whether the class is fenced, the warnings; then who asked,
+// why, and its state.
+func printAction(w io.Writer, a *adminv1.Action) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	holds := a.GetSessionHolds()
+	if len(holds) == 0 && a.GetHold() != nil {
+		holds = []*adminv1.HoldFacts{a.GetHold()}
+	}
+	for _, h := range holds {
+		enf := h.GetEnforcement()
+		switch {
+		case h.GetFenced():
+			enf = "fenced: the resource refuses the holder's late writes by their token"
+		case enf == "":
+			enf = "unknown (not from the policy set): treat as advisory"
+		default:
+			enf += ": nothing at the resource refuses the holder's late writes"
+		}
+		fmt.Fprintf(tw, "key\t%s\n", h.GetKey())
+		fmt.Fprintf(tw, "cluster\t%s\n", h.GetCluster())
+		fmt.Fprintf(tw, "holder\t%s (instance %s)\n", h.GetIdentity(), dash(h.GetInstance()))
+		fmt.Fprintf(tw, "session\t%d\n", h.GetSession())
+		fmt.Fprintf(tw, "class\t%s\n", h.GetClass())
+		fmt.Fprintf(tw, "enforcement\t%s\n", enf)
+		fmt.Fprintf(tw, "held since\t%s (revision %d)\n", h.GetSince().AsTime().Format(time.RFC3339), h.GetRevision())
+	}
+	if ad := a.GetAdvance(); ad != nil {
+		fmt.Fprintf(tw, "cluster\t%s\n", ad.GetCluster())
+		fmt.Fprintf(tw, "expected epoch\t%d\n", ad.GetExpectedEpoch())
+		if ad.Above != nil {
+			fmt.Fprintf(tw, "above\t%d\n", ad.GetAbove())
+		}
+	}
+	tw.Flush()
+	for _, warn := range a.GetWarnings() {
+		fmt.Fprintf(w, "WARNING: %s\n", warn)
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "requested by\t%s (%s %s)\n", operatorName(a.GetRequester()), a.GetRequester().GetIssuer(), a.GetRequester().GetSubject())
+	fmt.Fprintf(tw, "reason\t%s\n", a.GetReason())
+	state := a.GetState()
+	if a.GetDecidedBy() != nil {
+		state += " by " + operatorName(a.GetDecidedBy())
+		if a.GetDecisionReason() != "" {
+			state += ": " + a.GetDecisionReason()
+		}
+	}
+	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "expires\t%s\n", a.GetExpiresAt().AsTime().Format(time.RFC3339))
+	tw.Flush()
+}

@@ -1,0 +1,680 @@
+package arbiter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockplane/lockplane/services/audit"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/lockkey"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Two-person actions (ADR-20, ADR-03). One operator requests, a different
+// one approves; both are signed in (operator.go). A request is a record
+// on the coord cluster under actionPrefix, on a lease of cfg.ActionTTL, so
+// an unanswered request is forgotten by etcd itself. Force-release and
+// epoch advance share this storage and these steps; only what approval
+// carries out differs (approveForce, approveAdvance).
+
+// actionPrefix is where requests live on the coord cluster. Under
+// /sys/force/ so the Admin API's etcd role (put under /sys/force) covers
+// them; force records are told apart by isForceRecord.
+const actionPrefix = audit.ForcePrefix + "req/"
+
+// The kinds and states of an action.
+const (
+	kindForceRelease = "force_release"
+	kindEpochAdvance = "epoch_advance"
+
+	statePending  = "pending"
+	stateApproved = "approved"
+	stateDenied   = "denied"
+	// stateFailed: approved, but what it was to do no longer applied (the
+	// hold changed) and nothing was done.
+	stateFailed = "failed"
+)
+
+// actionIDLen is the length of an action's ID: 10 random bytes in hex.
+const actionIDLen = 20
+
+// maxReason bounds a reason's length, kept in records and the archive.
+const maxReason = 1024
+
+// actionRecord is the stored request. Never a token: a hold is named by
+// key, revision and value (the hold record, which holds none).
+type actionRecord struct {
+	ID             string       `json:"id"`
+	Kind           string       `json:"kind"`
+	State          string       `json:"state"`
+	Requester      Operator     `json:"requester"`
+	Reason         string       `json:"reason"`
+	RequestedAt    time.Time    `json:"requested_at"`
+	ExpiresAt      time.Time    `json:"expires_at"`
+	Hold           *holdFact    `json:"hold,omitempty"`
+	RevokeSession  bool         `json:"revoke_session,omitempty"`
+	SessionHolds   []holdFact   `json:"session_holds,omitempty"`
+	Advance        *advanceArgs `json:"advance,omitempty"`
+	DecidedBy      *Operator    `json:"decided_by,omitempty"`
+	DecisionReason string       `json:"decision_reason,omitempty"`
+	DecidedAt      time.Time    `json:"decided_at,omitzero"`
+}
+
+// holdFact is a hold as it was at request time: what the operators are
+// shown and what approval compares.
+type holdFact struct {
+	Key         string    `json:"key"`
+	Cluster     string    `json:"cluster"`
+	Identity    string    `json:"identity"`
+	Instance    string    `json:"instance,omitempty"`
+	Session     int64     `json:"session"`
+	Class       string    `json:"class"`
+	Enforcement string    `json:"enforcement"`
+	Revision    int64     `json:"revision"`
+	Since       time.Time `json:"since"`
+	// Value is the hold record's bytes: approval compares them too.
+	Value string `json:"value"`
+}
+
+// advanceArgs are an epoch advance's arguments (AdvanceEpochRequest).
+type advanceArgs struct {
+	Cluster  string  `json:"cluster"`
+	Expected uint32  `json:"expected"`
+	Above    *uint32 `json:"above,omitempty"`
+	Reason   string  `json:"reason"`
+}
+
+func (r actionRecord) encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func actionKey(id string) string { return actionPrefix + id }
+
+// forceKey is the force record of action id, on the ended holds' cluster.
+func forceKey(id string) string { return audit.ForcePrefix + id }
+
+func newActionID() string {
+	b := make([]byte, actionIDLen/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func validActionID(id string) error {
+	if len(id) != actionIDLen || strings.Trim(id, "0123456789abcdef") != "" {
+		return invalidArgument("id", fmt.Sprintf("must be the %d hex characters a request printed", actionIDLen))
+	}
+	return nil
+}
+
+func stale(cause, msg string, meta ...string) error {
+	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ACTION_STALE, msg, append([]string{"cause", cause}, meta...)...)
+}
+
+// RequestForceRelease implements adminv1.AdminServiceServer.
+func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.RequestForceReleaseRequest) (*adminv1.RequestForceReleaseResponse, error) {
+	op, err := s.signedInOperator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	if err := lockkey.Validate(req.GetKey()); err != nil {
+		return nil, invalidArgument("key", err.Error())
+	}
+	a, kv, err := s.findHold(ctx, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	hold, err := s.fact(a, req.GetKey(), kv)
+	if err != nil {
+		return nil, err
+	}
+	rec := actionRecord{Kind: kindForceRelease, Requester: op, Reason: req.GetReason(), Hold: &hold, RevokeSession: req.GetRevokeSession()}
+	if rec.RevokeSession {
+		if rec.SessionHolds, err = s.sessionHolds(ctx, a, hold.Session); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.store(ctx, &rec); err != nil {
+		return nil, err
+	}
+	s.a.log.Info("force-release requested", "action", rec.ID, "key", hold.Key, "cluster", hold.Cluster, "holder", hold.Identity,
+		"class", hold.Class, "enforcement", hold.Enforcement, "revoke_session", rec.RevokeSession, "by", op.String(), "reason", rec.Reason)
+	return &adminv1.RequestForceReleaseResponse{Action: rec.proto()}, nil
+}
+
+// RequestEpochAdvance implements adminv1.AdminServiceServer.
+func (s *adminServer) RequestEpochAdvance(ctx context.Context, req *adminv1.RequestEpochAdvanceRequest) (*adminv1.RequestEpochAdvanceResponse, error) {
+	op, err := s.signedInOperator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	adv := req.GetAdvance()
+	if err := requireReason(adv.GetReason()); err != nil {
+		return nil, err
+	}
+	a, err := s.cluster(adv.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	rec := actionRecord{Kind: kindEpochAdvance, Requester: op, Reason: adv.GetReason(),
+		Advance: &advanceArgs{Cluster: a.cfg.Cluster, Expected: adv.GetExpectedEpoch(), Reason: adv.GetReason()}}
+	if adv.Above != nil {
+		above := adv.GetAbove()
+		rec.Advance.Above = &above
+	}
+	if err := s.store(ctx, &rec); err != nil {
+		return nil, err
+	}
+	s.a.log.Info("epoch advance requested", "action", rec.ID, "cluster", a.cfg.Cluster, "expected", rec.Advance.Expected, "by", op.String(), "reason", rec.Reason)
+	return &adminv1.RequestEpochAdvanceResponse{Action: rec.proto()}, nil
+}
+
+func requireReason(r string) error {
+	switch {
+	case strings.TrimSpace(r) == "":
+		return invalidArgument("reason", "is required: why, for the approver and the audit record")
+	case len(r) > maxReason:
+		return invalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
+	}
+	return nil
+}
+
+// store gives rec an ID and puts it, pending, on a lease of ActionTTL on
+// the coord cluster.
+func (s *adminServer) store(ctx context.Context, rec *actionRecord) error {
+	coord := s.a
+	ttl := coord.cfg.ActionTTL
+	rec.ID, rec.State = newActionID(), statePending
+	rec.RequestedAt = time.Now().UTC()
+	rec.ExpiresAt = rec.RequestedAt.Add(ttl)
+	octx, cancel := coord.opCtx(ctx)
+	defer cancel()
+	lease, err := coord.etcd.Grant(octx, int64(ttl/time.Second))
+	if err != nil {
+		return coord.etcdFailure(ctx, err)
+	}
+	put, err := coord.etcd.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(actionKey(rec.ID)), "=", 0)).
+		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithLease(lease.ID))).Commit()
+	if err != nil || !put.Succeeded {
+		coord.discardLease(lease.ID)
+		if err == nil {
+			err = errors.New("action ID collision")
+		}
+		return coord.etcdFailure(ctx, err)
+	}
+	return nil
+}
+
+// findHold finds key's hold on whichever of this arbiter's clusters has
+// it: its class's tier and the shard map say where it should be, but the
+// hold is what is to end, wherever it is.
+func (s *adminServer) findHold(ctx context.Context, key string) (*Arbiter, *mvccpb.KeyValue, error) {
+	var (
+		found   *Arbiter
+		kv      *mvccpb.KeyValue
+		holders []string
+	)
+	for _, a := range s.all() {
+		octx, cancel := a.opCtx(ctx)
+		resp, err := a.etcd.Get(octx, lockkey.HoldKey(key))
+		cancel()
+		if err != nil {
+			return nil, nil, a.etcdFailure(ctx, err)
+		}
+		if len(resp.Kvs) > 0 {
+			found, kv, holders = a, resp.Kvs[0], append(holders, a.cfg.Cluster)
+		}
+	}
+	switch len(holders) {
+	case 0:
+		return nil, nil, refusal(codes.NotFound, lockv1.ErrorReason_INVALID_ARGUMENT, "key "+key+" is not held on any cluster this arbiter serves: nothing to release",
+			"field", "key")
+	case 1:
+		return found, kv, nil
+	}
+	return nil, nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_INVALID_ARGUMENT,
+		fmt.Sprintf("key %s is held on more than one cluster (%v), which only a range move in progress explains: wait for it to finish", key, holders), "field", "key")
+}
+
+// all is the coord cluster's arbiter and the entity shards', sorted.
+func (s *adminServer) all() []*Arbiter {
+	out := []*Arbiter{s.a}
+	for _, name := range s.shardNames() {
+		out = append(out, s.shards[name])
+	}
+	return out
+}
+
+// fact is what an operator is shown of the hold kv of key on a's cluster.
+func (s *adminServer) fact(a *Arbiter, key string, kv *mvccpb.KeyValue) (holdFact, error) {
+	h, err := decodeHold(kv.Value)
+	if err != nil {
+		return holdFact{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable hold record for key "+key)
+	}
+	return holdFact{Key: key, Cluster: a.cfg.Cluster, Identity: h.Identity, Instance: h.Instance, Session: kv.Lease,
+		Class: h.Class, Enforcement: s.enforcement(h.Class), Revision: kv.ModRevision, Since: h.Since, Value: string(kv.Value)}, nil
+}
+
+// enforcement is the class's, from the policy set: fenced or advisory;
+// "" for a class the registry reports no facts of.
+func (s *adminServer) enforcement(class string) string {
+	if f, ok := s.a.cfg.Classes.(ClassFacts); ok {
+		for _, c := range f.ClassFacts() {
+			if c.Name == class {
+				return c.Enforcement
+			}
+		}
+	}
+	return ""
+}
+
+// sessionHolds are the holds on session's lease on a's cluster, from the
+// keys etcd has attached to the lease.
+func (s *adminServer) sessionHolds(ctx context.Context, a *Arbiter, session int64) ([]holdFact, error) {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	ttl, err := a.etcd.TimeToLive(octx, clientv3.LeaseID(session), clientv3.WithAttachedKeys())
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	var gets []clientv3.Op
+	for _, k := range ttl.Keys {
+		if strings.HasPrefix(string(k), lockkey.HoldPrefix) {
+			gets = append(gets, clientv3.OpGet(string(k)))
+		}
+	}
+	if len(gets) == 0 {
+		return nil, nil
+	}
+	resp, err := a.etcd.Txn(octx).Then(gets...).Commit()
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	var out []holdFact
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			if kv.Lease != session {
+				continue
+			}
+			f, err := s.fact(a, strings.TrimPrefix(string(kv.Key), lockkey.HoldPrefix), kv)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f)
+		}
+	}
+	slices.SortFunc(out, func(x, y holdFact) int { return strings.Compare(x.Key, y.Key) })
+	return out, nil
+}
+
+// load reads action id: its record and revision. NOT_FOUND once its
+// lease has ended.
+func (s *adminServer) load(ctx context.Context, id string) (actionRecord, int64, error) {
+	if err := validActionID(id); err != nil {
+		return actionRecord{}, 0, err
+	}
+	octx, cancel := s.a.opCtx(ctx)
+	defer cancel()
+	resp, err := s.a.etcd.Get(octx, actionKey(id))
+	if err != nil {
+		return actionRecord{}, 0, s.a.etcdFailure(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return actionRecord{}, 0, refusal(codes.NotFound, lockv1.ErrorReason_ACTION_STALE,
+			"no request "+id+": it has expired (requests live "+s.a.cfg.ActionTTL.String()+") or never existed; request again", "cause", "action_expired")
+	}
+	var rec actionRecord
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		return actionRecord{}, 0, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable request "+id)
+	}
+	return rec, resp.Kvs[0].ModRevision, nil
+}
+
+// decide moves action rec, read at rev, to its next state, if no one
+// else has decided it since; the record keeps its lease.
+func (s *adminServer) decide(ctx context.Context, rec actionRecord, rev int64) (int64, error) {
+	octx, cancel := s.a.opCtx(ctx)
+	defer cancel()
+	resp, err := s.a.etcd.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(actionKey(rec.ID)), "=", rev)).
+		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithIgnoreLease())).Commit()
+	if err != nil {
+		return 0, s.a.etcdFailure(ctx, err)
+	}
+	if !resp.Succeeded {
+		return 0, stale("action_changed", "request "+rec.ID+" was decided or expired meanwhile: lockctl force-release show "+rec.ID)
+	}
+	return resp.Header.Revision, nil
+}
+
+// pending checks action rec may be decided by op now.
+func pending(rec actionRecord, op Operator, verb string) error {
+	switch {
+	case rec.State != statePending:
+		by := ""
+		if rec.DecidedBy != nil {
+			by = " by " + rec.DecidedBy.String()
+		}
+		return stale("action_"+rec.State, fmt.Sprintf("request %s is %s%s, not pending", rec.ID, rec.State, by))
+	case !time.Now().Before(rec.ExpiresAt):
+		return stale("action_expired", fmt.Sprintf("request %s expired at %s; request again", rec.ID, rec.ExpiresAt.Format(time.RFC3339)))
+	case !twoPersonRule(rec.Requester, op):
+		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+			fmt.Sprintf("request %s was made by %s: a different operator must %s it (two-person rule, ADR-20)", rec.ID, rec.Requester.String(), verb),
+			"cause", "same_operator")
+	}
+	return nil
+}
+
+// twoPersonRule reports whether approver may decide requester's request:
+// a different person, by issuer and subject. A var so that tests can show
+// a broken variant fail their checks.
+var twoPersonRule = func(requester, approver Operator) bool { return !requester.same(approver) }
+
+// ApproveAction implements adminv1.AdminServiceServer: the request is
+// claimed (pending → approved, compared on its revision, so two approvers
+// or an approval and a denial cannot both win), then carried out. When
+// what it was to do no longer applies it is marked failed and nothing is
+// changed; when etcd could not be reached it is put back to pending, to
+// be approved again (the force record's key makes a second run refuse).
+func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRequest) (*adminv1.ApproveActionResponse, error) {
+	op, err := s.signedInOperator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec, rev, err := s.load(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := pending(rec, op, "approve"); err != nil {
+		return nil, err
+	}
+	before := rec
+	rec.State, rec.DecidedBy, rec.DecidedAt = stateApproved, &op, time.Now().UTC()
+	claimed, err := s.decide(ctx, rec, rev)
+	if err != nil {
+		return nil, err
+	}
+	out := &adminv1.ApproveActionResponse{}
+	switch rec.Kind {
+	case kindForceRelease:
+		out.ForceRelease, err = s.approveForce(ctx, rec, op)
+	case kindEpochAdvance:
+		out.EpochAdvance, err = s.approveAdvance(ctx, rec, op)
+	default:
+		err = refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
+	}
+	if err != nil {
+		next := before
+		if precondition(err) {
+			next = rec
+			next.State, next.DecisionReason = stateFailed, reasonText(err)
+		}
+		// The call's own deadline (and budget) may be spent: the record is
+		// put back under a fresh one.
+		if _, derr := s.decide(context.Background(), next, claimed); derr != nil {
+			s.a.log.Error("approved request not put back", "action", rec.ID, "err", derr)
+		}
+		return nil, err
+	}
+	out.Action = rec.proto()
+	return out, nil
+}
+
+// precondition reports an approval that failed because what it was to do
+// no longer applies (rather than for want of etcd).
+func precondition(err error) bool {
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_ACTION_STALE, lockv1.ErrorReason_EPOCH_CHANGED, lockv1.ErrorReason_SEALED, lockv1.ErrorReason_INVALID_ARGUMENT:
+		return true
+	}
+	return false
+}
+
+func reasonText(err error) string {
+	if m, _ := reason.Info(err); m != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return m.String() + ": " + status.Convert(err).Message()
+	}
+	return status.Convert(err).Message()
+}
+
+// approveAdvance runs an approved epoch advance.
+func (s *adminServer) approveAdvance(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.AdvanceEpochResponse, error) {
+	adv := rec.Advance
+	req := &adminv1.AdvanceEpochRequest{Cluster: adv.Cluster, ExpectedEpoch: adv.Expected, Reason: adv.Reason, Above: adv.Above}
+	by := fmt.Sprintf("requested by %s, approved by %s, request %s", rec.Requester.String(), approver.String(), rec.ID)
+	return s.advanceEpoch(ctx, by, req)
+}
+
+// approveForce ends the requested hold, or with revoke_session every hold
+// of its session, in one Txn on the holds' cluster that commits only if
+// each is still the one requested (revision and value) and the force
+// record is new; the record goes on a 24-hour lease of its own. A revoked
+// session's lease is revoked after.
+func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.ForceReleaseResult, error) {
+	a, err := s.cluster(rec.Hold.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	holds := []holdFact{*rec.Hold}
+	if rec.RevokeSession {
+		// The session's holds now must be those requested: a hold it took
+		// since would end with the lease unannounced.
+		now, err := s.sessionHolds(ctx, a, rec.Hold.Session)
+		if err != nil {
+			return nil, err
+		}
+		if !sameHolds(now, rec.SessionHolds) {
+			return nil, stale("session_holds_changed", fmt.Sprintf("session %d's holds changed since request %s was made: nothing was released; request again to see them",
+				rec.Hold.Session, rec.ID))
+		}
+		holds = rec.SessionHolds
+	}
+	fr := forceRecord{Action: rec.ID, Kind: kindForceRelease, Key: rec.Hold.Key, Cluster: a.cfg.Cluster, Requester: rec.Requester.String(),
+		Approver: approver.String(), Reason: rec.Reason, Class: rec.Hold.Class, Enforcement: enforcementOrUnknown(rec.Hold.Enforcement),
+		Identity: rec.Hold.Identity, Instance: rec.Hold.Instance, Session: rec.Hold.Session, RevokeSession: rec.RevokeSession, At: time.Now().UTC()}
+	for _, h := range holds {
+		fr.Holds = append(fr.Holds, forcedHold{Key: h.Key, Session: h.Session, Revision: h.Revision})
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	lease, err := a.etcd.Grant(octx, int64(forceRecordTTL/time.Second))
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	cmps, ops := forceTxn(a, rec, holds, fr, lease.ID)
+	resp, err := a.etcd.Txn(octx).If(cmps...).Then(ops...).Commit()
+	if err != nil || !resp.Succeeded {
+		a.discardLease(lease.ID)
+	}
+	if err != nil {
+		return nil, a.etcdFailure(ctx, err)
+	}
+	if !resp.Succeeded {
+		return nil, stale("hold_changed", fmt.Sprintf("the hold of %s is no longer the one request %s names (released, handed off, expired or re-granted since revision %d): nothing was released",
+			rec.Hold.Key, rec.ID, rec.Hold.Revision), "key", rec.Hold.Key)
+	}
+	out := &adminv1.ForceReleaseResult{Revision: resp.Header.Revision, Record: forceKey(rec.ID)}
+	for _, h := range holds {
+		out.Released = append(out.Released, h.Key)
+	}
+	a.log.Warn("force-released", "action", rec.ID, "keys", out.Released, "cluster", a.cfg.Cluster, "holder", rec.Hold.Identity,
+		"session", rec.Hold.Session, "class", rec.Hold.Class, "enforcement", fr.Enforcement,
+		"requester", fr.Requester, "approver", fr.Approver, "reason", rec.Reason, "revision", resp.Header.Revision)
+	if rec.RevokeSession {
+		if err := a.revoke(ctx, rec.Hold.Session); err != nil {
+			// The holds are gone and the session record with them: the
+			// lease lapses by itself within its TTL.
+			a.log.Error("force-release: session lease not revoked; it lapses within its TTL", "action", rec.ID, "session", rec.Hold.Session, "err", err)
+		} else {
+			out.SessionRevoked = true
+		}
+	}
+	return out, nil
+}
+
+// forceTxn is the force-release Txn: each hold compared on its revision
+// and value and deleted, the force record put once. A var so that tests
+// can show a broken variant fail their safety checks.
+var forceTxn = func(a *Arbiter, rec actionRecord, holds []holdFact, fr forceRecord, lease clientv3.LeaseID) ([]clientv3.Cmp, []clientv3.Op) {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(forceKey(rec.ID)), "=", 0)}
+	var ops []clientv3.Op
+	for _, h := range holds {
+		k := lockkey.HoldKey(h.Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", h.Revision), clientv3.Compare(clientv3.Value(k), "=", h.Value))
+		ops = append(ops, clientv3.OpDelete(k))
+	}
+	if rec.RevokeSession {
+		ops = append(ops, clientv3.OpDelete(lockkey.SessionKey(rec.Hold.Session)))
+	}
+	ops = append(ops, clientv3.OpPut(forceKey(rec.ID), fr.encode(), clientv3.WithLease(lease)))
+	return cmps, ops
+}
+
+func sameHolds(a, b []holdFact) bool {
+	return slices.EqualFunc(a, b, func(x, y holdFact) bool { return x.Key == y.Key && x.Revision == y.Revision && x.Value == y.Value })
+}
+
+func enforcementOrUnknown(e string) string {
+	if e == "" {
+		return "unknown"
+	}
+	return e
+}
+
+// DenyAction implements adminv1.AdminServiceServer. The requester may
+// withdraw their own request; anyone else signed in may deny it.
+func (s *adminServer) DenyAction(ctx context.Context, req *adminv1.DenyActionRequest) (*adminv1.DenyActionResponse, error) {
+	op, err := s.signedInOperator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	rec, rev, err := s.load(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != statePending {
+		return nil, pending(rec, Operator{}, "deny")
+	}
+	rec.State, rec.DecidedBy, rec.DecidedAt, rec.DecisionReason = stateDenied, &op, time.Now().UTC(), req.GetReason()
+	if _, err := s.decide(ctx, rec, rev); err != nil {
+		return nil, err
+	}
+	s.a.log.Info("request denied", "action", rec.ID, "kind", rec.Kind, "by", op.String(), "reason", req.GetReason())
+	return &adminv1.DenyActionResponse{Action: rec.proto()}, nil
+}
+
+// GetAction implements adminv1.AdminServiceServer.
+func (s *adminServer) GetAction(ctx context.Context, req *adminv1.GetActionRequest) (*adminv1.GetActionResponse, error) {
+	if _, err := s.signedInOperator(ctx); err != nil {
+		return nil, err
+	}
+	rec, _, err := s.load(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.GetActionResponse{Action: rec.proto()}, nil
+}
+
+// maxListed caps ListActions; requests expire, so more is a flood.
+const maxListed = 1000
+
+// ListActions implements adminv1.AdminServiceServer.
+func (s *adminServer) ListActions(ctx context.Context, req *adminv1.ListActionsRequest) (*adminv1.ListActionsResponse, error) {
+	if _, err := s.signedInOperator(ctx); err != nil {
+		return nil, err
+	}
+	switch req.GetKind() {
+	case "", kindForceRelease, kindEpochAdvance:
+	default:
+		return nil, invalidArgument("kind", "must be force_release, epoch_advance or empty")
+	}
+	octx, cancel := s.a.opCtx(ctx)
+	defer cancel()
+	resp, err := s.a.etcd.Get(octx, actionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(maxListed))
+	if err != nil {
+		return nil, s.a.etcdFailure(ctx, err)
+	}
+	out := &adminv1.ListActionsResponse{}
+	for _, kv := range resp.Kvs {
+		var rec actionRecord
+		if json.Unmarshal(kv.Value, &rec) != nil || req.GetKind() != "" && rec.Kind != req.GetKind() {
+			continue
+		}
+		out.Actions = append(out.Actions, rec.proto())
+	}
+	slices.SortFunc(out.Actions, func(x, y *adminv1.Action) int {
+		return x.GetRequestedAt().AsTime().Compare(y.GetRequestedAt().AsTime())
+	})
+	return out, nil
+}
+
+// advisoryWarning is said of every hold of a class not known to be fenced.
+const advisoryWarning = "class %s of %s is %s: nothing at the resource refuses the holder's late writes, so once the hold ends the holder (alive and renewing) and the next one may both write at once"
+
+func (rec actionRecord) proto() *adminv1.Action {
+	out := &adminv1.Action{Id: rec.ID, Kind: rec.Kind, State: rec.State, Requester: rec.Requester.proto(), Reason: rec.Reason,
+		RequestedAt: timestamppb.New(rec.RequestedAt), ExpiresAt: timestamppb.New(rec.ExpiresAt), RevokeSession: rec.RevokeSession,
+		DecisionReason: rec.DecisionReason}
+	if rec.DecidedBy != nil {
+		out.DecidedBy, out.DecidedAt = rec.DecidedBy.proto(), timestamppb.New(rec.DecidedAt)
+	}
+	if rec.Hold != nil {
+		out.Hold = rec.Hold.proto()
+		holds := []holdFact{*rec.Hold}
+		for _, h := range rec.SessionHolds {
+			out.SessionHolds = append(out.SessionHolds, h.proto())
+			if h.Key != rec.Hold.Key {
+				holds = append(holds, h)
+			}
+		}
+		for _, h := range holds {
+			switch h.Enforcement {
+			case "fenced":
+			case "":
+				out.Warnings = append(out.Warnings, fmt.Sprintf(advisoryWarning, h.Class, h.Key, "not from the policy set, so not known to be fenced; treat it as advisory"))
+			default:
+				out.Warnings = append(out.Warnings, fmt.Sprintf(advisoryWarning, h.Class, h.Key, h.Enforcement))
+			}
+		}
+		if rec.RevokeSession {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("the holder's whole session %d ends: every hold listed, and the holder must open a new session", rec.Hold.Session))
+		}
+	}
+	if rec.Advance != nil {
+		out.Advance = &adminv1.AdvanceEpochRequest{Cluster: rec.Advance.Cluster, ExpectedEpoch: rec.Advance.Expected, Reason: rec.Advance.Reason}
+		if rec.Advance.Above != nil {
+			out.Advance.Above = proto.Uint32(*rec.Advance.Above)
+		}
+		out.Warnings = append(out.Warnings, fmt.Sprintf("advancing cluster %s's epoch deletes every hold and waiter on it", rec.Advance.Cluster))
+	}
+	return out
+}
+
+func (o Operator) proto() *adminv1.Operator {
+	return &adminv1.Operator{Issuer: o.Issuer, Subject: o.Subject, Name: o.Name}
+}
+
+func (h holdFact) proto() *adminv1.HoldFacts {
+	return &adminv1.HoldFacts{Key: h.Key, Cluster: h.Cluster, Identity: h.Identity, Instance: h.Instance, Session: h.Session, Class: h.Class,
+		Enforcement: h.Enforcement, Fenced: h.Enforcement == "fenced", Revision: h.Revision, Since: timestamppb.New(h.Since)}
+}
