@@ -33,7 +33,13 @@ func (e Election) Lead(ctx context.Context, f func(ctx context.Context, leader c
 	if err != nil {
 		return fmt.Errorf("audit: election lease: %w", err)
 	}
-	sess, err := concurrency.NewSession(e.Coord, concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
+	// The session's keepalive lives only as long as this call: if the
+	// revoke below fails, the lease (and any candidate key a failed
+	// Campaign left under it) still lapses within TTL, and the next
+	// campaign does not queue behind a key nobody will ever delete.
+	sctx, stopKeepAlive := context.WithCancel(ctx)
+	defer stopKeepAlive()
+	sess, err := concurrency.NewSession(e.Coord, concurrency.WithLease(lease.ID), concurrency.WithContext(sctx))
 	if err != nil {
 		return fmt.Errorf("audit: election session: %w", err)
 	}

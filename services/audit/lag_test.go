@@ -34,6 +34,9 @@ func TestTheLagGrowsWhileTheStoreIsDown(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
+	if v := awaitGauge(t, ctx, reg, "lockplane_audit_leading", func(v float64) bool { return v == 1 }); v != 1 {
+		t.Fatal("never led")
+	}
 	want := grants(t, ctx, s, "up", 2)
 	if err := store.Await(ctx, func(evs []audit.Event) bool { return len(granted(evs)) == len(want) }); err != nil {
 		t.Fatal(err)
@@ -52,6 +55,19 @@ func TestTheLagGrowsWhileTheStoreIsDown(t *testing.T) {
 	store.Heal()
 	awaitGauge(t, ctx, reg, "lockplane_audit_lag_revisions", func(v float64) bool { return v == 0 })
 	awaitGauge(t, ctx, reg, "lockplane_audit_lag_seconds", func(v float64) bool { return v == 0 })
+	if v, err := gauge(reg, "lockplane_audit_leading", "coord"); err != nil || v != 1 {
+		t.Fatalf("leading while tailing: %v, %v; want 1", v, err)
+	}
+
+	// Once it no longer leads, its lag is nobody's: gone, and leading 0.
+	cancel()
+	<-done
+	if v, err := gauge(reg, "lockplane_audit_lag_revisions", "coord"); err == nil {
+		t.Fatalf("the lag (%v) outlived the tailer's leadership", v)
+	}
+	if v, err := gauge(reg, "lockplane_audit_leading", "coord"); err != nil || v != 0 {
+		t.Fatalf("leading after the tailer stopped: %v, %v; want 0", v, err)
+	}
 }
 
 // awaitGauge returns the coord cluster's value of the gauge once ok holds

@@ -20,6 +20,7 @@ import (
 type Metrics struct {
 	lag     *prometheus.GaugeVec
 	seconds *prometheus.GaugeVec
+	leading *prometheus.GaugeVec
 	pending *prometheus.GaugeVec
 	events  *prometheus.CounterVec
 	gaps    *prometheus.CounterVec
@@ -56,6 +57,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Revisions the cluster has that the audit store does not yet: the head the tailer last saw minus the last revision stored."}, []string{"cluster"}),
 		seconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_audit_lag_seconds",
 			Help: "How long the audit store has been missing its oldest missing revision, from when the tailer first saw it (1 s resolution); 0 when it has every revision seen."}, []string{"cluster"}),
+		leading: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_audit_leading",
+			Help: "1 while this process's tailer of the cluster leads (is the one writing its history), 0 while it waits or campaigns again; alert when no process of the region has 1."}, []string{"cluster"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_audit_pending_events",
 			Help: "Events the tailer has read and not yet stored: at most its bound (MaxPendingEvents) and one watch response."}, []string{"cluster"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_audit_events_total",
@@ -68,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		peaks:    map[string]int64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.seconds, m.pending, m.events, m.gaps, m.fails)
+		reg.MustRegister(m.lag, m.seconds, m.leading, m.pending, m.events, m.gaps, m.fails)
 	}
 	return m
 }
@@ -131,7 +134,16 @@ func (m *Metrics) refresh(cluster string) {
 	m.publish(cluster, m.pos(cluster), time.Now())
 }
 
-// forget removes the cluster's gauges: this process no longer leads it.
+// lead records whether this process's tailer of cluster leads.
+func (m *Metrics) lead(cluster string, leading bool) {
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	m.leading.WithLabelValues(cluster).Set(v)
+}
+
+// forget removes the cluster's lag gauges: this process no longer leads it.
 func (m *Metrics) forget(cluster string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -83,8 +83,10 @@ var ErrDeposed = errors.New("audit: no longer the elected leader (its election l
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	el := Election{Coord: cfg.Coord, Prefix: ElectionPrefix + cfg.Cluster, Name: cfg.Name, TTL: cfg.LeaderTTL, OpTimeout: cfg.OpTimeout}
+	cfg.Metrics.lead(cfg.Cluster, false)
 	err := el.Lead(ctx, func(lctx context.Context, leader clientv3.Cmp) error {
 		cfg.Logger.Info("audit: tailing", "cluster", cfg.Cluster, "tailer", cfg.Name)
+		cfg.Metrics.lead(cfg.Cluster, true)
 		pctx, cancel := context.WithCancel(lctx)
 		probed := make(chan struct{})
 		go func() {
@@ -105,10 +107,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	})
-	if ctx.Err() != nil || errors.Is(err, ErrDeposed) {
-		// Another tailer leads from here: the series are its own.
-		cfg.Metrics.forget(cfg.Cluster)
-	}
+	// However leading ended, another tailer (or none) leads from here:
+	// the lag series are its own, and a frozen one would mislead.
+	cfg.Metrics.lead(cfg.Cluster, false)
+	cfg.Metrics.forget(cfg.Cluster)
 	return err
 }
 
