@@ -58,6 +58,8 @@ const (
 	DefaultDelay           = time.Hour
 	DefaultRecordsLookback = 7 * 24 * time.Hour
 	DefaultRetryEvery      = 10 * time.Minute
+	DefaultReexportDays    = 2
+	DefaultMaxCatchUpDays  = 31
 )
 
 // Config is an archive: where it reads, where it writes, and how long
@@ -91,8 +93,13 @@ type Config struct {
 	Delay           time.Duration
 	RecordsLookback time.Duration
 	RetryEvery      time.Duration
-	Clock           Clock
-	Logger          *slog.Logger
+	// ReexportDays before each day are exported again with it (2 when
+	// zero, none when negative); MaxCatchUpDays bounds the days done at
+	// once after a pause (31 when zero).
+	ReexportDays   int
+	MaxCatchUpDays int
+	Clock          Clock
+	Logger   *slog.Logger
 }
 
 // Archive exports audit history from the store to MinIO.
@@ -135,6 +142,15 @@ func New(cfg Config) (*Archive, error) {
 	}
 	if cfg.RetryEvery <= 0 {
 		cfg.RetryEvery = DefaultRetryEvery
+	}
+	switch {
+	case cfg.ReexportDays == 0:
+		cfg.ReexportDays = DefaultReexportDays
+	case cfg.ReexportDays < 0:
+		cfg.ReexportDays = 0
+	}
+	if cfg.MaxCatchUpDays <= 0 {
+		cfg.MaxCatchUpDays = DefaultMaxCatchUpDays
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = systemClock{}

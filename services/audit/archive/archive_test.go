@@ -472,9 +472,9 @@ func TestRunDaily(t *testing.T) {
 	start := day.Add(12 * time.Hour) // the 29th is due, the 30th is not
 	clock := &autoClock{now: start, stop: day.Add(72*time.Hour + 30*time.Minute), cancel: cancel}
 	cfg := e.config(minio.Governance)
-	cfg.Clock, cfg.Delay = clock, time.Hour
+	cfg.Clock, cfg.Delay, cfg.ReexportDays = clock, time.Hour, -1
 	a := e.archive(t, cfg)
-	if err := a.RunDaily(ctx); err != nil {
+	if err := a.RunDaily(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	// 29th at start; 30th on Dec 1 at 01:00; Dec 1 on the 2nd at 01:00;
@@ -496,6 +496,119 @@ func TestRunDaily(t *testing.T) {
 	}
 	if records != 4 {
 		t.Errorf("%d records copied, want 4", records)
+	}
+}
+
+// sharedProgress is the Progress two archivers share, as the arbiters
+// share it in etcd.
+type sharedProgress struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (p *sharedProgress) Last(context.Context) (time.Time, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last, !p.last.IsZero(), nil
+}
+
+func (p *sharedProgress) Done(_ context.Context, day time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = day
+	return nil
+}
+
+// An archiver elected after another resumes after the last day done, so
+// days nobody was running for are not skipped; and events the store got
+// after their day was exported reach it when the days after it run. The
+// broken variant forgets the progress (each archiver on its own), as the
+// code before Progress did, and skips days.
+func TestRunDailyResumesAfterAnotherArchiverAndTakesLateEvents(t *testing.T) {
+	e := newEnv(t)
+	in, _ := dayEvents()
+	if err := e.store.Insert(e.ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	// run is one archiver from start until its first wait.
+	run := func(cfg archive.Config, p archive.Progress, start time.Time) {
+		ctx, cancel := context.WithCancel(e.ctx)
+		defer cancel()
+		cfg.Clock, cfg.Delay = &autoClock{now: start, stop: start.Add(time.Hour), cancel: cancel}, time.Hour
+		if err := e.archive(t, cfg).RunDaily(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(cfg archive.Config) []string {
+		var out []string
+		for o := range e.client.ListObjects(e.ctx, cfg.HistoryBucket, minio.ListObjectsOptions{Recursive: true}) {
+			out = append(out, o.Key)
+		}
+		return out
+	}
+	events := func(cfg archive.Config, d time.Time) string {
+		info, err := e.client.StatObject(e.ctx, cfg.HistoryBucket, archive.HistoryKey(d), minio.StatObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.UserMetadata["Events"]
+	}
+	cfg := e.config(minio.Governance)
+	cfg.ReexportDays = 1
+	progress := &sharedProgress{}
+	run(cfg, progress, day.Add(26*time.Hour)) // Dec 1 02:00: the 30th is due
+	first := events(cfg, day)
+	// A grant of the 30th the store got only now (it was down).
+	late := audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: 9001, Key: "team-a/late/1", Kind: audit.Grant,
+		At: day.Add(23 * time.Hour), Namespace: "team-a", Class: "default", Identity: "erin", Session: 9}
+	if err := e.store.Insert(e.ctx, []audit.Event{late}); err != nil {
+		t.Fatal(err)
+	}
+	// The archiver stopped; another is elected on Dec 4 at 02:00.
+	run(cfg, progress, day.Add(98*time.Hour))
+	want := []string{"history/2026/11/29/events.parquet", "history/2026/11/30/events.parquet", "history/2026/12/01/events.parquet",
+		"history/2026/12/02/events.parquet", "history/2026/12/03/events.parquet"}
+	if got := keys(cfg); !slices.Equal(got, want) {
+		t.Errorf("history %v, want %v", got, want)
+	}
+	if got := events(cfg, day); got == first {
+		t.Errorf("the 30th still has %s events after a late one was stored and the 1st ran", got)
+	}
+
+	broken := e.config(minio.Governance)
+	broken.ReexportDays = -1
+	run(broken, nil, day.Add(26*time.Hour))
+	run(broken, nil, day.Add(98*time.Hour))
+	if got := keys(broken); slices.Contains(got, "history/2026/12/01/events.parquet") {
+		t.Fatalf("the broken variant exported %v: this test cannot tell the two apart", got)
+	}
+}
+
+// A record is put only if absent: MinIO refuses a second conditional put
+// of the key in the locked bucket, so two archivers racing between their
+// stat and their put leave one version, not two kept for years.
+func TestARecordIsPutOnlyIfAbsent(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(minio.Governance)
+	e.archive(t, cfg)
+	put := func() error {
+		opts := minio.PutObjectOptions{Mode: minio.Governance, RetainUntilDate: time.Now().AddDate(0, 0, 1), SendContentMd5: true}
+		opts.SetMatchETagExcept("*")
+		_, err := e.client.PutObject(e.ctx, cfg.RecordsBucket, "records/x/1.json", strings.NewReader("{}"), 2, opts)
+		return err
+	}
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(); minio.ToErrorResponse(err).StatusCode != 412 {
+		t.Fatalf("a second put if absent: %v, want 412 Precondition Failed", err)
+	}
+	n := 0
+	for range e.client.ListObjects(e.ctx, cfg.RecordsBucket, minio.ListObjectsOptions{Recursive: true, WithVersions: true}) {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d versions of the record, want 1", n)
 	}
 }
 

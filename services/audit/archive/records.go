@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -80,13 +81,22 @@ func (a *Archive) copyRecord(ctx context.Context, e audit.Event, done *Copied) e
 	case minio.ToErrorResponse(err).Code != minio.NoSuchKey:
 		return fmt.Errorf("stat %s: %w", key, err)
 	}
-	_, err = a.cfg.Client.PutObject(ctx, a.cfg.RecordsBucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{
+	opts := minio.PutObjectOptions{
 		ContentType:     "application/json",
 		UserMetadata:    map[string]string{ChecksumKey: sum},
 		Mode:            a.cfg.RecordsMode,
 		RetainUntilDate: a.cfg.Clock.Now().UTC().AddDate(int(a.cfg.RecordsYears), 0, 0),
 		SendContentMd5:  true, // S3 wants a checksum on a put with retention
-	})
+	}
+	// Only if still absent: another archiver (one deposed and not yet
+	// stopped) may have put it since the stat, and a second locked version
+	// would be kept for years.
+	opts.SetMatchETagExcept("*")
+	_, err = a.cfg.Client.PutObject(ctx, a.cfg.RecordsBucket, key, bytes.NewReader(body), int64(len(body)), opts)
+	if minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed {
+		done.Present++
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}

@@ -14,22 +14,30 @@ import (
 // archiver.
 const ArchiveElection = "/sys/audit/archive/leader"
 
+// The archive election's TTL and the bound on each of its etcd calls.
+const (
+	archiveTTL       = 10 * time.Second
+	archiveOpTimeout = 5 * time.Second
+)
+
 // Archiver is what the elected archiver runs: archive.Archive.
 type Archiver interface {
 	EnsureBuckets(ctx context.Context) error
-	RunDaily(ctx context.Context) error
+	RunDaily(ctx context.Context, p archive.Progress) error
 }
 
 var _ Archiver = (*archive.Archive)(nil)
 
 // runArchive runs the region's archiver while this process is elected,
-// campaigning again when it is deposed, until ctx ends. Two archivers
-// overlapping for a moment (one deposed, not yet stopped) is harmless: a
-// day exported again is the same bytes, and a record is never rewritten.
+// campaigning again when it is deposed, until ctx ends. The last day done
+// is kept on the coord cluster (ArchiveProgress), written under the
+// election, so a successor resumes after it. Two archivers overlapping for
+// a moment (one deposed, not yet stopped) is harmless: a day exported
+// again is the same bytes, and a record is put only if absent.
 func runArchive(ctx context.Context, cfg Config) {
-	el := audit.Election{Coord: cfg.Coord, Prefix: ArchiveElection, Name: cfg.Name, TTL: 10 * time.Second, OpTimeout: cfg.MigrateTimeout}
+	el := audit.Election{Coord: cfg.Coord, Prefix: ArchiveElection, Name: cfg.Name, TTL: archiveTTL, OpTimeout: archiveOpTimeout}
 	retry(ctx, cfg, func() error {
-		err := el.Lead(ctx, func(lctx context.Context, _ clientv3.Cmp) error {
+		err := el.Lead(ctx, func(lctx context.Context, leader clientv3.Cmp) error {
 			cfg.Logger.Info("audit: archiving", "archiver", cfg.Name)
 			// The buckets and their rules first, bounded per try: the
 			// daily run writes nothing into a bucket without its rules.
@@ -45,7 +53,7 @@ func runArchive(ctx context.Context, cfg Config) {
 			if !ok {
 				return lctx.Err()
 			}
-			return cfg.Archive.RunDaily(lctx)
+			return cfg.Archive.RunDaily(lctx, etcdProgress{etcd: cfg.Coord, leader: leader, timeout: archiveOpTimeout})
 		})
 		switch {
 		case ctx.Err() != nil:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/audittest"
 	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/devenv"
@@ -79,7 +80,7 @@ func (a namedArchiver) EnsureBuckets(context.Context) error {
 	return nil
 }
 
-func (a namedArchiver) RunDaily(ctx context.Context) error {
+func (a namedArchiver) RunDaily(ctx context.Context, _ archive.Progress) error {
 	n := a.running.Add(1)
 	defer a.running.Add(-1)
 	for m := a.most.Load(); n > m && !a.most.CompareAndSwap(m, n); m = a.most.Load() {
