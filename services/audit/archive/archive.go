@@ -99,7 +99,7 @@ type Config struct {
 	ReexportDays   int
 	MaxCatchUpDays int
 	Clock          Clock
-	Logger   *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Archive exports audit history from the store to MinIO.
