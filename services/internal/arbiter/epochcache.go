@@ -193,6 +193,15 @@ func (a *Arbiter) readEpoch(ctx context.Context) (int64, error) {
 		return 0, a.etcdFailure(ctx, err)
 	}
 	a.epochs.linearizable(at(resp.Header), before)
+	if newest := a.epochs.observed(); newest.cluster == resp.Header.ClusterId && resp.Header.Revision < newest.rev {
+		// Overtaken by an observation made while the read was in flight:
+		// no regression shown yet, but none ruled out either. A read
+		// started now must answer at or above it.
+		if resp, err = a.etcd.Get(octx, lockkey.EpochKey); err != nil {
+			return 0, a.etcdFailure(ctx, err)
+		}
+		a.epochs.linearizable(at(resp.Header), newest)
+	}
 	a.cacheRecord(resp.Kvs, at(resp.Header))
 	a.observeHeader(resp.Header)
 	return resp.Header.Revision, nil
