@@ -42,7 +42,8 @@ func (a Applied) Changed() bool { return a != Applied{} }
 // granted or revoked (so a second Apply bumps no auth revision, which
 // would make every client re-authenticate); a permission or a role the
 // spec no longer names is revoked; a password is set only when it does
-// not authenticate. Roles and users the spec does not name are left alone
+// not authenticate (root's last: the client given, signed in with the old
+// one, is then signed out). Roles and users the spec does not name are left alone
 // (another tool's, or a retired one to delete by hand). Every request
 // runs under its own deadline (Options.OpTimeout).
 func Apply(ctx context.Context, root *clientv3.Client, spec Spec, opts Options) (Applied, error) {
@@ -60,8 +61,12 @@ func Apply(ctx context.Context, root *clientv3.Client, spec Spec, opts Options) 
 		return out, err
 	}
 	// Root first: enabling auth needs it, and once auth is on it is the
-	// only user that may change the rest.
-	if err := ap.user(ctx, User{Name: RootUser, Password: spec.RootPassword, Roles: []string{RootRole}}, enabled, &out); err != nil {
+	// only user that may change the rest. A new root password is set
+	// last: setting it ends the sessions of the client doing all this,
+	// which signs in with the old one.
+	rootUser := User{Name: RootUser, Password: spec.RootPassword, Roles: []string{RootRole}}
+	rootPassword, err := ap.user(ctx, rootUser, enabled, true, &out)
+	if err != nil {
 		return out, err
 	}
 	for _, r := range spec.Roles {
@@ -70,7 +75,7 @@ func Apply(ctx context.Context, root *clientv3.Client, spec Spec, opts Options) 
 		}
 	}
 	for _, u := range spec.Users {
-		if err := ap.user(ctx, u, enabled, &out); err != nil {
+		if _, err := ap.user(ctx, u, enabled, false, &out); err != nil {
 			return out, err
 		}
 	}
@@ -80,7 +85,23 @@ func Apply(ctx context.Context, root *clientv3.Client, spec Spec, opts Options) 
 		}
 		out.AuthEnabled = true
 	}
+	if rootPassword {
+		if err := ap.password(ctx, rootUser); err != nil {
+			return out, err
+		}
+		out.PasswordsSet++
+	}
 	return out, nil
+}
+
+func (a applier) password(ctx context.Context, u User) error {
+	if err := a.do(ctx, func(ctx context.Context) error {
+		_, err := a.c.UserChangePassword(ctx, u.Name, u.Password)
+		return err
+	}); err != nil {
+		return fmt.Errorf("etcdauth: user %s: set the password: %w", u.Name, err)
+	}
+	return nil
 }
 
 type applier struct {
@@ -170,10 +191,11 @@ func (a applier) role(ctx context.Context, r Role, out *Applied) error {
 }
 
 // user adds u if it is missing, sets its password unless it authenticates
-// already, and makes its roles u's.
-func (a applier) user(ctx context.Context, u User, authOn bool, out *Applied) error {
+// already (or, with later, reports that it must be set), and makes its
+// roles u's.
+func (a applier) user(ctx context.Context, u User, authOn, later bool, out *Applied) (setPassword bool, err error) {
 	var have []string
-	err := a.do(ctx, func(ctx context.Context) error {
+	err = a.do(ctx, func(ctx context.Context) error {
 		resp, err := a.c.UserGet(ctx, u.Name)
 		if err == nil {
 			have = resp.Roles
@@ -186,11 +208,11 @@ func (a applier) user(ctx context.Context, u User, authOn bool, out *Applied) er
 			_, err := a.c.UserAdd(ctx, u.Name, u.Password)
 			return err
 		}); err != nil {
-			return fmt.Errorf("etcdauth: add user %s: %w", u.Name, err)
+			return false, fmt.Errorf("etcdauth: add user %s: %w", u.Name, err)
 		}
 		out.UsersAdded++
 	case err != nil:
-		return fmt.Errorf("etcdauth: user %s: %w", u.Name, err)
+		return false, fmt.Errorf("etcdauth: user %s: %w", u.Name, err)
 	default:
 		// Only an enabled cluster can say whether the password is right;
 		// before, setting it costs nobody a token.
@@ -201,12 +223,13 @@ func (a applier) user(ctx context.Context, u User, authOn bool, out *Applied) er
 				return err
 			}) == nil
 		}
-		if !ok {
-			if err := a.do(ctx, func(ctx context.Context) error {
-				_, err := a.c.UserChangePassword(ctx, u.Name, u.Password)
-				return err
-			}); err != nil {
-				return fmt.Errorf("etcdauth: user %s: set the password: %w", u.Name, err)
+		switch {
+		case ok:
+		case later:
+			setPassword = true
+		default:
+			if err := a.password(ctx, u); err != nil {
+				return false, err
 			}
 			out.PasswordsSet++
 		}
@@ -219,7 +242,7 @@ func (a applier) user(ctx context.Context, u User, authOn bool, out *Applied) er
 			_, err := a.c.UserRevokeRole(ctx, u.Name, r)
 			return err
 		}); err != nil {
-			return fmt.Errorf("etcdauth: user %s: revoke role %s: %w", u.Name, r, err)
+			return false, fmt.Errorf("etcdauth: user %s: revoke role %s: %w", u.Name, r, err)
 		}
 		out.RolesRevoked++
 	}
@@ -231,9 +254,9 @@ func (a applier) user(ctx context.Context, u User, authOn bool, out *Applied) er
 			_, err := a.c.UserGrantRole(ctx, u.Name, r)
 			return err
 		}); err != nil {
-			return fmt.Errorf("etcdauth: user %s: grant role %s: %w", u.Name, r, err)
+			return false, fmt.Errorf("etcdauth: user %s: grant role %s: %w", u.Name, r, err)
 		}
 		out.RolesGranted++
 	}
-	return nil
+	return setPassword, nil
 }
