@@ -261,6 +261,10 @@ func checks() []check {
 		_, err := cli.Revoke(ctx, f.coord)
 		return err
 	})
+	// The gap: etcd has no delete-only permission, so it lets the admin
+	// put a hold. TestTheAdminPathsStayInsideTheAdminRole shows the
+	// admin paths never do.
+	add(ad, true, "put a hold (no delete-only permission in etcd)", put(hold))
 	add(ad, false, "put an audit checkpoint", put(audit.CheckpointPrefix+"c"))
 	add(ad, false, "read an audit checkpoint", get(audit.CheckpointPrefix+"c"))
 	add(ad, false, "put under /sys/ outside its keys", put("/sys/other"))
@@ -503,5 +507,28 @@ func TestAnInvalidSpecIsRefused(t *testing.T) {
 	}
 	if err := testSpec().Validate(); err != nil {
 		t.Errorf("the test spec: %v", err)
+	}
+}
+
+// An embedded cluster with auth takes a snapshot as root, and a rebuild
+// comes back with the same users and roles, auth on.
+func TestEmbeddedSnapshotAndRebuildKeepAuth(t *testing.T) {
+	c := start(t, testSpec())
+	ctx := bounded(t)
+	if err := c.Snapshot(ctx, t.TempDir()+"/snap.db"); err != nil {
+		t.Fatalf("snapshot with auth on: %v", err)
+	}
+	if err := c.Rebuild(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	arb := client(t, c, etcdauth.Arbiter)
+	if _, err := arb.Put(ctx, lockkey.HoldKey("ns/k"), "h"); err != nil {
+		t.Errorf("after the rebuild, the arbiter's put of a hold: %v", err)
+	}
+	if _, err := arb.Put(ctx, etcdauth.ForcePrefix+"x", "x"); !denied(err) {
+		t.Errorf("after the rebuild, the arbiter's put of a force record: %v, want refused", err)
+	}
+	if _, err := client(t, c, "").Get(ctx, lockkey.HoldKey("ns/k")); !denied(err) {
+		t.Errorf("after the rebuild, an anonymous read: %v, want refused", err)
 	}
 }
