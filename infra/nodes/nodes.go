@@ -320,3 +320,36 @@ func NewEtcdEpoch(ctx *pulumi.Context, name string, a EtcdEpochArgs, opts ...pul
 		"caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem, "above": pulumi.Int(a.Above),
 	}, &r, opts...)
 }
+
+// EtcdAuth is a cluster's etcd users and roles, applied with
+// authentication turned on (services/etcdauth, docs/etcd-roles.md).
+type EtcdAuth struct {
+	pulumi.CustomResourceState
+	AuthEnabled pulumi.BoolOutput        `pulumi:"authEnabled"`
+	Users       pulumi.StringArrayOutput `pulumi:"users"`
+	Roles       pulumi.StringArrayOutput `pulumi:"roles"`
+}
+
+// EtcdAuthArgs is how to reach the cluster and every user's password
+// (NewPassword makes them): root's, which only bootstrap steps use, and
+// the arbiter's, the Admin API's and the audit tailer's.
+type EtcdAuthArgs struct {
+	Endpoints []string
+	CA        *CA
+	Client    *Certificate
+	Root      pulumi.StringInput
+	Arbiter   pulumi.StringInput
+	Admin     pulumi.StringInput
+	Tailer    pulumi.StringInput
+}
+
+// NewEtcdAuth applies the etcd users and roles to a cluster and turns
+// authentication on. Every password is passed as a secret.
+func NewEtcdAuth(ctx *pulumi.Context, name string, a EtcdAuthArgs, opts ...pulumi.ResourceOption) (*EtcdAuth, error) {
+	var r EtcdAuth
+	return &r, ctx.RegisterResource(prefix_+"EtcdAuth", name, pulumi.Map{
+		"endpoints": strings(a.Endpoints), "caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem,
+		"rootPassword": pulumi.ToSecret(a.Root), "arbiterPassword": pulumi.ToSecret(a.Arbiter),
+		"adminPassword": pulumi.ToSecret(a.Admin), "tailerPassword": pulumi.ToSecret(a.Tailer),
+	}, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"rootPassword", "arbiterPassword", "adminPassword", "tailerPassword"}))...)
+}

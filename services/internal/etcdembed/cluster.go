@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockplane/lockplane/services/etcdauth"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnap "go.etcd.io/etcd/client/v3/snapshot"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -44,6 +45,11 @@ type Config struct {
 	// with etcdutl before it starts, as a disaster recovery does. The
 	// restored cluster has a new cluster ID and the snapshot's revision.
 	RestoreFrom string
+	// Auth, when set, is applied once the cluster is up (and again after
+	// a Rebuild): its users and roles are created and authentication is
+	// enabled, so every client must then sign in as one of its users
+	// (ClientConfig). Nil keeps authentication off, the default.
+	Auth *etcdauth.Spec
 }
 
 // Cluster is a running embedded cluster. Members can be stopped and started
@@ -52,6 +58,7 @@ type Cluster struct {
 	mu      sync.Mutex
 	configs []*embed.Config
 	members []*embed.Etcd // nil while stopped
+	auth    *etcdauth.Spec
 }
 
 // Start creates and starts a cluster and returns once every member is ready.
@@ -70,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{configs: make([]*embed.Config, n), members: make([]*embed.Etcd, n)}
+	c := &Cluster{configs: make([]*embed.Config, n), members: make([]*embed.Etcd, n), auth: cfg.Auth}
 	var initial []string
 	for i := 0; i < n; i++ {
 		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
@@ -103,7 +110,50 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := c.applyAuth(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// applyAuth applies the cluster's auth spec, if it has one, as root.
+func (c *Cluster) applyAuth(ctx context.Context) error {
+	if c.auth == nil {
+		return nil
+	}
+	root, err := clientv3.New(c.ClientConfig(etcdauth.RootUser))
+	if err != nil {
+		return fmt.Errorf("etcdembed: root client: %w", err)
+	}
+	defer root.Close()
+	if _, err := etcdauth.Apply(ctx, root, *c.auth, etcdauth.Options{}); err != nil {
+		return fmt.Errorf("etcdembed: %w", err)
+	}
+	return nil
+}
+
+// Credentials are the passwords of the auth spec's users by name, root's
+// included; nil when the cluster runs without authentication.
+func (c *Cluster) Credentials() map[string]string {
+	if c.auth == nil {
+		return nil
+	}
+	out := c.auth.Credentials()
+	out[etcdauth.RootUser] = c.auth.RootPassword
+	return out
+}
+
+// ClientConfig is a client configuration for the cluster as user: its
+// endpoints and, when authentication is on, the user's name and password.
+// An unknown user (or "" for none) gets no credentials, and etcd refuses
+// its requests once authentication is on.
+func (c *Cluster) ClientConfig(user string) clientv3.Config {
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if pw, ok := c.Credentials()[user]; ok {
+		cfg.Username, cfg.Password = user, pw
+	}
+	return cfg
 }
 
 func memberConfig(cfg Config, i, clientPort, peerPort int, initial, token string) (*embed.Config, error) {
@@ -190,7 +240,8 @@ func (c *Cluster) StopMember(i int) {
 // Rebuild stops every member, deletes its data and starts the cluster again
 // empty, on the same ports, with a new initial-cluster-token: as an
 // operator who rebuilds a lost cluster from nothing would. It has a new
-// cluster ID and its revisions start again from 1.
+// cluster ID and its revisions start again from 1. A cluster with an auth
+// spec has it applied again, as a rebuild's bootstrap would.
 func (c *Cluster) Rebuild(ctx context.Context, timeout time.Duration) error {
 	c.Close()
 	token := fmt.Sprintf("lockplane-embedded-%d", time.Now().UnixNano())
@@ -207,7 +258,10 @@ func (c *Cluster) Rebuild(ctx context.Context, timeout time.Duration) error {
 		wg.Go(func() { errs[i] = c.StartMember(ctx, i, timeout) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.applyAuth(ctx)
 }
 
 // Endpoints are the client URLs of all members, running or not.
@@ -270,6 +324,8 @@ func restore(cfg Config, ec *embed.Config, self, initial, token string) error {
 // Snapshot saves a snapshot of the cluster's data, taken from one member,
 // to path: what an operator's backup job does.
 func (c *Cluster) Snapshot(ctx context.Context, path string) error {
-	_, err := clientsnap.SaveWithVersion(ctx, zap.NewNop(), clientv3.Config{Endpoints: c.Endpoints()[:1], DialTimeout: 5 * time.Second}, path)
+	cfg := c.ClientConfig(etcdauth.RootUser) // a snapshot is root's once auth is on
+	cfg.Endpoints = cfg.Endpoints[:1]
+	_, err := clientsnap.SaveWithVersion(ctx, zap.NewNop(), cfg, path)
 	return err
 }

@@ -1,0 +1,58 @@
+package nodes_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+type mocks struct {
+	mu     sync.Mutex
+	inputs map[string]resource.PropertyMap
+}
+
+func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
+	m.mu.Lock()
+	m.inputs[args.TypeToken] = args.Inputs
+	m.mu.Unlock()
+	return args.Name + "-id", args.Inputs, nil
+}
+
+func (m *mocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) { return args.Args, nil }
+
+// NewEtcdAuth registers an EtcdAuth with every password a secret input,
+// whether or not the program made it one.
+func TestNewEtcdAuthPassesThePasswordsAsSecrets(t *testing.T) {
+	m := &mocks{inputs: map[string]resource.PropertyMap{}}
+	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+		ca, err := nodes.NewCA(ctx, "ca", "etcd", 24, nil)
+		if err != nil {
+			return err
+		}
+		cert, err := nodes.NewCertificate(ctx, "deployer", nodes.CertificateArgs{CA: ca, CommonName: "lockplane-deployer", Client: true, ValidityHours: 24})
+		if err != nil {
+			return err
+		}
+		_, err = nodes.NewEtcdAuth(ctx, "coord-auth", nodes.EtcdAuthArgs{Endpoints: []string{"https://10.0.0.1:2379"}, CA: ca, Client: cert,
+			Root: pulumi.String("r"), Arbiter: pulumi.String("a"), Admin: pulumi.String("d"), Tailer: pulumi.String("t")})
+		return err
+	}, pulumi.WithMocks("lockplane", "test", m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := m.inputs["lockplane:nodes:EtcdAuth"]
+	if in == nil {
+		t.Fatalf("no EtcdAuth registered: %v", m.inputs)
+	}
+	for _, k := range []resource.PropertyKey{"rootPassword", "arbiterPassword", "adminPassword", "tailerPassword"} {
+		if v, ok := in[k]; !ok || !v.ContainsSecrets() {
+			t.Errorf("%s: %v, want a secret input", k, v)
+		}
+	}
+	if eps := in["endpoints"]; !eps.IsArray() || len(eps.ArrayValue()) != 1 {
+		t.Errorf("endpoints: %v", eps)
+	}
+}
