@@ -98,8 +98,12 @@ func Run(ctx *pulumi.Context) error {
 	if err != nil {
 		return err
 	}
-	env.AuditWriterPassword, env.AuditReaderPassword = secretConfig(cfg, "auditWriterPassword"), secretConfig(cfg, "auditReaderPassword")
-	env.ArchivePassword = secretConfig(cfg, "archivePassword")
+	for key, into := range map[string]*pulumi.StringInput{"auditWriterPassword": &env.AuditWriterPassword,
+		"auditReaderPassword": &env.AuditReaderPassword, "archivePassword": &env.ArchivePassword} {
+		if *into, err = secretConfig(ctx, cfg, key); err != nil {
+			return err
+		}
+	}
 	region, err := components.NewRegion(ctx, env)
 	if err != nil {
 		return err
@@ -136,13 +140,18 @@ func Run(ctx *pulumi.Context) error {
 }
 
 // secretConfig is the secure configuration value lockplane:<key> (set
-// with `pulumi config set --secret`), nil when the stack has none.
-func secretConfig(cfg *config.Config, key string) pulumi.StringInput {
-	v, err := cfg.TrySecret(key)
-	if err != nil {
-		return nil
+// with `pulumi config set --secret`), nil when the stack has none. A value
+// stored in plain text (in the stack file, for anyone who reads it) is
+// refused rather than taken as a secret.
+func secretConfig(ctx *pulumi.Context, cfg *config.Config, key string) (pulumi.StringInput, error) {
+	full := Namespace + ":" + key
+	if _, set := ctx.GetConfig(full); !set {
+		return nil, nil
 	}
-	return v
+	if !ctx.IsConfigSecret(full) {
+		return nil, fmt.Errorf("%s: stored in plain text in the stack's configuration; set it with `pulumi config set --secret %s`", full, full)
+	}
+	return cfg.RequireSecret(key), nil
 }
 
 // NewEnv validates the stack and reads what the program needs from disk:

@@ -64,6 +64,9 @@ func (m *mocks) of(typ string) []pulumi.MockResourceArgs {
 	return out
 }
 
+// plainSecrets, set in a test's configuration, keeps its passwords plain.
+const plainSecrets = "test:plainSecrets"
+
 // run runs the program on a shipped stack file, with stand-in binaries
 // and SSH key, under Pulumi's mocks.
 func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, error) {
@@ -90,6 +93,17 @@ func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, erro
 	if edit != nil {
 		edit(cfg)
 	}
+	// Passwords are secure configuration, as `pulumi config set --secret`
+	// stores them, unless the test keeps them plain.
+	var secret []string
+	for k := range cfg {
+		if strings.HasSuffix(k, "Password") && cfg[plainSecrets] == "" {
+			secret = append(secret, k)
+		}
+	}
+	delete(cfg, plainSecrets)
+	keys, _ := json.Marshal(secret)
+	t.Setenv(pulumi.EnvConfigSecretKeys, string(keys))
 	env, _ := json.Marshal(cfg)
 	t.Setenv(pulumi.EnvConfig, string(env))
 	m := &mocks{}
@@ -576,7 +590,15 @@ func TestAuditPasswordsAreSecretAndReachTheArbiters(t *testing.T) {
 		}
 	}
 	// A configured password that breaks the rule stops the program, named.
-	_, err := run(t, "local", func(c map[string]string) { localHosts(c); c["lockplane:auditReaderPassword"] = "short" })
+	// A password in the stack file in plain text is refused, naming it.
+	_, err := run(t, "local", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:archivePassword"], c[plainSecrets] = "a-plain-password-of-length", "1"
+	})
+	if err == nil || !strings.Contains(err.Error(), "lockplane:archivePassword: stored in plain text") || strings.Contains(err.Error(), "a-plain-password") {
+		t.Fatalf("a plain-text password: %v", err)
+	}
+	_, err = run(t, "local", func(c map[string]string) { localHosts(c); c["lockplane:auditReaderPassword"] = "short" })
 	if err == nil || !strings.Contains(err.Error(), "lockplane:auditReaderPassword: must be at least 16 characters") || strings.Contains(err.Error(), "short") {
 		t.Fatalf("a short configured password: %v", err)
 	}
