@@ -1,7 +1,10 @@
 package components
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/lockplane/lockplane/infra/nodes"
@@ -66,7 +69,10 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 			Strategy: &appsv1.DeploymentStrategyArgs{Type: pulumi.String("RollingUpdate"), RollingUpdate: &appsv1.RollingUpdateDeploymentArgs{
 				MaxUnavailable: pulumi.Int(1), MaxSurge: pulumi.Int(1)}},
 			Template: &corev1.PodTemplateSpecArgs{
-				Metadata: &metav1.ObjectMetaArgs{Labels: labels},
+				// The arbiter reads its credentials once, at start: a
+				// changed one (a rotated password) rolls the pods.
+				Metadata: &metav1.ObjectMetaArgs{Labels: labels, Annotations: pulumi.StringMap{
+					"lockplane.io/credentials-sha256": digest(data)}},
 				Spec: &corev1.PodSpecArgs{
 					TopologySpreadConstraints: corev1.TopologySpreadConstraintArray{&corev1.TopologySpreadConstraintArgs{
 						MaxSkew: pulumi.Int(1), TopologyKey: pulumi.String(s.Kubernetes.HallLabel),
@@ -127,4 +133,25 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	}
 	arb.Endpoints = []string{fmt.Sprintf("lockplane-arbiter.%s.svc:%d", ns, s.Arbiter.Port)}
 	return nil
+}
+
+// digest is a SHA-256 over every entry of data, in key order: it changes
+// when any does.
+func digest(data pulumi.StringMap) pulumi.StringOutput {
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	values := make([]any, len(keys))
+	for i, k := range keys {
+		values[i] = data[k]
+	}
+	return pulumi.All(values...).ApplyT(func(vs []any) string {
+		h := sha256.New()
+		for i, v := range vs {
+			fmt.Fprintf(h, "%s\x00%s\x00", keys[i], v)
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	}).(pulumi.StringOutput)
 }

@@ -64,6 +64,22 @@ func (m *mocks) of(typ string) []pulumi.MockResourceArgs {
 	return out
 }
 
+// usEastWithAudit gives the us-east stack (runtime kubernetes) an audit
+// host.
+func usEastWithAudit(c map[string]string) {
+	var hosts []map[string]any
+	json.Unmarshal([]byte(c["lockplane:hosts"]), &hosts)
+	audit := map[string]any{}
+	for k, v := range hosts[len(hosts)-1] {
+		audit[k] = v
+	}
+	audit["name"], audit["address"], audit["roles"] = "us-east-audit-1", "10.9.9.9", []string{"audit"}
+	delete(audit, "shard")
+	b, _ := json.Marshal(append(hosts, audit))
+	c["lockplane:hosts"] = string(b)
+	c["lockplane:audit"] = `{"networks":["10.64.0.0/14"]}`
+}
+
 // plainSecrets, set in a test's configuration, keeps its passwords plain.
 const plainSecrets = "test:plainSecrets"
 
@@ -473,21 +489,32 @@ func TestArbitersGetTheAuditStoreWhenTheStackHasAnAuditHost(t *testing.T) {
 	}
 
 	// The kubernetes runtime: the deployment's arbiters get the flag too.
-	m, err = run(t, "us-east", func(c map[string]string) {
-		var hosts []map[string]any
-		json.Unmarshal([]byte(c["lockplane:hosts"]), &hosts)
-		audit := map[string]any{}
-		for k, v := range hosts[len(hosts)-1] {
-			audit[k] = v
-		}
-		audit["name"], audit["address"], audit["roles"] = "us-east-audit-1", "10.9.9.9", []string{"audit"}
-		delete(audit, "shard")
-		b, _ := json.Marshal(append(hosts, audit))
-		c["lockplane:hosts"] = string(b)
-		c["lockplane:audit"] = `{"networks":["10.64.0.0/14"]}`
+	m, err = run(t, "us-east", usEastWithAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A rotated password rolls the pods: their template's credentials
+	// digest changes with it.
+	rotated, err := run(t, "us-east", func(c map[string]string) {
+		usEastWithAudit(c)
+		c["lockplane:auditWriterPassword"] = "a-rotated-writer-password"
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	digestOf := func(m *mocks) string {
+		d := m.of("kubernetes:apps/v1:Deployment")
+		if len(d) != 1 {
+			t.Fatalf("%d deployments", len(d))
+		}
+		v := d[0].Inputs["spec"].ObjectValue()["template"].ObjectValue()["metadata"].ObjectValue()["annotations"].ObjectValue()["lockplane.io/credentials-sha256"]
+		if v.IsSecret() {
+			v = v.SecretValue().Element
+		}
+		return v.StringValue()
+	}
+	if a, b := digestOf(m), digestOf(rotated); len(a) != 64 || a == b {
+		t.Fatalf("credentials digest %q before and %q after a rotation: want a change", a, b)
 	}
 	deps := m.of("kubernetes:apps/v1:Deployment")
 	if len(deps) != 1 || !strings.Contains(fmt.Sprint(deps[0].Inputs.Mappable()), "--audit-store http://10.9.9.9:8123") {
