@@ -41,6 +41,9 @@ func (a *archiveFlags) register(fs *flag.FlagSet) {
 // not connect: MinIO may be down now and answer later.
 func (a archiveFlags) open(store *chstore.Store, log *slog.Logger) (*archive.Archive, error) {
 	if a.url == "" {
+		if a.credentials != "" || a.ca != "" {
+			return nil, errors.New("--archive-credentials, --archive-ca: given without --archive")
+		}
 		return nil, nil
 	}
 	if store == nil {

@@ -58,6 +58,9 @@ func TestArchiveFlagsAreCheckedAtStart(t *testing.T) {
 	if a, err := base.open(store, slog.New(slog.DiscardHandler)); err != nil || a == nil {
 		t.Fatalf("good flags: %v", err)
 	}
+	if _, err := (archiveFlags{credentials: good}).open(store, nil); err == nil || !strings.Contains(err.Error(), "without --archive") {
+		t.Fatalf("--archive-credentials alone: %v, want a refusal", err)
+	}
 	if a, err := (archiveFlags{}).open(nil, nil); err != nil || a != nil {
 		t.Fatalf("no --archive: %v, %v; want no archive and no error", a, err)
 	}
