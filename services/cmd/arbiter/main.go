@@ -52,6 +52,7 @@ type flags struct {
 	auditStore, auditDatabase         string
 	auditCredentials                  string
 	archive                           archiveFlags
+	oidc                              oidcFlags
 }
 
 func main() {
@@ -108,6 +109,7 @@ func main() {
 	flag.StringVar(&f.auditCredentials, "audit-credentials", "", "the audit store's users: "+credentialsRule(auditRoles...)+
 		"; the tailers write as the writer, audit queries read as the reader. Without it the store is used with no credentials (a store without passwords: trials only)")
 	f.archive.register(flag.CommandLine)
+	f.oidc.register(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -131,6 +133,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		return err
 	}
 	arch, err := f.archive.open(reader, log)
+	if err != nil {
+		return err
+	}
+	operators, err := f.oidc.verifier()
 	if err != nil {
 		return err
 	}
@@ -178,9 +184,9 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	cfg := arbiter.Config{
 		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
 		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
-		// Operators: the OpenID Connect verifier (services/operator) is wired
-		// in with its flags; until then force-release and the two-person
-		// epoch advance are refused, saying no verifier is configured.
+		// Without --oidc-issuer, force-release and the two-person epoch
+		// advance are refused, saying no verifier is configured.
+		Operators: operators,
 	}
 	if f.policies != "" {
 		if len(f.classes) > 0 {

@@ -60,10 +60,15 @@ func (r factsRegistry) ClassFacts() []arbiter.ClassFact { return r.facts }
 func forceEnv(t *testing.T, opts devenv.Options) *devenv.Env {
 	t.Helper()
 	opts.Operators = operators
-	opts.Classes = factsRegistry{Static: class.NewStatic(devenvtest.Fast, advisory), facts: []arbiter.ClassFact{
+	opts.Classes = forceEnvClasses()
+	return devenvtest.Start(t, opts)
+}
+
+// forceEnvClasses are a fenced class and an advisory one.
+func forceEnvClasses() factsRegistry {
+	return factsRegistry{Static: class.NewStatic(devenvtest.Fast, advisory), facts: []arbiter.ClassFact{
 		{Name: devenvtest.Fast.Name, Enforcement: "fenced"}, {Name: advisory.Name, Enforcement: "advisory"},
 	}}
-	return devenvtest.Start(t, opts)
 }
 
 // as is ctx carrying an operator's ID token.

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/operator/oidcauth"
+)
+
+// oidcFlags are the operators' sign-in: the OpenID provider whose ID
+// tokens the Admin API accepts for force-release and epoch advance.
+type oidcFlags struct {
+	issuer, clientID, ca string
+	roleClaim, role      string
+	amr, acr             string
+}
+
+func (o *oidcFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.issuer, "oidc-issuer", "", "the OpenID provider operators sign in with (e.g. https://keycloak.example/realms/lockplane): its ID tokens authorise force-release and epoch advance (two operators each); without it those are refused")
+	fs.StringVar(&o.clientID, "oidc-client-id", "lockctl", "the client operators sign in with: it must be in the token's audience")
+	fs.StringVar(&o.ca, "oidc-ca", "", "CA bundle (PEM) that signed the provider's TLS certificate; the system roots when empty")
+	fs.StringVar(&o.roleClaim, "oidc-role-claim", "roles", "the ID token claim listing the operator's roles; dots walk into objects (Keycloak: realm_access.roles)")
+	fs.StringVar(&o.role, "oidc-role", "lock-operator", "the role an operator's token must list")
+	fs.StringVar(&o.amr, "oidc-amr", "otp,mfa,hwk", "comma-separated amr values, any of which proves a second factor")
+	fs.StringVar(&o.acr, "oidc-acr", "", "an acr value that also proves a second factor (e.g. Keycloak's level for OTP)")
+}
+
+// verifier is the operators' verifier of the flags, nil without
+// --oidc-issuer. It does not reach the provider: the first sign-in does.
+func (o oidcFlags) verifier() (arbiter.OperatorVerifier, error) {
+	if o.issuer == "" {
+		if o.ca != "" || o.acr != "" {
+			return nil, errors.New("--oidc-ca, --oidc-acr: given without --oidc-issuer")
+		}
+		return nil, nil
+	}
+	if u, err := url.Parse(o.issuer); err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("--oidc-issuer: want the provider's https URL, e.g. https://keycloak.example/realms/lockplane, got %q", o.issuer)
+	}
+	var amr []string
+	for _, v := range strings.Split(o.amr, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			amr = append(amr, v)
+		}
+	}
+	if len(amr) == 0 && o.acr == "" {
+		return nil, errors.New("--oidc-amr, --oidc-acr: at least one must prove a second factor (ADR-20: operators sign in with two)")
+	}
+	if o.clientID == "" || o.role == "" || o.roleClaim == "" {
+		return nil, errors.New("--oidc-client-id, --oidc-role, --oidc-role-claim: must not be empty")
+	}
+	cfg := oidcauth.Config{Issuer: o.issuer, ClientID: o.clientID, RoleClaim: o.roleClaim, Role: o.role, RequireAMR: amr, ACR: o.acr}
+	if o.ca != "" {
+		pem, err := os.ReadFile(o.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-ca: %w", err)
+		}
+		cfg.CAPEM = pem
+	}
+	return arbiter.OIDCOperators(cfg), nil
+}

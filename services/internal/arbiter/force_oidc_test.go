@@ -1,0 +1,79 @@
+package arbiter_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/operator/devidp"
+	"github.com/lockplane/lockplane/services/operator/oidcauth"
+)
+
+// The two-person force-release with the real parts: alice and bob sign in
+// at a real OpenID provider (zitadel's op) with a password and a one-time
+// code, the arbiter verifies their ID tokens with go-oidc, and the holder
+// learns. Without the second factor, or as the same person, it is refused.
+func TestForceReleaseWithOperatorsSignedInAtARealProvider(t *testing.T) {
+	idp, err := devidp.Start(devidp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idp.Close()
+	verifier := arbiter.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(), ClientID: idp.ClientID(), Role: "lock-operator",
+		RequireAMR: []string{"otp"}, CAPEM: idp.CAPEM()})
+	env := devenvtest.Start(t, devenv.Options{Operators: verifier, Classes: forceEnvClasses()})
+	ctx := ctxT(t, 2*time.Minute)
+	admin := adminOf(t, env)
+
+	alice, err := idp.SignInWithOTP(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := idp.SignInWithOTP(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := idp.User("carol")
+	carolNoOTP, err := idp.SignInIDToken(ctx, devidp.Credentials{User: u.Name, Password: u.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const key = "jobs/oidc-1"
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	fenced := make(chan struct{})
+	h, err := s.Lock(ctx, key, func(*lockclient.Hold) { close(fenced) })
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// carol has no role and no second factor: refused, naming the rule.
+	_, err = admin.RequestForceRelease(as(ctx, carolNoOTP), &adminv1.RequestForceReleaseRequest{Key: key, Reason: "stuck"})
+	if err == nil || !strings.Contains(err.Error(), "rule role") || strings.Contains(err.Error(), carolNoOTP) {
+		t.Fatalf("carol (no role, no second factor) requesting: %v; want a refusal naming the rule, not quoting the token", err)
+	}
+	act := request(t, ctx, admin, alice, key)
+	_, err = admin.ApproveAction(as(ctx, alice), &adminv1.ApproveActionRequest{Id: act.GetId()})
+	wantCause(t, err, lockv1.ErrorReason_PERMISSION_DENIED, "same_operator")
+	if _, err := admin.ApproveAction(as(ctx, bob), &adminv1.ApproveActionRequest{Id: act.GetId()}); err != nil {
+		t.Fatalf("bob's approval: %v", err)
+	}
+	select {
+	case <-fenced:
+	case <-ctx.Done():
+		t.Fatal("the holder's OnFence never ran after the approval")
+	}
+	if h.CanStart() {
+		t.Fatal("the force-released holder may still start work")
+	}
+	got, err := admin.GetAction(as(ctx, bob), &adminv1.GetActionRequest{Id: act.GetId()})
+	if err != nil || got.GetAction().GetState() != "approved" {
+		t.Fatalf("the action after approval: %v (err %v)", got.GetAction(), err)
+	}
+}
