@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/operator/login"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/metadata"
 )
@@ -22,52 +21,38 @@ import (
 // --id-token-file is not given.
 const idTokenEnv = "LOCKPLANE_ID_TOKEN_FILE"
 
-// defaultIDTokenFile is where `lockctl login` caches the operator's ID
-// token: $XDG_CONFIG_HOME/lockplane/id-token (~/.config when unset).
-func defaultIDTokenFile() string {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(dir, "lockplane", "id-token")
-}
-
 // errNotSignedIn is what every two-person command says without a token.
 var errNotSignedIn = errors.New("not signed in: run lockctl login")
 
 // idTokenFile is the operator's ID token cache: the flag, the environment,
-// or the default login writes.
-func (g *globals) idTokenFile() string {
+// or where lockctl login caches it by default.
+func (g *globals) idTokenFile() (string, error) {
 	switch {
 	case g.idToken != "":
-		return g.idToken
+		return g.idToken, nil
 	case os.Getenv(idTokenEnv) != "":
-		return os.Getenv(idTokenEnv)
+		return os.Getenv(idTokenEnv), nil
 	}
-	return defaultIDTokenFile()
+	p, err := login.DefaultCachePath()
+	if err != nil {
+		return "", fmt.Errorf("%w (no --id-token-file, $%s or user cache directory)", errNotSignedIn, idTokenEnv)
+	}
+	return p, nil
 }
 
-// operatorToken returns the signed-in operator's raw ID token from its
-// cache file, or errNotSignedIn saying where it looked. The arbiter
-// verifies it (issuer, audience, expiry, role, second factor); an expired
-// one is refused there, naming the rule.
+// operatorToken returns the signed-in operator's raw ID token from the
+// login cache, or says to run lockctl login (none, or expired). The
+// arbiter verifies it (issuer, audience, expiry, role, second factor).
 func (g *globals) operatorToken() (string, error) {
-	path := g.idTokenFile()
-	if path == "" {
-		return "", fmt.Errorf("%w (no --id-token-file, $%s or user config directory)", errNotSignedIn, idTokenEnv)
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%w (no ID token at %s)", errNotSignedIn, path)
-	}
+	path, err := g.idTokenFile()
 	if err != nil {
-		return "", fmt.Errorf("operator ID token %s: %w", path, err)
+		return "", err
 	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("%w (%s is empty)", errNotSignedIn, path)
+	tok, err := login.Cached(path)
+	if err != nil {
+		return "", err
 	}
-	return tok, nil
+	return tok.IDToken, nil
 }
 
 // asOperator runs fn with the admin client, its calls carrying the
@@ -98,7 +83,7 @@ years. The holder's next keepalive tells it: its OnFence runs, lockctl run sends
 its command SIGTERM. Requests expire (1 h by default). See docs/force-release.md.
 
 Operators sign in with lockctl login, which caches an ID token; these commands read
-it from --id-token-file, $` + idTokenEnv + `, or ` + defaultIDTokenFile() + `.`,
+it from --id-token-file, $` + idTokenEnv + `, or the user cache directory.`,
 	}
 	var why string
 	var revoke bool

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/operator/login"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 )
 
@@ -30,10 +31,13 @@ func (fileOperators) Verify(_ context.Context, raw string) (arbiter.Operator, er
 	return arbiter.Operator{}, errors.New("unknown token")
 }
 
-// tokenFile writes who's cached ID token, as lockctl login will.
+// tokenFile writes who's cached ID token as lockctl login does (the
+// fake verifier above takes the name for the token).
 func tokenFile(t *testing.T, who string) string {
-	p := filepath.Join(t.TempDir(), "id-token")
-	if err := os.WriteFile(p, []byte(who+"\n"), 0o600); err != nil {
+	p := filepath.Join(t.TempDir(), "operator-token.json")
+	b, _ := json.Marshal(login.Token{Issuer: "https://idp.test", ClientID: "lockctl", Subject: "u-" + who, IDToken: who,
+		Expiry: time.Now().Add(time.Hour)})
+	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -60,7 +64,7 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 
 	// Not signed in: says what to do.
 	out, err := combined(cmd(env, "--id-token-file", filepath.Join(t.TempDir(), "none"), "force-release", "list"))
-	if err == nil || !strings.Contains(string(out), "not signed in: run lockctl login") {
+	if err == nil || !strings.Contains(string(out), "run lockctl login") {
 		t.Fatalf("without a token: %v %s", err, out)
 	}
 

@@ -52,7 +52,7 @@ func (g *globals) register(c *cobra.Command) {
 	f.StringVar(&g.tlsBundle, "tls-bundle", "", "trust bundle (PEM)")
 	f.StringVar(&g.spiffeSock, "spiffe-socket", "", "SPIRE Workload API socket, e.g. unix:///run/spire/agent.sock (instead of --tls-*)")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on each call to the arbiter")
-	f.StringVar(&g.idToken, "id-token-file", "", "the signed-in operator's ID token, as lockctl login caches it, for force-release and epoch advance (default: $"+idTokenEnv+", else "+defaultIDTokenFile()+")")
+	f.StringVar(&g.idToken, "id-token-file", "", "the signed-in operator's ID token cache, as lockctl login writes it, for force-release and epoch advance (default: $"+idTokenEnv+", else the user cache directory's lockplane/operator-token.json)")
 }
 
 func (g *globals) json() bool { return g.output == "json" }

@@ -52,7 +52,7 @@ func main() {
 	}
 	g.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitErr{exitUsage, err} })
-	root.AddCommand(runCmd(g), acquireCmd(g), inspectCmd(g), statusCmd(g), auditCmd(g), reportCmd(g), epochCmd(g), forceReleaseCmd(g), shardsCmd(g), pausetestCmd(g), policyCmd(g))
+	root.AddCommand(runCmd(g), acquireCmd(g), inspectCmd(g), statusCmd(g), auditCmd(g), reportCmd(g), epochCmd(g), forceReleaseCmd(g), loginCmd(g), logoutCmd(g), shardsCmd(g), pausetestCmd(g), policyCmd(g))
 	if err := root.Execute(); err != nil {
 		code := exitError
 		var ee exitErr
