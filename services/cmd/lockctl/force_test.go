@@ -14,8 +14,8 @@ import (
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/operator/login"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/operator/login"
 )
 
 // fileOperators stands in for the OpenID Connect verifier: the ID token is
