@@ -66,6 +66,16 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 		flags = append(flags, "--audit-store", a.Audit.URL, "--audit-database", a.Audit.Database)
 		flags = append(flags, "--audit-credentials", AuditCredentialsFile(f))
 	}
+	if o := s.Operators; o.Issuer != "" {
+		flags = append(flags, "--oidc-issuer", o.Issuer, "--oidc-client-id", o.ClientID, "--oidc-role-claim", o.RoleClaim,
+			"--oidc-role", o.Role, "--oidc-amr", strings.Join(o.AMR, ","))
+		if o.ACR != "" {
+			flags = append(flags, "--oidc-acr", o.ACR)
+		}
+		if f.OperatorsCA != "" {
+			flags = append(flags, "--oidc-ca", f.OperatorsCA)
+		}
+	}
 	if a.Archive != nil && f.ArchiveCredentials != "" {
 		flags = append(flags, "--archive", a.Archive.URL, "--archive-credentials", f.ArchiveCredentials, "--archive-ca", f.ArchiveCA,
 			"--archive-records-mode", s.Archive.RecordsMode,
@@ -80,6 +90,8 @@ type ArbiterFiles struct {
 	EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string
 	// ArchiveCredentials and ArchiveCA are the archive's, with one.
 	ArchiveCredentials, ArchiveCA string
+	// OperatorsCA is the operators' provider's CA, with one.
+	OperatorsCA string
 }
 
 // AuditCredentialsFile is the arbiter's --audit-credentials file: beside
@@ -142,6 +154,10 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	files := []configFile{
 		{f.EtcdCert, etcdClient.CertPem, "0644"}, {f.EtcdKey, etcdClient.KeyPem, "0600"}, {f.EtcdCA, a.EtcdCA.CertPem, "0644"},
 		{f.SVID, svid.CertPem, "0644"}, {f.SVIDKey, svid.KeyPem, "0600"}, {f.Bundle, a.SpiffeCA.CertPem, "0644"},
+	}
+	if env.OperatorsCA != "" {
+		f.OperatorsCA = env.ConfPath(h, "arbiter/oidc-ca.crt")
+		files = append(files, configFile{f.OperatorsCA, pulumi.String(env.OperatorsCA), "0644"})
 	}
 	if a.Archive != nil {
 		f.ArchiveCredentials, f.ArchiveCA = env.ConfPath(h, "arbiter/archive-credentials"), env.ConfPath(h, "arbiter/archive-ca.crt")

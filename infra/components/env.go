@@ -34,6 +34,8 @@ type Env struct {
 	Etcd, Arbiter, Node, MinIO Binary
 	// Policies are the validated policy set's files, for the arbiters.
 	Policies []PolicyFile
+	// OperatorsCA is the content of operators.caFile, empty without one.
+	OperatorsCA string
 	// AuditWriterPassword and AuditReaderPassword, when not nil, are the
 	// audit store's users' passwords (secure stack configuration); nil
 	// ones are made once at random and kept secret in the state.

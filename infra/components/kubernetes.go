@@ -36,6 +36,9 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	if a.Archive != nil {
 		data["archive-credentials"], data["archive-ca.crt"] = archiveCredentials(a.Archive.Password), a.Archive.CA.CertPem
 	}
+	if env.OperatorsCA != "" {
+		data["oidc-ca.crt"] = pulumi.String(env.OperatorsCA)
+	}
 	creds, err := corev1.NewSecret(ctx, s.Region+"-arbiter-credentials", &corev1.SecretArgs{
 		Metadata: meta("lockplane-arbiter-credentials"), StringData: data,
 	}, opts...)
@@ -59,6 +62,9 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 		SVID: dir + "svid.crt", SVIDKey: dir + "svid.key", Bundle: dir + "bundle.crt", Policies: "/etc/lockplane/policies"}
 	if a.Archive != nil {
 		files.ArchiveCredentials, files.ArchiveCA = dir+"archive-credentials", dir+"archive-ca.crt"
+	}
+	if env.OperatorsCA != "" {
+		files.OperatorsCA = dir + "oidc-ca.crt"
 	}
 	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a, files))
 	_, err = appsv1.NewDeployment(ctx, s.Region+"-arbiter", &appsv1.DeploymentArgs{

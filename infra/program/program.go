@@ -29,7 +29,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "kubernetes", "binDir", "trustDomain", "policies"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -77,6 +77,7 @@ func LoadStack(get func(key string) string, base string) (*topology.Stack, error
 	abs(&s.SSH.KnownHostsFile)
 	abs(&s.BinDir)
 	abs(&s.Policies)
+	abs(&s.Operators.CAFile)
 	for i := range s.Hosts {
 		abs(&s.Hosts[i].Root)
 	}
@@ -164,6 +165,13 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 	env := &components.Env{Stack: s, Plan: plan, KnownHosts: map[string]string{}}
 	if env.Policies, err = loadPolicies(s); err != nil {
 		return nil, err
+	}
+	if f := s.Operators.CAFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("operators.caFile: %v", err)
+		}
+		env.OperatorsCA = string(b)
 	}
 	key, err := os.ReadFile(s.SSH.PrivateKeyFile)
 	if err != nil {

@@ -64,6 +64,51 @@ func (m *mocks) of(typ string) []pulumi.MockResourceArgs {
 	return out
 }
 
+// With operators.issuer the arbiters verify operators' ID tokens there:
+// --oidc-* flags, and the provider's CA on each arbiter host.
+func TestArbitersGetTheOperatorsProvider(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "idp-ca.pem")
+	os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nidp\n-----END CERTIFICATE-----\n"), 0o644)
+	m, err := run(t, "local", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:operators"] = `{"issuer":"https://keycloak.test/realms/lockplane","roleClaim":"realm_access.roles","caFile":"` + ca + `"}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arbiters := services(m, "arbiter")
+	if len(arbiters) != 2 {
+		t.Fatalf("%d arbiters", len(arbiters))
+	}
+	for _, r := range arbiters {
+		cmd := strs(r.Inputs["command"])
+		if flag(cmd, "--oidc-issuer") != "https://keycloak.test/realms/lockplane" || flag(cmd, "--oidc-client-id") != "lockctl" ||
+			flag(cmd, "--oidc-role-claim") != "realm_access.roles" || flag(cmd, "--oidc-role") != "lock-operator" ||
+			flag(cmd, "--oidc-amr") != "otp,mfa,hwk" || !strings.HasSuffix(flag(cmd, "--oidc-ca"), "/arbiter/oidc-ca.crt") {
+			t.Fatalf("%s: oidc flags of %v", r.Name, cmd)
+		}
+	}
+	cas := 0
+	for _, r := range m.of("lockplane:nodes:File") {
+		if strings.HasSuffix(r.Inputs["path"].StringValue(), "/arbiter/oidc-ca.crt") && strings.Contains(r.Inputs["content"].StringValue(), "idp") {
+			cas++
+		}
+	}
+	if cas != 2 {
+		t.Fatalf("%d arbiter hosts got the provider's CA, want 2", cas)
+	}
+	// Without it, no flag: the two-person actions are refused, saying why.
+	m, err = run(t, "local", localHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range services(m, "arbiter") {
+		if flag(strs(r.Inputs["command"]), "--oidc-issuer") != "" {
+			t.Fatalf("%s has --oidc-issuer without operators.issuer", r.Name)
+		}
+	}
+}
+
 // usEastWithAudit gives the us-east stack (runtime kubernetes) an audit
 // host.
 func usEastWithAudit(c map[string]string) {

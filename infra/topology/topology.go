@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -70,6 +71,29 @@ type Stack struct {
 	// Policies is the directory of the region's LockClass and LockGrant
 	// documents (ADR-24), on the machine running the program.
 	Policies string `json:"policies"`
+	// Operators is the OpenID provider operators sign in with for the
+	// two-person actions (docs/operators.md); none when Issuer is empty.
+	Operators Operators `json:"operators"`
+}
+
+// Operators is the arbiters' --oidc-* flags: the provider whose ID tokens
+// authorise force-release and epoch advance.
+type Operators struct {
+	// Issuer, e.g. https://keycloak.example/realms/lockplane.
+	Issuer string `json:"issuer,omitempty"`
+	// ClientID is the client operators sign in with (lockctl).
+	ClientID string `json:"clientId,omitempty"`
+	// CAFile is the CA bundle of the provider's TLS, on the machine running
+	// the program; the system roots when empty.
+	CAFile string `json:"caFile,omitempty"`
+	// RoleClaim (roles; Keycloak: realm_access.roles) must list Role
+	// (lock-operator).
+	RoleClaim string `json:"roleClaim,omitempty"`
+	Role      string `json:"role,omitempty"`
+	// AMR values any of which prove a second factor (otp, mfa, hwk); ACR
+	// a level that does too.
+	AMR []string `json:"amr,omitempty"`
+	ACR string   `json:"acr,omitempty"`
 }
 
 // Host is one machine the operator owns.
@@ -245,6 +269,20 @@ func (s *Stack) Defaults() {
 	def(&s.Arbiter.Metrics, 9464)
 	def(&s.Audit.HTTPPort, 8123)
 	def(&s.Archive.Port, 9000)
+	if s.Operators.Issuer != "" {
+		if s.Operators.ClientID == "" {
+			s.Operators.ClientID = "lockctl"
+		}
+		if s.Operators.RoleClaim == "" {
+			s.Operators.RoleClaim = "roles"
+		}
+		if s.Operators.Role == "" {
+			s.Operators.Role = "lock-operator"
+		}
+		if len(s.Operators.AMR) == 0 && s.Operators.ACR == "" {
+			s.Operators.AMR = []string{"otp", "mfa", "hwk"}
+		}
+	}
 	def(&s.Archive.HistoryDays, 365)
 	def(&s.Archive.RecordsYears, 7)
 	if s.Archive.RecordsMode == "" {
@@ -371,6 +409,7 @@ func (s *Stack) Validate() (*Plan, error) {
 	}
 	s.validateAudit(bad)
 	s.validateArchive(bad)
+	s.validateOperators(bad)
 	s.validateHosts(bad)
 	if len(errs) > 0 {
 		return nil, join(errs)
@@ -513,6 +552,23 @@ func (s *Stack) validateArchive(bad func(string, ...any)) {
 	}
 	if m := s.Archive.RecordsMode; m != "COMPLIANCE" && m != "GOVERNANCE" {
 		bad("archive.recordsMode: %q must be COMPLIANCE or GOVERNANCE", m)
+	}
+}
+
+// validateOperators checks the operators' provider, when there is one.
+func (s *Stack) validateOperators(bad func(string, ...any)) {
+	o := s.Operators
+	if o.Issuer == "" {
+		if o.CAFile != "" || o.ACR != "" || len(o.AMR) > 0 {
+			bad("operators: set without operators.issuer: give the provider's URL")
+		}
+		return
+	}
+	if u, err := url.Parse(o.Issuer); err != nil || u.Scheme != "https" || u.Host == "" {
+		bad("operators.issuer: %q must be the provider's https URL, e.g. https://keycloak.example/realms/lockplane", o.Issuer)
+	}
+	if len(o.AMR) == 0 && o.ACR == "" {
+		bad("operators.amr, operators.acr: at least one must prove a second factor (operators sign in with two)")
 	}
 }
 

@@ -124,6 +124,10 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			"audit.httpPort: 7443 is an arbiter port"},
 		{"unknown role", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "backup") },
 			`roles: "backup" is not one of coord, entity, tang, arbiter, audit, archive`},
+		{"operators over http", func(s *topology.Stack) { s.Operators.Issuer = "http://keycloak/realms/x" },
+			`operators.issuer: "http://keycloak/realms/x" must be the provider's https URL`},
+		{"operators without an issuer", func(s *topology.Stack) { s.Operators.ACR = "2" },
+			"operators: set without operators.issuer"},
 		{"archive without audit", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
 			"archive: on, but audit is off"},
 		{"two archive hosts", func(s *topology.Stack) {
