@@ -62,12 +62,13 @@ leaves both out.`,
 			return runDev(dir, listen, metrics, output == "json", shards, !noAudit)
 		},
 	}
-	c.Flags().StringVar(&dir, "dir", filepath.Dir(profile.DevPath), "state directory")
+	c.PersistentFlags().StringVar(&dir, "dir", filepath.Dir(profile.DevPath), "state directory")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "arbiter gRPC address")
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", "arbiter /metrics address")
 	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (one JSON line once serving)")
 	c.Flags().IntVar(&shards, "shards", 0, "also start this many entity shards and the class \"entity\" routed to them")
 	c.Flags().BoolVar(&noAudit, "no-audit", false, "do not start ClickHouse, MinIO, the audit tailers and the archive, even when they are installed")
+	c.AddCommand(devOTPCmd(&dir))
 	return c
 }
 
@@ -123,6 +124,12 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 				devHistoryBucket, devRecordsBucket, msrv.Dir())
 		}
 	}
+	idp, operators, err := startOperators(filepath.Join(dir, "operators"))
+	if err != nil {
+		return fmt.Errorf("the operators' OpenID provider: %w", err)
+	}
+	defer idp.Close() // after env.Close
+	opts.Operators = operators
 	env, err := devenv.Start(ctx, opts)
 	if err != nil {
 		return err
@@ -130,7 +137,8 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 	defer env.Close()
 	if asJSON {
 		out := map[string]any{"arbiter": env.Addr, "metrics": env.Profile.Metrics, "profile": env.ProfilePath,
-			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid(), "audit": auditURL, "archive": archiveURL}
+			"etcd": env.Cluster.Endpoints(), "trust_domain": devenv.TrustDomain, "pid": os.Getpid(), "audit": auditURL, "archive": archiveURL,
+			"oidc_issuer": idp.Issuer(), "oidc_ca": filepath.Join(dir, "operators", "ca.pem")}
 		if shards > 0 {
 			byName := map[string][]string{}
 			for name, c := range env.ShardClusters {
@@ -149,6 +157,9 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 		say("  arbiter   %s  (%s, mTLS)", env.Addr, env.Profile.ServerID)
 		say("  metrics   %s", env.Profile.Metrics)
 		say("  profile   %s  (identities: %s; default %s)", env.ProfilePath, strings.Join(env.Profile.Names(), ", "), env.Profile.DefaultIdentity)
+		say("  operators %s  (alice, bob: lock-operator; carol: none; in %s)", idp.Issuer(), filepath.Join(dir, "operators", "users.json"))
+		say("            sign in for force-release: bin/lockctl login --issuer %s --ca %s", idp.Issuer(), filepath.Join(dir, "operators", "ca.pem"))
+		say("            (password in users.json, one-time code: bin/lockplane dev otp alice)")
 		say("")
 		say("Try it in another shell:")
 		say("  bin/lockctl status")

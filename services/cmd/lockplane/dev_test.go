@@ -51,6 +51,7 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 		Etcd    []string `json:"etcd"`
 		Audit   string   `json:"audit"`
 		Archive string   `json:"archive"`
+		Issuer  string   `json:"oidc_issuer"`
 	}
 	if err := json.Unmarshal(line.Bytes(), &ready); err != nil || ready.Arbiter == "" || len(ready.Etcd) != 3 {
 		t.Fatalf("ready line %q: %v", line.Text(), err)
@@ -73,6 +74,17 @@ func TestDevServesAndRefusesASecondInstance(t *testing.T) {
 	}
 	if _, err := os.Stat(ready.Profile); err != nil {
 		t.Fatalf("profile: %v", err)
+	}
+	// The operators' provider: its discovery document, and alice's code.
+	if !strings.HasPrefix(ready.Issuer, "https://127.0.0.1:") {
+		t.Fatalf("ready line %q: no operators' OpenID provider", line.Text())
+	}
+	otp, err := exec.Command(bin, "dev", "otp", "alice", "--dir", dir).Output()
+	if code := strings.TrimSpace(string(otp)); err != nil || len(code) != 6 {
+		t.Fatalf("dev otp alice: %q, %v; want a 6-digit code", otp, err)
+	}
+	if out, err := exec.Command(bin, "dev", "otp", "mallory", "--dir", dir).CombinedOutput(); err == nil || !strings.Contains(string(out), "not an operator") {
+		t.Fatalf("dev otp mallory: %v: %s", err, out)
 	}
 
 	out, err := exec.Command(bin, "dev", "--dir", dir).CombinedOutput()
