@@ -100,6 +100,7 @@ func Run(ctx *pulumi.Context) error {
 	}
 	env.AuditWriterPassword, env.AuditReaderPassword = secretConfig(cfg, "auditWriterPassword"), secretConfig(cfg, "auditReaderPassword")
 	env.ArchivePassword = secretConfig(cfg, "archivePassword")
+	env.ArchiverPassword = secretConfig(cfg, "archiverPassword")
 	region, err := components.NewRegion(ctx, env)
 	if err != nil {
 		return err
