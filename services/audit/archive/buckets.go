@@ -133,6 +133,9 @@ func (b Buckets) Check(ctx context.Context) error {
 		}
 	}
 	rules, err := c.GetBucketLifecycle(ctx, b.HistoryBucket)
+	if minio.ToErrorResponse(err).Code == "NoSuchLifecycleConfiguration" {
+		rules, err = lifecycle.NewConfiguration(), nil // named below
+	}
 	if err != nil {
 		return fmt.Errorf("archive: lifecycle of %s: %w", b.HistoryBucket, err)
 	}
