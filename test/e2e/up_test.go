@@ -144,6 +144,7 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		t.Fatalf("archiveUrl output %v", got)
 	}
 	awaitArchive(t, h.Host("arbiter-1").Root, "10.231.0.24:9000")
+	awaitArchived(t, h.Host("arbiter-1").Root, h.Host("arbiter-2").Root)
 
 	// promote: within the gate it is recorded as a tag and an output (the
 	// stack's config gains lockplane:promotion: restored afterwards);
@@ -359,6 +360,31 @@ func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("archive on %s not ready within %s: %v", endpoint, deadline.Sub(start), last)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// awaitArchived waits until the elected arbiter, as the archiver, has
+// checked the buckets and exported a day (its log says so), and fails if
+// an arbiter found the buckets not ready: they exist before it starts.
+func awaitArchived(t *testing.T, arbiterRoots ...string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		exported := false
+		for _, root := range arbiterRoots {
+			b, _ := os.ReadFile(filepath.Join(root, "var", "lib", "lockplane", "run", "arbiter.log"))
+			if bytes.Contains(b, []byte("buckets are not ready")) {
+				t.Fatalf("%s: the archiver found the buckets not ready:\n%s", root, b)
+			}
+			exported = exported || bytes.Contains(b, []byte(`"archive: exported a day"`))
+		}
+		if exported {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no arbiter exported a day as the archiver within 2m")
 		}
 		time.Sleep(2 * time.Second)
 	}
