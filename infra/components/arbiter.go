@@ -78,6 +78,7 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 	}
 	if a.Archive != nil && f.ArchiveCredentials != "" {
 		flags = append(flags, "--archive", a.Archive.URL, "--archive-credentials", f.ArchiveCredentials, "--archive-ca", f.ArchiveCA,
+			"--archive-history-bucket", ArchiveHistoryBucket, "--archive-records-bucket", ArchiveRecordsBucket,
 			"--archive-records-mode", s.Archive.RecordsMode,
 			"--archive-history-days", fmt.Sprint(s.Archive.HistoryDays), "--archive-records-years", fmt.Sprint(s.Archive.RecordsYears))
 	}
@@ -161,7 +162,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	}
 	if a.Archive != nil {
 		f.ArchiveCredentials, f.ArchiveCA = env.ConfPath(h, "arbiter/archive-credentials"), env.ConfPath(h, "arbiter/archive-ca.crt")
-		files = append(files, configFile{f.ArchiveCredentials, archiveCredentials(a.Archive.Password), "0600"},
+		files = append(files, configFile{f.ArchiveCredentials, archiveCredentials(a.Archive.ArchiverPassword), "0600"},
 			configFile{f.ArchiveCA, a.Archive.CA.CertPem, "0644"})
 	}
 	deps, triggers, err := putConfig(ctx, conn, name, files, opts...)
@@ -193,7 +194,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 		deps, triggers = append(deps, d...), append(triggers, t...)
 	}
 	if a.Archive != nil {
-		deps = append(deps, a.Archive.Service) // the same
+		deps = append(deps, a.Archive.Service, a.Archive.Buckets) // the same; the archiver exists once Buckets is made
 	}
 	triggers = append(triggers, bin.Sha256)
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
@@ -203,7 +204,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 }
 
 // archiveCredentials is the arbiter's --archive-credentials file (a
-// secret: it stays one).
+// secret: it stays one): the archiver user's, never root's.
 func archiveCredentials(password pulumi.StringOutput) pulumi.StringOutput {
-	return pulumi.Sprintf("archive %s:%s\n", ArchiveUser, password)
+	return pulumi.Sprintf("archive %s:%s\n", ArchiverUser, password)
 }

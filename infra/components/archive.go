@@ -10,14 +10,30 @@ import (
 
 // ArchiveUser is the archive's MinIO root user; its password is the
 // secure stack configuration lockplane:archivePassword or, without it, a
-// secret the program makes once (nodes.Password).
+// secret the program makes once (nodes.Password). It is given to MinIO on
+// the archive host (a 0600 file) and to the ArchiveBuckets resource at
+// deploy time, never to an arbiter.
 const ArchiveUser = "lockplane"
+
+// ArchiverUser is the MinIO user the arbiters archive as: it may add and
+// read history and records, never delete one, shorten a retention or
+// change a bucket's rules (nodes/provider ArchiverPolicy). Its password
+// is lockplane:archiverPassword or, without it, made once.
+const ArchiverUser = "lockplane-archiver"
+
+// The archive's buckets: the arbiters' --archive-history-bucket and
+// --archive-records-bucket.
+const (
+	ArchiveHistoryBucket = "lockplane-history"
+	ArchiveRecordsBucket = "lockplane-records"
+)
 
 // Archive is the region's audit archive: one MinIO server on the archive
 // host, serving S3 over TLS with a certificate of the archive's own CA.
-// The elected arbiter makes its buckets (history with a lifecycle rule,
-// records under object lock) and copies the audit store's history there
-// every day.
+// Its buckets (history with a lifecycle rule, records under object lock)
+// and the archiver user are set up at deploy time with the root user
+// (nodes.ArchiveBuckets); the elected arbiter, as the archiver, checks
+// the buckets and copies the audit store's history there every day.
 type Archive struct {
 	pulumi.ResourceState
 	Host topology.Host
@@ -25,9 +41,13 @@ type Archive struct {
 	URL string
 	// CA signed the server's certificate: the arbiters' --archive-ca.
 	CA *nodes.CA
-	// Password is the root user's password (a secret output).
-	Password pulumi.StringOutput
-	Service  *nodes.Service
+	// RootPassword is the root user's password, ArchiverPassword the
+	// archiver's (secret outputs).
+	RootPassword, ArchiverPassword pulumi.StringOutput
+	Service                        *nodes.Service
+	// Buckets made the buckets and the archiver: the arbiters start
+	// after it.
+	Buckets *nodes.ArchiveBuckets
 }
 
 // ArchiveArgs places the archive.
@@ -71,15 +91,20 @@ func NewArchive(ctx *pulumi.Context, env *Env, a ArchiveArgs, opts ...pulumi.Res
 	if err != nil {
 		return nil, err
 	}
-	// Marked again so that every value made of it (the arbiters' files)
-	// is a secret too, whatever the provider reports.
-	ar.Password = pulumi.ToSecret(password).(pulumi.StringOutput)
+	// Marked again so that every value made of it is a secret too,
+	// whatever the provider reports.
+	ar.RootPassword = pulumi.ToSecret(password).(pulumi.StringOutput)
+	archiver, err := servicePassword(ctx, name+"-archiver-password", "archiver", "lockplane:archiverPassword", env.ArchiverPassword, in)
+	if err != nil {
+		return nil, err
+	}
+	ar.ArchiverPassword = pulumi.ToSecret(archiver).(pulumi.StringOutput) // the arbiters' files are made of it
 	conn := env.Connection(h)
 	f := ArchiveFiles{Bin: env.BinPath(h, "minio"), Certs: env.ConfPath(h, "minio/certs"),
 		Password: env.ConfPath(h, "minio/root-password"), Data: h.HostPath("/var/lib/lockplane/minio")}
 	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
 		{f.Certs + "/public.crt", cert.CertPem, "0644"}, {f.Certs + "/private.key", cert.KeyPem, "0600"},
-		{f.Password, ar.Password, "0600"},
+		{f.Password, ar.RootPassword, "0600"},
 	}, in)
 	if err != nil {
 		return nil, err
@@ -97,6 +122,14 @@ func NewArchive(ctx *pulumi.Context, env *Env, a ArchiveArgs, opts ...pulumi.Res
 		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: pulumi.ToStringArray(ArchiveCommand(h, s.Archive.Port, f)),
 		Env:      map[string]string{"MINIO_ROOT_USER": ArchiveUser, "MINIO_ROOT_PASSWORD_FILE": f.Password, "MINIO_BROWSER": "off"},
 		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
+		return nil, err
+	}
+	// The buckets and the archiver, made by root from where the program
+	// runs, once MinIO answers.
+	if ar.Buckets, err = nodes.NewArchiveBuckets(ctx, name+"-buckets", nodes.ArchiveBucketsArgs{URL: ar.URL, CA: ar.CA,
+		RootUser: ArchiveUser, RootPassword: ar.RootPassword, HistoryBucket: ArchiveHistoryBucket, RecordsBucket: ArchiveRecordsBucket,
+		HistoryDays: s.Archive.HistoryDays, RecordsYears: s.Archive.RecordsYears, RecordsMode: s.Archive.RecordsMode,
+		User: ArchiverUser, Password: ar.ArchiverPassword}, in, pulumi.DependsOn([]pulumi.Resource{ar.Service})); err != nil {
 		return nil, err
 	}
 	return ar, ctx.RegisterResourceOutputs(ar, pulumi.Map{"host": pulumi.String(h.Name), "url": pulumi.String(ar.URL),

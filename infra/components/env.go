@@ -40,8 +40,9 @@ type Env struct {
 	// audit store's users' passwords (secure stack configuration); nil
 	// ones are made once at random and kept secret in the state.
 	AuditWriterPassword, AuditReaderPassword pulumi.StringInput
-	// ArchivePassword is the archive's root password, the same way.
-	ArchivePassword pulumi.StringInput
+	// ArchivePassword is the archive's MinIO root password and
+	// ArchiverPassword its archiver user's (the arbiters'), the same way.
+	ArchivePassword, ArchiverPassword pulumi.StringInput
 }
 
 // PolicyFile is one file of the policy set, by its path in the set.

@@ -34,7 +34,7 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 		data["audit-credentials"] = a.Audit.credentials() // mounted 0400, as --audit-credentials wants
 	}
 	if a.Archive != nil {
-		data["archive-credentials"], data["archive-ca.crt"] = archiveCredentials(a.Archive.Password), a.Archive.CA.CertPem
+		data["archive-credentials"], data["archive-ca.crt"] = archiveCredentials(a.Archive.ArchiverPassword), a.Archive.CA.CertPem
 	}
 	if env.OperatorsCA != "" {
 		data["oidc-ca.crt"] = pulumi.String(env.OperatorsCA)
@@ -67,6 +67,10 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 		files.OperatorsCA = dir + "oidc-ca.crt"
 	}
 	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a, files))
+	deps := append([]pulumi.Resource{a.Coord}, a.Epochs...)
+	if a.Archive != nil {
+		deps = append(deps, a.Archive.Buckets) // the archiver user exists
+	}
 	_, err = appsv1.NewDeployment(ctx, s.Region+"-arbiter", &appsv1.DeploymentArgs{
 		Metadata: meta("lockplane-arbiter"),
 		Spec: &appsv1.DeploymentSpecArgs{
@@ -119,7 +123,7 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 				},
 			},
 		},
-	}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{a.Coord}, a.Epochs...)))...)
+	}, append(opts, pulumi.DependsOn(deps))...)
 	if err != nil {
 		return err
 	}

@@ -353,3 +353,40 @@ func NewEtcdAuth(ctx *pulumi.Context, name string, a EtcdAuthArgs, opts ...pulum
 		"adminPassword": pulumi.ToSecret(a.Admin), "tailerPassword": pulumi.ToSecret(a.Tailer),
 	}, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"rootPassword", "arbiterPassword", "adminPassword", "tailerPassword"}))...)
 }
+
+// ArchiveBuckets is the audit archive's setup on its MinIO, done with
+// the root user at deploy time: the history and records buckets with
+// their rules, and the archiver user (the arbiters') with a policy that
+// can add history and records but never remove or shorten them.
+type ArchiveBuckets struct {
+	pulumi.CustomResourceState
+	// Policy is the archiver's policy document.
+	Policy pulumi.StringOutput `pulumi:"policy"`
+}
+
+// ArchiveBucketsArgs: MinIO's https URL and the CA of its certificate,
+// the root user's credentials, the buckets and their rules, and the
+// archiver's credentials.
+type ArchiveBucketsArgs struct {
+	URL                          string
+	CA                           *CA
+	RootUser                     string
+	RootPassword                 pulumi.StringInput
+	HistoryBucket, RecordsBucket string
+	HistoryDays, RecordsYears    int
+	RecordsMode                  string
+	User                         string
+	Password                     pulumi.StringInput
+}
+
+// NewArchiveBuckets sets up the archive's buckets and archiver.
+func NewArchiveBuckets(ctx *pulumi.Context, name string, a ArchiveBucketsArgs, opts ...pulumi.ResourceOption) (*ArchiveBuckets, error) {
+	var r ArchiveBuckets
+	return &r, ctx.RegisterResource(prefix_+"ArchiveBuckets", name, pulumi.Map{
+		"url": pulumi.String(a.URL), "caCertPem": a.CA.CertPem, "rootUser": pulumi.String(a.RootUser),
+		"rootPassword": pulumi.ToSecret(a.RootPassword), "historyBucket": pulumi.String(a.HistoryBucket),
+		"recordsBucket": pulumi.String(a.RecordsBucket), "historyDays": pulumi.Int(a.HistoryDays),
+		"recordsMode": pulumi.String(a.RecordsMode), "recordsYears": pulumi.Int(a.RecordsYears),
+		"user": pulumi.String(a.User), "password": pulumi.ToSecret(a.Password),
+	}, &r, opts...)
+}

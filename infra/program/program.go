@@ -100,7 +100,8 @@ func Run(ctx *pulumi.Context) error {
 		return err
 	}
 	for key, into := range map[string]*pulumi.StringInput{"auditWriterPassword": &env.AuditWriterPassword,
-		"auditReaderPassword": &env.AuditReaderPassword, "archivePassword": &env.ArchivePassword} {
+		"auditReaderPassword": &env.AuditReaderPassword, "archivePassword": &env.ArchivePassword,
+		"archiverPassword": &env.ArchiverPassword} {
 		if *into, err = secretConfig(ctx, cfg, key); err != nil {
 			return err
 		}

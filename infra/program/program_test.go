@@ -700,8 +700,10 @@ func plainStrings(v resource.PropertyValue) []string {
 }
 
 // With an archive host (the local stack's archive-1), the region runs one
-// MinIO server there over TLS, its root password a secret that reaches it
-// and the arbiters by file only, and every arbiter is given the archive.
+// MinIO server there over TLS, its root password a secret that reaches
+// only it (by file) and the ArchiveBuckets resource that sets up the
+// buckets and the archiver user; every arbiter is given the archive as
+// that archiver, never as root.
 func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
 	m, err := run(t, "local", localHosts)
 	if err != nil {
@@ -720,9 +722,21 @@ func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
 	if !strings.HasSuffix(env["MINIO_ROOT_PASSWORD_FILE"].StringValue(), "/etc/lockplane/minio/root-password") || env["MINIO_ROOT_PASSWORD"].HasValue() {
 		t.Fatalf("minio's password is not given by file: %v", env)
 	}
+	rootPassword := mockPassword("local-archive-archive-1-root-password")
+	archiverPassword := mockPassword("local-archive-archive-1-archiver-password")
 	secretFiles := map[string]bool{}
 	for _, r := range m.of("lockplane:nodes:File") {
 		path := r.Inputs["path"].StringValue()
+		content := ""
+		if c := r.Inputs["content"]; c.IsSecret() {
+			content = c.SecretValue().Element.StringValue()
+		} else if c.IsString() {
+			content = c.StringValue()
+		}
+		// Root's password is in one file: MinIO's, on archive-1.
+		if strings.Contains(content, rootPassword) != strings.HasSuffix(path, "archive-1/root/etc/lockplane/minio/root-password") {
+			t.Fatalf("%s holds root's password: %v", path, strings.Contains(content, rootPassword))
+		}
 		if strings.HasSuffix(path, "/minio/root-password") || strings.HasSuffix(path, "/arbiter/archive-credentials") || strings.HasSuffix(path, "/minio/certs/private.key") {
 			// The mocks keep a certificate's key plain; the password stays
 			// a secret through every file made of it.
@@ -732,9 +746,29 @@ func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
 			}
 			secretFiles[path[strings.LastIndex(path, "/")+1:]] = true
 		}
+		if strings.HasSuffix(path, "/arbiter/archive-credentials") && content != "archive lockplane-archiver:"+archiverPassword+"\n" {
+			t.Fatalf("%s: %q; want the archiver's credentials", path, content)
+		}
 	}
 	if len(secretFiles) != 3 {
 		t.Fatalf("secret files %v, want the root password, the key and the arbiters' credentials", secretFiles)
+	}
+	// The buckets and the archiver are set up by root at deploy time,
+	// once MinIO runs, over TLS with the archive's CA.
+	buckets := m.of("lockplane:nodes:ArchiveBuckets")
+	if len(buckets) != 1 {
+		t.Fatalf("%d ArchiveBuckets, want 1", len(buckets))
+	}
+	b := buckets[0].Inputs
+	if b["url"].StringValue() != "https://10.231.0.24:9000" || b["caCertPem"].StringValue() == "" || b["rootUser"].StringValue() != "lockplane" ||
+		!b["rootPassword"].IsSecret() || b["rootPassword"].SecretValue().Element.StringValue() != rootPassword ||
+		b["user"].StringValue() != "lockplane-archiver" || !b["password"].IsSecret() || b["password"].SecretValue().Element.StringValue() != archiverPassword ||
+		b["historyBucket"].StringValue() != "lockplane-history" || b["recordsBucket"].StringValue() != "lockplane-records" ||
+		b["recordsMode"].StringValue() != "GOVERNANCE" || b["recordsYears"].NumberValue() != 7 || b["historyDays"].NumberValue() != 365 {
+		t.Fatalf("ArchiveBuckets inputs %v", b)
+	}
+	if !dependsOnSuffix(buckets[0], "-archive-archive-1-service") {
+		t.Fatalf("ArchiveBuckets before MinIO runs: %v", buckets[0].RegisterRPC.GetDependencies())
 	}
 	arbiters := services(m, "arbiter")
 	for _, r := range arbiters {
@@ -743,8 +777,11 @@ func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
 			!strings.HasSuffix(flag(cmd, "--archive-ca"), "/arbiter/archive-ca.crt") || flag(cmd, "--archive-records-mode") != "GOVERNANCE" {
 			t.Fatalf("%s: archive flags of %v", r.Name, cmd)
 		}
-		if !dependsOnSuffix(r, "-archive-archive-1-service") {
-			t.Fatalf("%s starts before the archive: %v", r.Name, r.RegisterRPC.GetDependencies())
+		if !dependsOnSuffix(r, "-archive-archive-1-service") || !dependsOnSuffix(r, "-archive-archive-1-buckets") {
+			t.Fatalf("%s starts before the archive and its archiver: %v", r.Name, r.RegisterRPC.GetDependencies())
+		}
+		if flag(cmd, "--archive-history-bucket") != "lockplane-history" || flag(cmd, "--archive-records-bucket") != "lockplane-records" {
+			t.Fatalf("%s: archive buckets of %v", r.Name, cmd)
 		}
 	}
 	if len(arbiters) != 2 {
@@ -757,7 +794,7 @@ func TestArbitersGetTheArchiveWhenTheStackHasAnArchiveHost(t *testing.T) {
 			continue
 		}
 		for k, v := range r.Inputs {
-			if (k == "command" || k == "env") && strings.Contains(fmt.Sprint(v), mockPassword("local-archive-archive-1-root-password")) {
+			if (k == "command" || k == "env") && (strings.Contains(fmt.Sprint(v), rootPassword) || strings.Contains(fmt.Sprint(v), archiverPassword)) {
 				t.Fatalf("%s %s: the password is in its %s", r.TypeToken, r.Name, k)
 			}
 		}

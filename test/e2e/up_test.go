@@ -28,6 +28,7 @@ import (
 	"github.com/lockplane/lockplane/test/hosts"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
 
 func root(t *testing.T) string {
@@ -136,12 +137,14 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	killHolder(t, dir, up.Profile, "demo/e2e/2")
 	awaitAudit(t, dir, up.Profile, "demo/e2e/2", "grant", "expiry")
 
-	// The archive: the elected arbiter made its buckets on MinIO
-	// (archive-1), with their rules, over TLS with the archive's CA.
+	// The archive: the deploy made its buckets on MinIO (archive-1), with
+	// their rules; the arbiters reach it over TLS with the archive's CA,
+	// as the archiver.
 	if got := up.Outputs["archiveUrl"]; got != "https://10.231.0.24:9000" {
 		t.Fatalf("archiveUrl output %v", got)
 	}
 	awaitArchive(t, h.Host("arbiter-1").Root, "10.231.0.24:9000")
+	awaitArchived(t, h.Host("arbiter-1").Root, h.Host("arbiter-2").Root)
 
 	// promote: within the gate it is recorded as a tag and an output (the
 	// stack's config gains lockplane:promotion: restored afterwards);
@@ -305,8 +308,10 @@ func killHolder(t *testing.T, dir, profile, key string) {
 }
 
 // awaitArchive reads the arbiter's archive credentials and CA from its
-// host, as an operator there would, and waits until the elected arbiter
-// has made both buckets with their rules.
+// host, as an operator there would: they are the archiver's, not root's.
+// It waits until both buckets have their rules (made at deploy time;
+// the archiver may read them) and checks that the archiver cannot
+// remove them.
 func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
 	t.Helper()
 	conf := filepath.Join(arbiterRoot, "etc", "lockplane", "arbiter")
@@ -315,6 +320,9 @@ func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
 		t.Fatal(err)
 	}
 	user, password, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(string(creds)), "archive "), ":")
+	if user != "lockplane-archiver" {
+		t.Fatalf("the arbiter's archive user is %q, want the archiver, never root", user)
+	}
 	pem, err := os.ReadFile(filepath.Join(conf, "archive-ca.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -338,6 +346,16 @@ func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
 		cancel()
 		if last == nil {
 			t.Logf("archive: buckets and rules on %s after %s", endpoint, time.Since(start).Round(time.Millisecond))
+			// The archiver cannot undo them.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := cli.SetBucketLifecycle(ctx, "lockplane-history", lifecycle.NewConfiguration())
+			if minio.ToErrorResponse(err).Code != "AccessDenied" {
+				t.Fatalf("the archiver removing the history's lifecycle rule: %v; want AccessDenied", err)
+			}
+			if err := cli.RemoveBucket(ctx, "lockplane-records"); minio.ToErrorResponse(err).Code != "AccessDenied" {
+				t.Fatalf("the archiver removing the records bucket: %v; want AccessDenied", err)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -347,7 +365,32 @@ func awaitArchive(t *testing.T, arbiterRoot, endpoint string) {
 	}
 }
 
-// archiveReady checks the buckets the arbiter makes: history with its
+// awaitArchived waits until the elected arbiter, as the archiver, has
+// checked the buckets and exported a day (its log says so), and fails if
+// an arbiter found the buckets not ready: they exist before it starts.
+func awaitArchived(t *testing.T, arbiterRoots ...string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		exported := false
+		for _, root := range arbiterRoots {
+			b, _ := os.ReadFile(filepath.Join(root, "var", "lib", "lockplane", "run", "arbiter.log"))
+			if bytes.Contains(b, []byte("buckets are not ready")) {
+				t.Fatalf("%s: the archiver found the buckets not ready:\n%s", root, b)
+			}
+			exported = exported || bytes.Contains(b, []byte(`"archive: exported a day"`))
+		}
+		if exported {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no arbiter exported a day as the archiver within 2m")
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// archiveReady checks the buckets the deploy makes: history with its
 // lifecycle rule, records under object lock.
 func archiveReady(ctx context.Context, cli *minio.Client) error {
 	rules, err := cli.GetBucketLifecycle(ctx, "lockplane-history")

@@ -79,6 +79,12 @@ type Config struct {
 	RecordsMode minio.RetentionMode
 	// RecordsYears is how long a record is retained (7 when zero).
 	RecordsYears uint
+	// ManageBuckets: Prepare makes the buckets and sets their rules
+	// (EnsureBuckets, as MinIO's root: `lockplane dev`). Without it
+	// (the arbiter's default) Prepare only checks them (CheckBuckets):
+	// they were made at deploy time, and the archiver's user may not
+	// change them.
+	ManageBuckets bool
 	// PageSize is how many events one query reads (chstore.MaxLimit when
 	// zero); RowGroupRows how many rows a Parquet row group has.
 	PageSize     int
@@ -106,7 +112,7 @@ type Config struct {
 type Archive struct{ cfg Config }
 
 // New returns an archive of cfg, with its defaults filled in. It does
-// not connect; EnsureBuckets creates the buckets.
+// not connect; Prepare makes or checks the buckets.
 func New(cfg Config) (*Archive, error) {
 	switch {
 	case cfg.Store == nil || cfg.Client == nil:

@@ -22,7 +22,7 @@ const (
 
 // Archiver is what the elected archiver runs: archive.Archive.
 type Archiver interface {
-	EnsureBuckets(ctx context.Context) error
+	Prepare(ctx context.Context) error
 	RunDaily(ctx context.Context, p archive.Progress) error
 }
 
@@ -44,7 +44,7 @@ func runArchive(ctx context.Context, cfg Config) {
 			ok := retry(lctx, cfg, func() error {
 				bctx, cancel := context.WithTimeout(lctx, cfg.MigrateTimeout)
 				defer cancel()
-				err := cfg.Archive.EnsureBuckets(bctx)
+				err := cfg.Archive.Prepare(bctx)
 				if err != nil && lctx.Err() == nil {
 					cfg.Logger.Warn("audit: the archive's buckets are not ready; the lock service is unaffected, trying again", "err", err.Error())
 				}

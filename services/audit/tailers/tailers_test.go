@@ -65,7 +65,7 @@ func TestTheTailersWaitForTheStoreThenTailEveryCluster(t *testing.T) {
 type archiver struct {
 	running, most atomic.Int32
 	started       chan string  // the name of each archiver that started
-	bucketsFail   atomic.Int32 // EnsureBuckets fails this many more times
+	bucketsFail   atomic.Int32 // Prepare fails this many more times
 }
 
 type namedArchiver struct {
@@ -73,7 +73,7 @@ type namedArchiver struct {
 	name string
 }
 
-func (a namedArchiver) EnsureBuckets(context.Context) error {
+func (a namedArchiver) Prepare(context.Context) error {
 	if a.bucketsFail.Add(-1) >= 0 {
 		return errors.New("minio is not up yet")
 	}

@@ -28,7 +28,7 @@ type archiveFlags struct {
 
 func (a *archiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.url, "archive", "", "MinIO (S3) base URL of the audit archive, e.g. https://minio:9000: one arbiter of the region (elected) copies the audit store's history there every day; needs --audit-store and --archive-credentials")
-	fs.StringVar(&a.credentials, "archive-credentials", "", "the archive's user: "+credentialsRule("archive")+" (the access key, then the secret key)")
+	fs.StringVar(&a.credentials, "archive-credentials", "", "the archive's user: "+credentialsRule("archive")+" (the access key, then the secret key); the archiver, not root: it only checks the buckets' rules (made at deploy time) and adds objects")
 	fs.StringVar(&a.ca, "archive-ca", "", "CA bundle that signed the archive's serving certificate (PEM), for an https --archive")
 	fs.StringVar(&a.historyBucket, "archive-history-bucket", "lockplane-history", "bucket of the daily Parquet history, expired by a lifecycle rule")
 	fs.StringVar(&a.recordsBucket, "archive-records-bucket", "lockplane-records", "bucket of the epoch-advance and force-release records, under object lock")

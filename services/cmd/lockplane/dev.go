@@ -246,7 +246,7 @@ func startArchive(ctx context.Context, dir string, reader *chstore.Store, log *s
 	if err == nil {
 		var arch *archive.Archive
 		arch, err = archive.New(archive.Config{Store: reader, Client: cli, HistoryBucket: devHistoryBucket, RecordsBucket: devRecordsBucket,
-			RecordsMode: minio.Governance, Logger: log})
+			RecordsMode: minio.Governance, ManageBuckets: true, Logger: log}) // its own MinIO, as root
 		if err == nil {
 			return srv, arch, ""
 		}
