@@ -15,6 +15,7 @@ import (
 	"github.com/lockplane/lockplane/services/operator/login"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // idTokenEnv names the operator's cached ID token file when
@@ -97,13 +98,7 @@ it from --id-token-file, $` + idTokenEnv + `, or the user cache directory.`,
 				if err != nil {
 					return err
 				}
-				if g.json() {
-					printProto(r)
-					return nil
-				}
-				fmt.Printf("request %s\n", r.GetAction().GetId())
-				printAction(os.Stdout, r.GetAction())
-				fmt.Printf("\na different operator approves it with: lockctl force-release approve %s\n", r.GetAction().GetId())
+				g.printRequested(r, r.GetAction(), "force-release")
 				return nil
 			})
 		},
@@ -112,6 +107,18 @@ it from --id-token-file, $` + idTokenEnv + `, or the user cache directory.`,
 	req.Flags().BoolVar(&revoke, "revoke-session", false, "end the holder's whole session: every hold of it on that cluster")
 	c.AddCommand(req, approveCmd(g, "force_release"), denyCmd(g, "force_release"), listCmd(g, "force_release"), showCmd(g, "force_release"))
 	return c
+}
+
+// printRequested prints a new request: its ID and facts first, then who
+// may approve it and how (the command group: force-release or epoch).
+func (g *globals) printRequested(r proto.Message, a *adminv1.Action, group string) {
+	if g.json() {
+		printProto(r)
+		return
+	}
+	fmt.Printf("request %s\n", a.GetId())
+	printAction(os.Stdout, a)
+	fmt.Printf("\na different operator approves it with: lockctl %s approve %s\n", group, a.GetId())
 }
 
 // approveCmd shows a request's facts again, then approves it. Both kinds

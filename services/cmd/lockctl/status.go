@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
@@ -125,13 +124,7 @@ right by 48 bits (a fence column value v gives epoch v >> 48). Use 0 only for a 
 					if err != nil {
 						return err
 					}
-					if g.json() {
-						printProto(r)
-						return nil
-					}
-					fmt.Printf("request %s\n", r.GetAction().GetId())
-					printAction(os.Stdout, r.GetAction())
-					fmt.Printf("\na different operator approves it with: lockctl epoch approve %s\n", r.GetAction().GetId())
+					g.printRequested(r, r.GetAction(), "epoch")
 					return nil
 				})
 			}
