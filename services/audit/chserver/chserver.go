@@ -11,27 +11,20 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"github.com/lockplane/lockplane/services/internal/localserver"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
 // Bin is where Debian's clickhouse-server package puts the server.
 const Bin = "/usr/sbin/clickhouse-server"
 
-// startTimeout bounds the wait for a server to answer when ctx has no
-// deadline; stopGrace is how long Stop lets it shut down before killing it.
-const (
-	startTimeout = 60 * time.Second
-	stopGrace    = 10 * time.Second
-)
+// stopGrace is how long Stop lets the server shut down before killing it.
+const stopGrace = 10 * time.Second
 
 // Installed reports whether the server binary is installed.
 func Installed() bool {
@@ -43,8 +36,7 @@ func Installed() bool {
 type Server struct {
 	url  string
 	dir  string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process exits
+	proc *localserver.Process
 	// writerPassword and readerPassword are this run's, random.
 	writerPassword, readerPassword string
 }
@@ -69,7 +61,7 @@ func start(ctx context.Context, dir string, users func(Passwords, ...string) str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3) // HTTP, native TCP, interserver
+	ports, err := localserver.FreePorts(3) // HTTP, native TCP, interserver
 	if err != nil {
 		return nil, err
 	}
@@ -88,22 +80,14 @@ func start(ctx context.Context, dir string, users func(Passwords, ...string) str
 		return nil, err
 	}
 	defer out.Close() // the child has its own descriptor
-	s := &Server{url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, done: make(chan struct{}),
+	s := &Server{url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir,
 		writerPassword: writer, readerPassword: reader}
-	s.cmd = exec.Command(Bin, "--config-file="+config)
-	s.cmd.Stdout, s.cmd.Stderr = out, out
-	// The server does not outlive a process that dies without Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	cmd := exec.Command(Bin, "--config-file="+config)
+	cmd.Stdout, cmd.Stderr = out, out
+	if s.proc, err = localserver.Start(cmd); err != nil {
 		return nil, fmt.Errorf("chserver: %w", err)
 	}
-	go func() { s.cmd.Wait(); close(s.done) }()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, startTimeout)
-		defer cancel()
-	}
-	if err := s.awaitPing(ctx); err != nil {
+	if err := s.proc.Await(ctx, s.url+"/ping"); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("chserver: %v; see %s", err, filepath.Join(dir, "log"))
 	}
@@ -125,56 +109,7 @@ func (s *Server) Reader() (user, password string) { return ReaderUser, s.readerP
 
 // Stop asks the server to shut down, kills it if it has not within a few
 // seconds, and returns once it has exited. Its directory stays.
-func (s *Server) Stop() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-		return
-	case <-time.After(stopGrace):
-	}
-	s.cmd.Process.Kill()
-	<-s.done
-}
-
-// awaitPing polls GET /ping until it answers, the server exits, or ctx
-// ends.
-func (s *Server) awaitPing(ctx context.Context) error {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-s.done:
-			return fmt.Errorf("clickhouse-server exited: %v", s.cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("clickhouse-server did not answer /ping: %w", ctx.Err())
-		case <-tick.C:
-			resp, err := client.Get(s.url + "/ping")
-			if err != nil {
-				continue
-			}
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-	}
-}
-
-// freePorts reserves n distinct free loopback ports, released before the
-// server binds them: a clash in that window fails Start loudly.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, errors.Join(errors.New("chserver: reserve a port"), err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+func (s *Server) Stop() { s.proc.Stop(stopGrace) }
 
 // serverConfig is the server configuration: the few settings of
 // /etc/clickhouse-server/config.xml a single local server needs, every

@@ -8,21 +8,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/lockplane/lockplane/services/internal/localserver"
 )
 
-// startTimeout bounds the wait for a server to answer when ctx has no
-// deadline; stopGrace is how long Stop lets it shut down before killing it.
-const (
-	startTimeout = 60 * time.Second
-	stopGrace    = 10 * time.Second
-)
+// stopGrace is how long Stop lets the server shut down before killing it.
+const stopGrace = 10 * time.Second
 
 // Config is a server to start.
 type Config struct {
@@ -38,8 +33,7 @@ type Config struct {
 type Server struct {
 	endpoint string
 	dir      string
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when the process exits
+	proc     *localserver.Process
 }
 
 // Start starts a server and returns once its liveness endpoint answers.
@@ -58,8 +52,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	ports, err := localserver.FreePorts(1)
 	if err != nil {
+		return nil, err
+	}
+	// The password by file, not in the environment others may read.
+	pwFile := filepath.Join(dir, "root-password")
+	if err := os.WriteFile(pwFile, []byte(cfg.Password), 0o600); err != nil {
 		return nil, err
 	}
 	log, err := os.Create(filepath.Join(dir, "minio.log"))
@@ -67,25 +66,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	defer log.Close() // the child has its own descriptor
-	s := &Server{endpoint: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, done: make(chan struct{})}
+	s := &Server{endpoint: fmt.Sprintf("127.0.0.1:%d", ports[0]), dir: dir}
 	// The console listens on an ephemeral loopback port and is off.
-	s.cmd = exec.Command(cfg.Bin, "server", filepath.Join(dir, "data"), "--quiet",
+	cmd := exec.Command(cfg.Bin, "server", filepath.Join(dir, "data"), "--quiet",
 		"--address", s.endpoint, "--console-address", "127.0.0.1:0")
-	s.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+cfg.User, "MINIO_ROOT_PASSWORD="+cfg.Password,
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+cfg.User, "MINIO_ROOT_PASSWORD_FILE="+pwFile,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off")
-	s.cmd.Stdout, s.cmd.Stderr = log, log
-	// The server does not outlive a process that dies without Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = log, log
+	if s.proc, err = localserver.Start(cmd); err != nil {
 		return nil, fmt.Errorf("minioserver: %w", err)
 	}
-	go func() { s.cmd.Wait(); close(s.done) }()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, startTimeout)
-		defer cancel()
-	}
-	if err := s.awaitLive(ctx); err != nil {
+	if err := s.proc.Await(ctx, "http://"+s.endpoint+"/minio/health/live"); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("minioserver: %v; see %s", err, filepath.Join(dir, "minio.log"))
 	}
@@ -100,49 +91,4 @@ func (s *Server) Dir() string { return s.dir }
 
 // Stop asks the server to shut down, kills it if it has not within a few
 // seconds, and returns once it has exited. Its directory stays.
-func (s *Server) Stop() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-		return
-	case <-time.After(stopGrace):
-	}
-	s.cmd.Process.Kill()
-	<-s.done
-}
-
-// awaitLive polls the liveness endpoint until it answers, the server
-// exits, or ctx ends.
-func (s *Server) awaitLive(ctx context.Context) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-s.done:
-			return fmt.Errorf("minio exited: %v", s.cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("minio did not become live: %w", ctx.Err())
-		case <-tick.C:
-			resp, err := client.Get("http://" + s.endpoint + "/minio/health/live")
-			if err != nil {
-				continue
-			}
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-	}
-}
-
-// freePort reserves a free loopback port, released before the server binds
-// it: a clash in that window fails Start loudly.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, errors.Join(errors.New("minioserver: reserve a port"), err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func (s *Server) Stop() { s.proc.Stop(stopGrace) }
