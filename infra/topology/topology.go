@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+
+	"github.com/lockplane/lockplane/services/operator/oidcauth"
 	"path"
 	"regexp"
 	"slices"
@@ -567,8 +569,8 @@ func (s *Stack) validateOperators(bad func(string, ...any)) {
 	if u, err := url.Parse(o.Issuer); err != nil || u.Scheme != "https" || u.Host == "" {
 		bad("operators.issuer: %q must be the provider's https URL, e.g. https://keycloak.example/realms/lockplane", o.Issuer)
 	}
-	if len(o.AMR) == 0 && o.ACR == "" {
-		bad("operators.amr, operators.acr: at least one must prove a second factor (operators sign in with two)")
+	if err := oidcauth.CheckSecondFactor(o.AMR, o.ACR); err != nil {
+		bad("operators: %v (operators sign in with two factors)", err)
 	}
 }
 

@@ -48,8 +48,8 @@ func (o oidcFlags) verifier() (arbiter.OperatorVerifier, error) {
 			amr = append(amr, v)
 		}
 	}
-	if len(amr) == 0 && o.acr == "" {
-		return nil, errors.New("--oidc-amr, --oidc-acr: at least one must prove a second factor (ADR-20: operators sign in with two)")
+	if err := oidcauth.CheckSecondFactor(amr, o.acr); err != nil {
+		return nil, fmt.Errorf("--oidc-amr, --oidc-acr: %w (ADR-20: operators sign in with two factors)", err)
 	}
 	if o.clientID == "" || o.role == "" || o.roleClaim == "" {
 		return nil, errors.New("--oidc-client-id, --oidc-role, --oidc-role-claim: must not be empty")

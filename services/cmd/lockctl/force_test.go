@@ -63,13 +63,13 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 	}
 
 	// Not signed in: says what to do.
-	out, err := combined(cmd(env, "--id-token-file", filepath.Join(t.TempDir(), "none"), "force-release", "list"))
+	out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", filepath.Join(t.TempDir(), "none"), "force-release", "list"))
 	if err == nil || !strings.Contains(string(out), "run lockctl login") {
 		t.Fatalf("without a token: %v %s", err, out)
 	}
 
 	// The request: its ID, then the facts before who asked.
-	out, err = cmd(env, "--id-token-file", alice, "force-release", "request", key, "--reason", "stuck job").Output()
+	out, err = cmd(env, "--identity", "alice", "--id-token-file", alice, "force-release", "request", key, "--reason", "stuck job").Output()
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}
@@ -88,7 +88,7 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 		t.Fatalf("the facts do not come first:\n%s", text)
 	}
 
-	out, err = cmd(env, "--id-token-file", bob, "force-release", "show", id, "-o", "json").Output()
+	out, err = cmd(env, "--identity", "alice", "--id-token-file", bob, "force-release", "show", id, "-o", "json").Output()
 	var shown struct {
 		Action struct {
 			State string `json:"state"`
@@ -100,10 +100,10 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 	if err != nil || json.Unmarshal(out, &shown) != nil || shown.Action.State != "pending" || shown.Action.Hold.Key != key {
 		t.Fatalf("show -o json: %s (%v)", out, err)
 	}
-	if out, err := combined(cmd(env, "--id-token-file", alice, "force-release", "approve", id)); err == nil || !strings.Contains(string(out), "different operator") {
+	if out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", alice, "force-release", "approve", id)); err == nil || !strings.Contains(string(out), "different operator") {
 		t.Fatalf("the requester approved their own request: %v %s", err, out)
 	}
-	out, err = cmd(env, "--id-token-file", bob, "force-release", "approve", id).Output()
+	out, err = cmd(env, "--identity", "alice", "--id-token-file", bob, "force-release", "approve", id).Output()
 	if err != nil || !strings.Contains(string(out), "released "+key) || !strings.Contains(string(out), "enforcement") {
 		t.Fatalf("approve: %v\n%s", err, out)
 	}
@@ -123,7 +123,7 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 		t.Fatal("lockctl run did not exit")
 	}
 
-	out, err = cmd(env, "--id-token-file", bob, "force-release", "list", "-o", "json").Output()
+	out, err = cmd(env, "--identity", "alice", "--id-token-file", bob, "force-release", "list", "-o", "json").Output()
 	var list struct {
 		Actions []struct {
 			ID    string `json:"id"`

@@ -37,11 +37,11 @@ func TestLoginCachesATokenTheArbiterAccepts(t *testing.T) {
 	defer cancel()
 	cache := filepath.Join(t.TempDir(), "operator-token.json")
 
-	if out, err := combined(cmd(env, "--id-token-file", cache, "force-release", "list")); err == nil || !strings.Contains(string(out), "run lockctl login") {
+	if out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", cache, "force-release", "list")); err == nil || !strings.Contains(string(out), "run lockctl login") {
 		t.Fatalf("force-release before login: %v: %s; want to be told to run lockctl login", err, out)
 	}
 
-	login := cmd(env, "--id-token-file", cache, "login", "--issuer", idp.Issuer(), "--ca", ca, "-o", "json")
+	login := cmd(env, "--identity", "alice", "--id-token-file", cache, "login", "--issuer", idp.Issuer(), "--ca", ca, "-o", "json")
 	login.Stderr = nil
 	stderr, err := login.StderrPipe()
 	if err != nil {
@@ -86,14 +86,14 @@ func TestLoginCachesATokenTheArbiterAccepts(t *testing.T) {
 	if fi, err := os.Stat(cache); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the token cache: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
-	if out, err := combined(cmd(env, "--id-token-file", cache, "force-release", "list", "-o", "json")); err != nil {
+	if out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", cache, "force-release", "list", "-o", "json")); err != nil {
 		t.Fatalf("force-release list as the signed-in operator: %v: %s", err, out)
 	}
 
-	if out, err := combined(cmd(env, "--id-token-file", cache, "logout")); err != nil {
+	if out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", cache, "logout")); err != nil {
 		t.Fatalf("logout: %v: %s", err, out)
 	}
-	if out, err := combined(cmd(env, "--id-token-file", cache, "force-release", "list")); err == nil || !strings.Contains(string(out), "run lockctl login") {
+	if out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", cache, "force-release", "list")); err == nil || !strings.Contains(string(out), "run lockctl login") {
 		t.Fatalf("force-release after logout: %v: %s", err, out)
 	}
 }

@@ -54,16 +54,18 @@ func grantAll(t *testing.T, s *lockclient.Session, prefix string, n int) token.T
 func tryLockRetrying(t *testing.T, s *lockclient.Session, key string) (token.Token, error) {
 	t.Helper()
 	ctx := ctxT(t, 30*time.Second)
-	for range 5 {
+	// EPOCH_CHANGED: the cache caught up with the record; NO_QUORUM: a
+	// cluster just rebuilt may still be electing its leader.
+	for range 10 {
 		h, err := s.TryLock(ctx, key, noFence)
 		if err == nil {
 			return h.Token(), nil
 		}
-		if reason.Of(err) != lockv1.ErrorReason_EPOCH_CHANGED {
+		if r := reason.Of(err); r != lockv1.ErrorReason_EPOCH_CHANGED && r != lockv1.ErrorReason_NO_QUORUM {
 			return 0, err
 		}
 	}
-	return 0, fmt.Errorf("EPOCH_CHANGED five times")
+	return 0, fmt.Errorf("EPOCH_CHANGED or NO_QUORUM ten times")
 }
 
 // wantSealedNoRecord checks err is SEALED for a missing record, naming the

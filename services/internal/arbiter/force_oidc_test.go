@@ -8,6 +8,7 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
@@ -58,6 +59,15 @@ func TestForceReleaseWithOperatorsSignedInAtARealProvider(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "rule role") || strings.Contains(err.Error(), carolNoOTP) {
 		t.Fatalf("carol (no role, no second factor) requesting: %v; want a refusal naming the rule, not quoting the token", err)
 	}
+	if _, meta := reason.Info(err); meta["rule"] != "role" {
+		t.Fatalf("carol's refusal names rule %q in its metadata, want role", meta["rule"])
+	}
+	// alice's token on a workload's connection (a token stolen into a
+	// workload) is refused: operators connect as operators.
+	workload := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "demo").Conn())
+	_, err = workload.RequestForceRelease(as(ctx, alice), &adminv1.RequestForceReleaseRequest{Key: key, Reason: "stuck"})
+	wantCause(t, err, lockv1.ErrorReason_PERMISSION_DENIED, "not_an_operator_identity")
+
 	act := request(t, ctx, admin, alice, key)
 	_, err = admin.ApproveAction(as(ctx, alice), &adminv1.ApproveActionRequest{Id: act.GetId()})
 	wantCause(t, err, lockv1.ErrorReason_PERMISSION_DENIED, "same_operator")

@@ -7,6 +7,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/operator/oidcauth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
@@ -72,8 +73,15 @@ func bearer(ctx context.Context) (string, error) {
 // alone serves only the read-only admin calls. Every refusal names the
 // rule that failed in metadata "cause".
 func (s *adminServer) signedInOperator(ctx context.Context) (Operator, error) {
-	if _, err := identity.Caller(ctx); err != nil {
+	caller, err := identity.Caller(ctx)
+	if err != nil {
 		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+	}
+	// An operator's token is not enough on a workload's connection: a
+	// token stolen into a workload must not let it break locks.
+	if !s.a.cfg.IsOperator(caller) {
+		return Operator{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+			"force-release and epoch advance are for operators: connect with an operator identity, and sign in", "cause", "not_an_operator_identity")
 	}
 	if s.a.cfg.Operators == nil {
 		return Operator{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
@@ -86,8 +94,12 @@ func (s *adminServer) signedInOperator(ctx context.Context) (Operator, error) {
 	}
 	op, err := s.a.cfg.Operators.Verify(ctx, raw)
 	if err != nil {
+		meta := []string{"cause", "operator_token_refused"}
+		if rule := oidcauth.RuleOf(err); rule != "" {
+			meta = append(meta, "rule", string(rule)) // which rule, for machines
+		}
 		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,
-			"operator ID token refused: "+err.Error(), "cause", "operator_token_refused")
+			"operator ID token refused: "+err.Error(), meta...)
 	}
 	if op.Issuer == "" || op.Subject == "" {
 		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,

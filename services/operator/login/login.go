@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"time"
 
@@ -75,6 +76,11 @@ var ErrDenied = errors.New("login: the sign-in was denied at the provider")
 func Login(ctx context.Context, cfg Config) (Token, error) {
 	if cfg.Issuer == "" || cfg.ClientID == "" {
 		return Token{}, errors.New("login: Config.Issuer and Config.ClientID are required")
+	}
+	// The device code and the ID token cross this connection: never in
+	// clear, as the arbiter refuses a non-https issuer too.
+	if u, err := url.Parse(cfg.Issuer); err != nil || u.Scheme != "https" || u.Host == "" {
+		return Token{}, fmt.Errorf("login: issuer %q: must be an https URL", cfg.Issuer)
 	}
 	path := cfg.CachePath
 	if path == "" {

@@ -177,3 +177,11 @@ func TestCachedRefusesBadFiles(t *testing.T) {
 		t.Errorf("junk cache: %v", err)
 	}
 }
+
+// The device code and the ID token never cross a plain connection.
+func TestLoginRefusesAnHTTPIssuer(t *testing.T) {
+	_, err := Login(context.Background(), Config{Issuer: "http://idp.test/realms/x", ClientID: "lockctl", CachePath: filepath.Join(t.TempDir(), "t")})
+	if err == nil || !strings.Contains(err.Error(), "must be an https URL") {
+		t.Fatalf("login at an http issuer: %v", err)
+	}
+}

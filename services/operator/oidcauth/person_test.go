@@ -36,3 +36,22 @@ func TestDifferentPerson(t *testing.T) {
 		t.Errorf("same sub, other issuer: %v", err)
 	}
 }
+
+// A second-factor requirement that one factor meets is refused.
+func TestCheckSecondFactorRefusesSingleFactors(t *testing.T) {
+	for _, tc := range []struct {
+		amr  []string
+		acr  string
+		okay bool
+	}{
+		{[]string{"otp"}, "", true},
+		{nil, "2", true},
+		{[]string{"otp", "pwd"}, "", false},
+		{nil, "1", false},
+		{nil, "", false},
+	} {
+		if err := oidcauth.CheckSecondFactor(tc.amr, tc.acr); (err == nil) != tc.okay {
+			t.Errorf("amr %v acr %q: %v, want ok %v", tc.amr, tc.acr, err, tc.okay)
+		}
+	}
+}

@@ -61,6 +61,31 @@ type Config struct {
 	Now func() time.Time
 }
 
+// singleFactor are amr and acr values that prove no second factor:
+// a password, a PIN, knowledge-based answers; Keycloak's levels 0 and 1.
+var (
+	singleFactorAMR = []string{"pwd", "pin", "kba"}
+	singleFactorACR = []string{"0", "1"}
+)
+
+// CheckSecondFactor refuses a second-factor requirement that a single
+// factor meets: any of amr from singleFactorAMR, or such an acr. The
+// arbiter's flags and the stack's option are checked with it.
+func CheckSecondFactor(amr []string, acr string) error {
+	for _, v := range amr {
+		if slices.Contains(singleFactorAMR, v) {
+			return fmt.Errorf("amr %q: proves a single factor; name second factors (otp, mfa, hwk)", v)
+		}
+	}
+	if slices.Contains(singleFactorACR, acr) {
+		return fmt.Errorf("acr %q: a single-factor level; name the level your provider gives a second factor", acr)
+	}
+	if len(amr) == 0 && acr == "" {
+		return errors.New("amr, acr: at least one must prove a second factor")
+	}
+	return nil
+}
+
 // Operator is a person whose ID token passed every rule.
 type Operator struct {
 	Issuer, Subject         string

@@ -82,11 +82,12 @@ type AdminServiceClient interface {
 	// namespace and class, or cost per identity. Only operators may call it.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 	// Two-person actions (ADR-20, ADR-03): an operator requests, a different
-	// operator approves. Each of these RPCs needs an operator signed in
-	// through OpenID Connect: gRPC metadata "authorization: Bearer
-	// <ID token>" on the (mTLS) admin connection. A SPIFFE operator
-	// identity alone is refused: it serves the read-only calls only.
-	// Refusals say which rule failed (metadata "cause").
+	// operator approves. Each of these RPCs needs both an operator's
+	// connection (an SVID under the operator prefix) and an operator signed
+	// in through OpenID Connect: gRPC metadata "authorization: Bearer
+	// <ID token>" on that (mTLS) connection. Either alone is refused.
+	// Refusals say why in metadata "cause", and a refused token's failed
+	// rule in "rule".
 	//
 	// RequestForceRelease records a request to end another's hold and
 	// returns its ID with the facts the approver will see: the holder,
@@ -303,11 +304,12 @@ type AdminServiceServer interface {
 	// namespace and class, or cost per identity. Only operators may call it.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	// Two-person actions (ADR-20, ADR-03): an operator requests, a different
-	// operator approves. Each of these RPCs needs an operator signed in
-	// through OpenID Connect: gRPC metadata "authorization: Bearer
-	// <ID token>" on the (mTLS) admin connection. A SPIFFE operator
-	// identity alone is refused: it serves the read-only calls only.
-	// Refusals say which rule failed (metadata "cause").
+	// operator approves. Each of these RPCs needs both an operator's
+	// connection (an SVID under the operator prefix) and an operator signed
+	// in through OpenID Connect: gRPC metadata "authorization: Bearer
+	// <ID token>" on that (mTLS) connection. Either alone is refused.
+	// Refusals say why in metadata "cause", and a refused token's failed
+	// rule in "rule".
 	//
 	// RequestForceRelease records a request to end another's hold and
 	// returns its ID with the facts the approver will see: the holder,
