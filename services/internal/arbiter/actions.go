@@ -421,8 +421,8 @@ var claimCompare = func(id string, rev int64) []clientv3.Cmp {
 func pending(rec actionRecord, op Operator, verb string) error {
 	switch {
 	case rec.State == stateExecuting:
-		return stale("action_executing", fmt.Sprintf("request %s is being carried out, approved by %s at %s: lockctl force-release show %s for its outcome",
-			rec.ID, rec.DecidedBy.String(), rec.ClaimedAt.Format(time.RFC3339), rec.ID))
+		return stale("action_executing", fmt.Sprintf("request %s is being carried out (claimed at %s): lockctl force-release show %s for its outcome",
+			rec.ID, rec.ClaimedAt.Format(time.RFC3339), rec.ID))
 	case rec.State != statePending:
 		by := ""
 		if rec.DecidedBy != nil {
