@@ -2,6 +2,7 @@ package arbiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -224,7 +225,7 @@ func race(t *testing.T, env *devenv.Env, first, second func() error) (error, err
 }
 
 // concurrentDecisions races two approvals, then an approval and a denial,
-// of one request each, and returns the violation it sees: both won.
+// of one request each, and returns the violations it sees: both won.
 func concurrentDecisions(t *testing.T, ctx context.Context, env *devenv.Env, s *lockclient.Session, keys [2]string) error {
 	admin := adminOf(t, env)
 	for _, k := range keys {
@@ -238,19 +239,21 @@ func concurrentDecisions(t *testing.T, ctx context.Context, env *devenv.Env, s *
 			return err
 		}
 	}
+	var violations []error
 	act := request(t, ctx, admin, "tok-alice", keys[0])
 	e1, e2 := race(t, env, approve(act.GetId(), "tok-bob"), approve(act.GetId(), "tok-alice-2"))
-	if e1 == nil && e2 == nil {
-		return fmt.Errorf("two concurrent approvals of request %s both won", act.GetId())
-	}
-	if (e1 == nil) == (e2 == nil) {
+	switch {
+	case e1 == nil && e2 == nil:
+		violations = append(violations, fmt.Errorf("two concurrent approvals of request %s both won", act.GetId()))
+	case e1 != nil && e2 != nil:
 		t.Fatalf("neither concurrent approval won: %v; %v", e1, e2)
+	default:
+		loser := e1
+		if loser == nil {
+			loser = e2
+		}
+		wantCause(t, loser, lockv1.ErrorReason_ACTION_STALE, "action_changed")
 	}
-	loser := e1
-	if loser == nil {
-		loser = e2
-	}
-	wantCause(t, loser, lockv1.ErrorReason_ACTION_STALE, "action_changed")
 
 	act = request(t, ctx, admin, "tok-alice", keys[1])
 	deny := func() error {
@@ -259,17 +262,17 @@ func concurrentDecisions(t *testing.T, ctx context.Context, env *devenv.Env, s *
 	}
 	e1, e2 = race(t, env, approve(act.GetId(), "tok-bob"), deny)
 	if e1 == nil && e2 == nil {
-		return fmt.Errorf("a concurrent approval and denial of request %s both won (now %s, hold there: %v)",
-			act.GetId(), actionState(t, ctx, admin, act.GetId()), holdRev(t, ctx, env.Etcd, keys[1]) != 0)
+		return errors.Join(append(violations, fmt.Errorf("a concurrent approval and denial of request %s both won (now %s, hold there: %v)",
+			act.GetId(), actionState(t, ctx, admin, act.GetId()), holdRev(t, ctx, env.Etcd, keys[1]) != 0))...)
 	}
-	if (e1 == nil) == (e2 == nil) {
+	if e1 != nil && e2 != nil {
 		t.Fatalf("neither the approval nor the denial won: %v; %v", e1, e2)
 	}
 	want := map[bool]string{true: "approved", false: "denied"}[e1 == nil]
 	if st := actionState(t, ctx, admin, act.GetId()); st != want || (holdRev(t, ctx, env.Etcd, keys[1]) == 0) != (want == "approved") {
 		t.Fatalf("the %s request is %s (hold there: %v)", want, st, holdRev(t, ctx, env.Etcd, keys[1]) != 0)
 	}
-	return nil
+	return errors.Join(violations...)
 }
 
 func TestActionConcurrentDecisionsOneWins(t *testing.T) {
