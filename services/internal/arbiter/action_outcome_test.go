@@ -409,3 +409,42 @@ func TestForceReleaseRevokeSessionStopsRenewal(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// An approval that finds its request's force record already there (a run
+// that committed after its claim was reckoned stale and put back to
+// pending) reports that run's result: approved, not failed with "nothing
+// was released".
+func TestForceReleaseRetryFindsItsRecord(t *testing.T) {
+	env := forceEnv(t, devenv.Options{})
+	ctx := ctxT(t, time.Minute)
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	if _, err := s.TryLock(ctx, "jobs/retried", noFence); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminOf(t, env)
+	act := request(t, ctx, admin, "tok-alice", "jobs/retried")
+	env.Arbiter.SetTestHooks(&arbiter.TestHooks{ActionClaimed: func(string) bool { return true }})
+	admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()})
+	env.Arbiter.SetTestHooks(nil)
+	restore := arbiter.SetClaimBound(0)
+	if st := actionState(t, ctx, admin, act.GetId()); st != "pending" {
+		t.Fatalf("the stale claim is %s, want pending", st)
+	}
+	restore()
+	// The stopped approval's Txn commits now: its force record (the hold
+	// is left, so only the record tells this Txn from a changed hold).
+	rec := fmt.Sprintf(`{"action":%q,"kind":"force_release","key":"jobs/retried","holds":[{"key":"jobs/retried","session":%d,"revision":%d}]}`,
+		act.GetId(), s.ID(), act.GetHold().GetRevision())
+	put, err := env.Etcd.Put(ctx, arbiter.ForceKey(act.GetId()), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()})
+	if err != nil {
+		t.Fatalf("a retry of an approval that committed: %v", err)
+	}
+	if r.GetAction().GetState() != "approved" || r.GetForceRelease().GetRevision() != put.Header.Revision ||
+		len(r.GetForceRelease().GetReleased()) != 1 {
+		t.Fatalf("approve = %v, want the committed run's result (revision %d)", r, put.Header.Revision)
+	}
+}
