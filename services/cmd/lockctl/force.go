@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
@@ -215,8 +217,8 @@ func listCmd(g *globals, kind string) *cobra.Command {
 				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSTATE\tWHAT\tREQUESTER\tEXPIRES IN\tREASON")
 				for _, a := range r.GetActions() {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.GetId(), a.GetState(), what(a), operatorName(a.GetRequester()),
-						time.Until(a.GetExpiresAt().AsTime()).Round(time.Second), a.GetReason())
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.GetId(), a.GetState(), printable(what(a)), printable(operatorName(a.GetRequester())),
+						time.Until(a.GetExpiresAt().AsTime()).Round(time.Second), printable(a.GetReason()))
 				}
 				return tw.Flush()
 			})
@@ -261,6 +263,23 @@ func what(a *adminv1.Action) string {
 	return a.GetKind()
 }
 
+// printable is s with every control character (C0, DEL, C1) and
+// bidirectional override escaped as Go would quote it: text from another
+// operator (a reason, a name) must not move the cursor, rewrite lines or
+// reorder what the approver reads, hiding a warning.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 func operatorName(o *adminv1.Operator) string {
 	if o.GetName() != "" {
 		return o.GetName()
@@ -289,9 +308,9 @@ func printAction(w io.Writer, a *adminv1.Action) {
 		}
 		fmt.Fprintf(tw, "key\t%s\n", h.GetKey())
 		fmt.Fprintf(tw, "cluster\t%s\n", h.GetCluster())
-		fmt.Fprintf(tw, "holder\t%s (instance %s)\n", h.GetIdentity(), dash(h.GetInstance()))
+		fmt.Fprintf(tw, "holder\t%s (instance %s)\n", printable(h.GetIdentity()), printable(dash(h.GetInstance())))
 		fmt.Fprintf(tw, "session\t%d\n", h.GetSession())
-		fmt.Fprintf(tw, "class\t%s\n", h.GetClass())
+		fmt.Fprintf(tw, "class\t%s\n", printable(h.GetClass()))
 		fmt.Fprintf(tw, "enforcement\t%s\n", enf)
 		fmt.Fprintf(tw, "held since\t%s (revision %d)\n", h.GetSince().AsTime().Format(time.RFC3339), h.GetRevision())
 	}
@@ -304,16 +323,16 @@ func printAction(w io.Writer, a *adminv1.Action) {
 	}
 	tw.Flush()
 	for _, warn := range a.GetWarnings() {
-		fmt.Fprintf(w, "WARNING: %s\n", warn)
+		fmt.Fprintf(w, "WARNING: %s\n", printable(warn))
 	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "requested by\t%s (%s %s)\n", operatorName(a.GetRequester()), a.GetRequester().GetIssuer(), a.GetRequester().GetSubject())
-	fmt.Fprintf(tw, "reason\t%s\n", a.GetReason())
+	fmt.Fprintf(tw, "requested by\t%s (%s %s)\n", printable(operatorName(a.GetRequester())), printable(a.GetRequester().GetIssuer()), printable(a.GetRequester().GetSubject()))
+	fmt.Fprintf(tw, "reason\t%s\n", printable(a.GetReason()))
 	state := a.GetState()
 	if a.GetDecidedBy() != nil {
-		state += " by " + operatorName(a.GetDecidedBy())
+		state += " by " + printable(operatorName(a.GetDecidedBy()))
 		if a.GetDecisionReason() != "" {
-			state += ": " + a.GetDecisionReason()
+			state += ": " + printable(a.GetDecisionReason())
 		}
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)

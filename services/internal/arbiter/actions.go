@@ -15,6 +15,7 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,7 +42,12 @@ const (
 	kindForceRelease = "force_release"
 	kindEpochAdvance = "epoch_advance"
 
-	statePending  = "pending"
+	statePending = "pending"
+	// stateExecuting: claimed by an approval that is carrying it out, or
+	// that stopped (a crash, an outcome it could not read back) before it
+	// recorded what happened. reconcile settles it from what is in etcd.
+	stateExecuting = "executing"
+	// stateApproved: carried out; Result says what it did.
 	stateApproved = "approved"
 	stateDenied   = "denied"
 	// stateFailed: approved, but what it was to do no longer applied (the
@@ -72,6 +78,22 @@ type actionRecord struct {
 	DecidedBy      *Operator    `json:"decided_by,omitempty"`
 	DecisionReason string       `json:"decision_reason,omitempty"`
 	DecidedAt      time.Time    `json:"decided_at,omitzero"`
+	// ClaimedAt is when an approval claimed it (executing): reconcile
+	// puts a claim older than claimBound with nothing done back to pending.
+	ClaimedAt time.Time     `json:"claimed_at,omitzero"`
+	Result    *actionResult `json:"result,omitempty"`
+}
+
+// actionResult is what an approved action did.
+type actionResult struct {
+	// Revision is the etcd revision of the force-release Txn or the epoch
+	// record's.
+	Revision int64 `json:"revision"`
+	// Record is the force record's etcd key, on the holds' cluster.
+	Record         string   `json:"record,omitempty"`
+	Released       []string `json:"released,omitempty"`
+	SessionRevoked bool     `json:"session_revoked,omitempty"`
+	Epoch          uint32   `json:"epoch,omitempty"`
 }
 
 // holdFact is a hold as it was at request time: what the operators are
@@ -150,6 +172,11 @@ func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.Requ
 		if rec.SessionHolds, err = s.sessionHolds(ctx, a, hold.Session); err != nil {
 			return nil, err
 		}
+		if n := len(rec.SessionHolds); n > maxRevokedHolds {
+			return nil, invalidArgument("revoke_session", fmt.Sprintf("session %d holds %d locks on cluster %s; one force-release can end at most %d "+
+				"(its Txn compares each hold twice, and etcd's max-txn-ops is %d): force-release the holds one by one, without --revoke-session",
+				hold.Session, n, hold.Cluster, maxRevokedHolds, maxTxnOps))
+		}
 	}
 	if err := s.store(ctx, &rec); err != nil {
 		return nil, err
@@ -186,6 +213,14 @@ func (s *adminServer) RequestEpochAdvance(ctx context.Context, req *adminv1.Requ
 	return &adminv1.RequestEpochAdvanceResponse{Action: rec.proto()}, nil
 }
 
+// maxTxnOps is etcd's default --max-txn-ops: the most compares, or
+// operations of a branch, one Txn may have.
+const maxTxnOps = 128
+
+// maxRevokedHolds is the most holds a revoke_session force-release ends:
+// its Txn compares the force record and each hold's revision and value.
+const maxRevokedHolds = (maxTxnOps - 1) / 2
+
 func requireReason(r string) error {
 	switch {
 	case strings.TrimSpace(r) == "":
@@ -193,7 +228,19 @@ func requireReason(r string) error {
 	case len(r) > maxReason:
 		return invalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
 	}
+	// A reason is printed to the other operator's terminal: a control
+	// character could move the cursor, rewrite lines or hide a warning.
+	for i, c := range r {
+		if isControl(c) {
+			return invalidArgument("reason", fmt.Sprintf("must not hold control characters (C0, DEL, C1) other than newline: U+%04X at byte %d", c, i))
+		}
+	}
 	return nil
+}
+
+// isControl reports a C0 or C1 control character or DEL, newline aside.
+func isControl(c rune) bool {
+	return c != '\n' && (c < 0x20 || c == 0x7f || c >= 0x80 && c <= 0x9f)
 }
 
 // store gives rec an ID and puts it, pending, on a lease of ActionTTL on
@@ -352,7 +399,7 @@ func (s *adminServer) load(ctx context.Context, id string) (actionRecord, int64,
 func (s *adminServer) decide(ctx context.Context, rec actionRecord, rev int64) (int64, error) {
 	octx, cancel := s.a.opCtx(ctx)
 	defer cancel()
-	resp, err := s.a.etcd.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(actionKey(rec.ID)), "=", rev)).
+	resp, err := s.a.etcd.Txn(octx).If(claimCompare(rec.ID, rev)...).
 		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithIgnoreLease())).Commit()
 	if err != nil {
 		return 0, s.a.etcdFailure(ctx, err)
@@ -363,9 +410,19 @@ func (s *adminServer) decide(ctx context.Context, rec actionRecord, rev int64) (
 	return resp.Header.Revision, nil
 }
 
+// claimCompare is what decide compares: the request is still at the
+// revision it was read at. A var so that tests can show a broken variant
+// let two decisions both win.
+var claimCompare = func(id string, rev int64) []clientv3.Cmp {
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(actionKey(id)), "=", rev)}
+}
+
 // pending checks action rec may be decided by op now.
 func pending(rec actionRecord, op Operator, verb string) error {
 	switch {
+	case rec.State == stateExecuting:
+		return stale("action_executing", fmt.Sprintf("request %s is being carried out (claimed at %s): lockctl force-release show %s for its outcome",
+			rec.ID, rec.ClaimedAt.Format(time.RFC3339), rec.ID))
 	case rec.State != statePending:
 		by := ""
 		if rec.DecidedBy != nil {
@@ -387,12 +444,15 @@ func pending(rec actionRecord, op Operator, verb string) error {
 // a broken variant fail their checks.
 var twoPersonRule = func(requester, approver Operator) bool { return !requester.same(approver) }
 
-// ApproveAction implements adminv1.AdminServiceServer: the request is
-// claimed (pending → approved, compared on its revision, so two approvers
-// or an approval and a denial cannot both win), then carried out. When
-// what it was to do no longer applies it is marked failed and nothing is
-// changed; when etcd could not be reached it is put back to pending, to
-// be approved again (the force record's key makes a second run refuse).
+// ApproveAction implements adminv1.AdminServiceServer. The request is
+// claimed (pending → executing, compared on its revision, so two
+// approvers or an approval and a denial cannot both win), then carried out
+// under a deadline of its own (workCtx): the caller may go and the call's
+// budget may be spent, but a claimed request is owed a known outcome. It
+// ends approved (Result says what was done), failed (what it was to do no
+// longer applies; nothing was changed), or pending again when etcd could
+// not be reached and reading back showed nothing done. When even the
+// read-back fails it stays executing, and reconcile settles it later.
 func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRequest) (*adminv1.ApproveActionResponse, error) {
 	op, err := s.signedInOperator(ctx)
 	if err != nil {
@@ -402,39 +462,180 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 	if err != nil {
 		return nil, err
 	}
+	rec, rev = s.reconcile(ctx, rec, rev)
 	if err := pending(rec, op, "approve"); err != nil {
 		return nil, err
 	}
+	s.a.actionLoadedHook(rec.ID)
 	before := rec
-	rec.State, rec.DecidedBy, rec.DecidedAt = stateApproved, &op, time.Now().UTC()
+	now := time.Now().UTC()
+	rec.State, rec.DecidedBy, rec.DecidedAt, rec.ClaimedAt = stateExecuting, &op, now, now
 	claimed, err := s.decide(ctx, rec, rev)
 	if err != nil {
 		return nil, err
 	}
+	if s.a.actionClaimedHook(rec.ID) {
+		return nil, status.Error(codes.Aborted, "the approval stopped after its claim (test hook)")
+	}
+	wctx, cancel := s.workCtx(ctx)
+	defer cancel()
 	out := &adminv1.ApproveActionResponse{}
+	var res *actionResult
 	switch rec.Kind {
 	case kindForceRelease:
-		out.ForceRelease, err = s.approveForce(ctx, rec, op)
+		if out.ForceRelease, err = s.approveForce(wctx, rec, op); err == nil {
+			fr := out.ForceRelease
+			res = &actionResult{Revision: fr.GetRevision(), Record: fr.GetRecord(), Released: fr.GetReleased(), SessionRevoked: fr.GetSessionRevoked()}
+		}
 	case kindEpochAdvance:
-		out.EpochAdvance, err = s.approveAdvance(ctx, rec, op)
+		if out.EpochAdvance, err = s.approveAdvance(wctx, rec, op); err == nil {
+			res = &actionResult{Revision: out.EpochAdvance.GetRevision(), Epoch: out.EpochAdvance.GetEpoch()}
+		}
 	default:
 		err = refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
 	}
+	next := rec
+	var u unsettled
+	switch {
+	case err == nil:
+		next.State, next.Result = stateApproved, res
+	case errors.As(err, &u):
+		s.a.log.Error("approval's outcome unknown: the request stays executing until it is read back", "action", rec.ID, "err", u.error)
+		return nil, u.error
+	case precondition(err):
+		next.State, next.DecisionReason = stateFailed, reasonText(err)
+	default:
+		// Read back: nothing was done. Pending again, to be approved again.
+		next = before
+	}
+	if _, derr := s.decide(wctx, next, claimed); derr != nil {
+		s.a.log.Error("approved request's outcome not recorded; reconcile records it", "action", rec.ID, "state", next.State, "err", derr)
+	}
 	if err != nil {
-		next := before
-		if precondition(err) {
-			next = rec
-			next.State, next.DecisionReason = stateFailed, reasonText(err)
-		}
-		// The call's own deadline (and budget) may be spent: the record is
-		// put back under a fresh one.
-		if _, derr := s.decide(context.Background(), next, claimed); derr != nil {
-			s.a.log.Error("approved request not put back", "action", rec.ID, "err", derr)
-		}
 		return nil, err
 	}
-	out.Action = rec.proto()
+	out.Action = next.proto()
 	return out, nil
+}
+
+// unsettled is an approval's error when whether it was carried out is
+// unknown even after reading back: the request stays executing.
+type unsettled struct{ error }
+
+func (u unsettled) Unwrap() error { return u.error }
+
+// workTimeout bounds all an approval does once it has claimed its
+// request: the reads, the Txn, reading back, the session revoke and the
+// record of the outcome, or an epoch advance (advanceEpoch).
+func (s *adminServer) workTimeout() time.Duration {
+	return time.Duration(10+len(s.shards)) * s.a.cfg.OpTimeout
+}
+
+// workCtx is ctx without its cancellation and with a fresh budget of
+// workTimeout: an approval that has claimed its request runs to a known
+// outcome even if its caller goes, or its own budget went on verifying
+// the operator's token.
+func (s *adminServer) workCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.workTimeout()
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	return withBudget(wctx, time.Now().Add(d)), cancel
+}
+
+// claimBound is how old a claim may be before reconcile, finding nothing
+// done, puts the request back to pending: past the approval's own
+// deadline (workTimeout) and one more call, its approver has stopped. A
+// var so that tests need not wait that long.
+var claimBound = func(s *adminServer) time.Duration { return s.workTimeout() + s.a.cfg.OpTimeout }
+
+// reconcile settles a request left executing, by an approval that stopped
+// between its claim and recording the outcome, from what is in etcd: the
+// force record on the holds' cluster, or the epoch record naming the
+// request. Done, it is approved, with its Result. Not done and claimed
+// more than claimBound ago, it is put back to pending, to be approved
+// again or to expire; that is safe even if the stopped approval's Txn were
+// still to commit, since a force record or an epoch compare lets only one
+// run of an action commit, and a second approval then finds the first's
+// record and reports it. Otherwise, or when etcd cannot say, it is left
+// as it is.
+func (s *adminServer) reconcile(ctx context.Context, rec actionRecord, rev int64) (actionRecord, int64) {
+	if rec.State != stateExecuting {
+		return rec, rev
+	}
+	res, done, err := s.outcome(ctx, rec)
+	if err != nil {
+		s.a.log.Warn("executing request not reconciled", "action", rec.ID, "err", err)
+		return rec, rev
+	}
+	next := rec
+	switch {
+	case done:
+		next.State, next.Result = stateApproved, res
+	case time.Since(rec.ClaimedAt) > claimBound(s):
+		next.State, next.DecidedBy, next.DecidedAt, next.ClaimedAt = statePending, nil, time.Time{}, time.Time{}
+	default:
+		return rec, rev
+	}
+	nrev, err := s.decide(ctx, next, rev)
+	if err != nil {
+		// Decided or expired meanwhile: what is stored now.
+		if again, arev, lerr := s.load(ctx, rec.ID); lerr == nil {
+			return again, arev
+		}
+		return rec, rev
+	}
+	s.a.log.Warn("executing request reconciled", "action", rec.ID, "state", next.State)
+	return next, nrev
+}
+
+// outcome reads back whether action rec was carried out: its force record
+// on the holds' cluster, or the epoch record its advance wrote.
+func (s *adminServer) outcome(ctx context.Context, rec actionRecord) (*actionResult, bool, error) {
+	switch rec.Kind {
+	case kindForceRelease:
+		a, err := s.cluster(rec.Hold.Cluster)
+		if err != nil {
+			return nil, false, err
+		}
+		octx, cancel := a.opCtx(ctx)
+		defer cancel()
+		resp, err := a.etcd.Get(octx, forceKey(rec.ID))
+		if err != nil {
+			return nil, false, a.etcdFailure(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, false, nil
+		}
+		return forceDone(rec, resp.Kvs[0])
+	case kindEpochAdvance:
+		a, err := s.cluster(rec.Advance.Cluster)
+		if err != nil {
+			return nil, false, err
+		}
+		octx, cancel := a.opCtx(ctx)
+		defer cancel()
+		st, found, err := epoch.Read(octx, a.etcd)
+		if err != nil {
+			return nil, false, a.etcdFailure(ctx, err)
+		}
+		if !found || !strings.Contains(st.Reason, advanceMark(rec.ID)) {
+			return nil, false, nil
+		}
+		return &actionResult{Revision: st.ModRevision, Epoch: st.Epoch}, true, nil
+	}
+	return nil, false, fmt.Errorf("request %s is of unknown kind %s", rec.ID, rec.Kind)
+}
+
+// forceDone is the result of action rec read from its force record kv.
+func forceDone(rec actionRecord, kv *mvccpb.KeyValue) (*actionResult, bool, error) {
+	var fr forceRecord
+	if err := json.Unmarshal(kv.Value, &fr); err != nil || fr.Action != rec.ID {
+		return nil, false, fmt.Errorf("force record %s is unreadable or not request %s's", kv.Key, rec.ID)
+	}
+	res := &actionResult{Revision: kv.ModRevision, Record: string(kv.Key)}
+	for _, h := range fr.Holds {
+		res.Released = append(res.Released, h.Key)
+	}
+	return res, true, nil
 }
 
 // precondition reports an approval that failed because what it was to do
@@ -454,19 +655,52 @@ func reasonText(err error) string {
 	return status.Convert(err).Message()
 }
 
-// approveAdvance runs an approved epoch advance.
+// advanceMark is how an epoch record's reason names the request that
+// advanced it (approveAdvance's "by", in advanceEpoch's reason).
+func advanceMark(id string) string { return ", request " + id + " at " }
+
+// approveAdvance runs an approved epoch advance. Whatever its error, the
+// epoch record is read back: an advance that committed though its answer
+// was lost (or that a retry finds already made, EPOCH_CHANGED) is this
+// request's success.
 func (s *adminServer) approveAdvance(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.AdvanceEpochResponse, error) {
 	adv := rec.Advance
 	req := &adminv1.AdvanceEpochRequest{Cluster: adv.Cluster, ExpectedEpoch: adv.Expected, Reason: adv.Reason, Above: adv.Above}
 	by := fmt.Sprintf("requested by %s, approved by %s, request %s", rec.Requester.String(), approver.String(), rec.ID)
-	return s.advanceEpoch(ctx, by, req)
+	var (
+		out *adminv1.AdvanceEpochResponse
+		err error
+	)
+	run, herr := s.a.actionTxnHook(rec.ID)
+	if run {
+		out, err = s.advanceEpoch(ctx, by, req)
+	}
+	if herr != nil {
+		err = advanceFailure(s.a, ctx, herr)
+	}
+	if err == nil {
+		return out, nil
+	}
+	res, done, rerr := s.outcome(ctx, rec)
+	switch {
+	case rerr != nil:
+		if precondition(err) {
+			return nil, err
+		}
+		return nil, unsettled{err}
+	case done:
+		s.a.log.Warn("epoch advance read back as made", "action", rec.ID, "err", err)
+		return &adminv1.AdvanceEpochResponse{Epoch: res.Epoch, PreviousEpoch: adv.Expected, Revision: res.Revision}, nil
+	}
+	return nil, err
 }
 
 // approveForce ends the requested hold, or with revoke_session every hold
 // of its session, in one Txn on the holds' cluster that commits only if
 // each is still the one requested (revision and value) and the force
-// record is new; the record goes on a 24-hour lease of its own. A revoked
-// session's lease is revoked after.
+// record is new; the record goes on a 24-hour lease of its own. A force
+// record of this request already there (a run whose answer was lost) is
+// this run's success. A revoked session's lease is revoked after.
 func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.ForceReleaseResult, error) {
 	a, err := s.cluster(rec.Hold.Cluster)
 	if err != nil {
@@ -481,6 +715,9 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 			return nil, err
 		}
 		if !sameHolds(now, rec.SessionHolds) {
+			if res, done, err := s.outcome(ctx, rec); err == nil && done {
+				return s.forceReleased(ctx, a, rec, res), nil
+			}
 			return nil, stale("session_holds_changed", fmt.Sprintf("session %d's holds changed since request %s was made: nothing was released; request again to see them",
 				rec.Hold.Session, rec.ID))
 		}
@@ -499,34 +736,93 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 		return nil, a.etcdFailure(ctx, err)
 	}
 	cmps, ops := forceTxn(a, rec, holds, fr, lease.ID)
-	resp, err := a.etcd.Txn(octx).If(cmps...).Then(ops...).Commit()
-	if err != nil || !resp.Succeeded {
+	var resp *clientv3.TxnResponse
+	run, herr := s.a.actionTxnHook(rec.ID)
+	if run {
+		resp, err = a.etcd.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(forceKey(rec.ID))).Commit()
+	}
+	if herr != nil {
+		err = herr
+	}
+	var res *actionResult
+	switch {
+	case err != nil:
+		// The Txn may have committed all the same. Its lease is kept: to
+		// revoke it would delete a committed force record, and the holder
+		// would never hear; unused, it lapses within the day.
+		ferr := a.etcdFailure(ctx, err)
+		r, done, rerr := s.outcome(ctx, rec)
+		if rerr != nil {
+			return nil, unsettled{ferr}
+		}
+		if !done {
+			return nil, ferr
+		}
+		a.log.Warn("force-release read back as committed", "action", rec.ID, "err", err)
+		res = r
+	case resp.Succeeded:
+		res = &actionResult{Revision: resp.Header.Revision, Record: forceKey(rec.ID)}
+		for _, h := range holds {
+			res.Released = append(res.Released, h.Key)
+		}
+	default:
 		a.discardLease(lease.ID)
-	}
-	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
-	}
-	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			r, done, err := forceDone(rec, kvs[0])
+			if err != nil {
+				return nil, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+			}
+			if done {
+				res = r
+				break
+			}
+		}
 		return nil, stale("hold_changed", fmt.Sprintf("the hold of %s is no longer the one request %s names (released, handed off, expired or re-granted since revision %d): nothing was released",
 			rec.Hold.Key, rec.ID, rec.Hold.Revision), "key", rec.Hold.Key)
 	}
-	out := &adminv1.ForceReleaseResult{Revision: resp.Header.Revision, Record: forceKey(rec.ID)}
-	for _, h := range holds {
-		out.Released = append(out.Released, h.Key)
-	}
-	a.log.Warn("force-released", "action", rec.ID, "keys", out.Released, "cluster", a.cfg.Cluster, "holder", rec.Hold.Identity,
+	a.log.Warn("force-released", "action", rec.ID, "keys", res.Released, "cluster", a.cfg.Cluster, "holder", rec.Hold.Identity,
 		"session", rec.Hold.Session, "class", rec.Hold.Class, "enforcement", fr.Enforcement,
-		"requester", fr.Requester, "approver", fr.Approver, "reason", rec.Reason, "revision", resp.Header.Revision)
-	if rec.RevokeSession {
-		if err := a.revoke(ctx, rec.Hold.Session); err != nil {
-			// The holds are gone and the session record with them: the
-			// lease lapses by itself within its TTL.
-			a.log.Error("force-release: session lease not revoked; it lapses within its TTL", "action", rec.ID, "session", rec.Hold.Session, "err", err)
-		} else {
-			out.SessionRevoked = true
+		"requester", fr.Requester, "approver", fr.Approver, "reason", rec.Reason, "revision", res.Revision)
+	return s.forceReleased(ctx, a, rec, res), nil
+}
+
+// sessionRevokeTries bounds the attempts to revoke a force-released
+// session's lease.
+const sessionRevokeTries = 3
+
+// forceReleased is the result of a committed force-release, its session
+// revoked first when asked. The session record went in the Txn, so its
+// keepalives are refused from the force record on (renew); the lease
+// itself must still be revoked, or the holds on it on other clusters and
+// the lease live on while anything renews it: tried sessionRevokeTries
+// times under ctx (the approval's own deadline, not the call's).
+func (s *adminServer) forceReleased(ctx context.Context, a *Arbiter, rec actionRecord, res *actionResult) *adminv1.ForceReleaseResult {
+	out := &adminv1.ForceReleaseResult{Revision: res.Revision, Record: res.Record, Released: res.Released}
+	if !rec.RevokeSession {
+		return out
+	}
+	var err error
+	for try := range sessionRevokeTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+			}
+		}
+		if err = s.a.sessionRevokingHook(rec.Hold.Session); err == nil {
+			err = a.revoke(ctx, rec.Hold.Session)
+		}
+		if err == nil || ctx.Err() != nil {
+			break
 		}
 	}
-	return out, nil
+	if err != nil {
+		a.log.Error("force-release: session lease not revoked; its keepalives are refused, so it lapses within its TTL",
+			"action", rec.ID, "session", rec.Hold.Session, "err", err)
+	} else {
+		out.SessionRevoked = true
+	}
+	return out
 }
 
 // forceTxn is the force-release Txn: each hold compared on its revision
@@ -575,6 +871,7 @@ func (s *adminServer) DenyAction(ctx context.Context, req *adminv1.DenyActionReq
 	if rec.State != statePending {
 		return nil, pending(rec, Operator{}, "deny")
 	}
+	s.a.actionLoadedHook(rec.ID)
 	rec.State, rec.DecidedBy, rec.DecidedAt, rec.DecisionReason = stateDenied, &op, time.Now().UTC(), req.GetReason()
 	if _, err := s.decide(ctx, rec, rev); err != nil {
 		return nil, err
@@ -588,10 +885,11 @@ func (s *adminServer) GetAction(ctx context.Context, req *adminv1.GetActionReque
 	if _, err := s.signedInOperator(ctx); err != nil {
 		return nil, err
 	}
-	rec, _, err := s.load(ctx, req.GetId())
+	rec, rev, err := s.load(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
+	rec, _ = s.reconcile(ctx, rec, rev)
 	return &adminv1.GetActionResponse{Action: rec.proto()}, nil
 }
 
@@ -620,6 +918,7 @@ func (s *adminServer) ListActions(ctx context.Context, req *adminv1.ListActionsR
 		if json.Unmarshal(kv.Value, &rec) != nil || req.GetKind() != "" && rec.Kind != req.GetKind() {
 			continue
 		}
+		rec, _ = s.reconcile(ctx, rec, kv.ModRevision)
 		out.Actions = append(out.Actions, rec.proto())
 	}
 	slices.SortFunc(out.Actions, func(x, y *adminv1.Action) int {

@@ -60,3 +60,23 @@ func BreakTwoPersonRule() (restore func()) {
 	twoPersonRule = func(Operator, Operator) bool { return true }
 	return func() { twoPersonRule = orig }
 }
+
+// BreakClaimCompare swaps in a broken claim that puts a request's next
+// state without comparing its revision, until restore: the concurrency
+// tests show they catch two decisions both winning.
+func BreakClaimCompare() (restore func()) {
+	orig := claimCompare
+	claimCompare = func(string, int64) []clientv3.Cmp { return nil }
+	return func() { claimCompare = orig }
+}
+
+// SetClaimBound sets how old an executing request's claim must be before
+// reconcile, finding nothing done, puts it back to pending, until restore.
+func SetClaimBound(d time.Duration) (restore func()) {
+	orig := claimBound
+	claimBound = func(*adminServer) time.Duration { return d }
+	return func() { claimBound = orig }
+}
+
+// MaxRevokedHolds is the most holds one revoke_session force-release ends.
+const MaxRevokedHolds = maxRevokedHolds

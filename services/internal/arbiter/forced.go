@@ -64,6 +64,9 @@ type forcedEntry struct {
 	action string
 	record string // the force record's etcd key
 	until  time.Time
+	// revoked: the force-release revoked the whole session (its record
+	// was deleted with the holds), so it may not be renewed.
+	revoked bool
 }
 
 // forcedHolds are the holds force-released on one cluster in the last
@@ -104,6 +107,18 @@ func (f *forcedHolds) of(session int64) []*lockv1.EndedHold {
 	return out
 }
 
+// revokedBy is the force-release that revoked session, "" for none.
+func (f *forcedHolds) revokedBy(session int64) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range f.bySession[session] {
+		if e.revoked {
+			return e.action
+		}
+	}
+	return ""
+}
+
 // put records a force record's holds; a record put again replaces its
 // entries.
 func (f *forcedHolds) put(key string, value []byte) {
@@ -122,7 +137,7 @@ func (f *forcedHolds) put(key string, value []byte) {
 		if f.n >= maxForced {
 			f.dropOldestLocked()
 		}
-		f.bySession[h.Session] = append(f.bySession[h.Session], forcedEntry{hold: h, action: r.Action, record: key, until: until})
+		f.bySession[h.Session] = append(f.bySession[h.Session], forcedEntry{hold: h, action: r.Action, record: key, until: until, revoked: r.RevokeSession})
 		f.n++
 	}
 }

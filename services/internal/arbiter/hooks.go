@@ -24,6 +24,21 @@ type testHooks struct {
 	// Answered runs when Acquire has decided its answer, after any
 	// release of a grant its caller could no longer hear of.
 	Answered func(key string, session int64, err error)
+	// ActionLoaded runs when an approval or a denial has read a pending
+	// request, before its claim (decide).
+	ActionLoaded func(id string)
+	// ActionClaimed runs when an approval has claimed a request
+	// (executing), before it carries it out; true stops the approval
+	// there, as a crash of the arbiter would.
+	ActionClaimed func(id string) (crash bool)
+	// ActionTxn runs before an approval's Txn (force record, epoch
+	// advance). A non-nil error replaces its answer: with run, after the
+	// Txn, as a deadline passing after the commit would; without, in its
+	// place, as a Txn that never reached etcd.
+	ActionTxn func(id string) (run bool, err error)
+	// SessionRevoking runs before a force-release revokes the holder's
+	// session lease; a non-nil error stands for the revoke failing.
+	SessionRevoking func(session int64) error
 }
 
 func (a *Arbiter) queuedHook(key string, session int64) {
@@ -60,4 +75,31 @@ func (a *Arbiter) anyTokenReadHook(key string, session int64) {
 	if h := a.hooks.Load(); h != nil && h.AnyTokenRead != nil {
 		h.AnyTokenRead(key, session)
 	}
+}
+
+func (a *Arbiter) actionLoadedHook(id string) {
+	if h := a.hooks.Load(); h != nil && h.ActionLoaded != nil {
+		h.ActionLoaded(id)
+	}
+}
+
+func (a *Arbiter) actionClaimedHook(id string) bool {
+	if h := a.hooks.Load(); h != nil && h.ActionClaimed != nil {
+		return h.ActionClaimed(id)
+	}
+	return false
+}
+
+func (a *Arbiter) actionTxnHook(id string) (run bool, err error) {
+	if h := a.hooks.Load(); h != nil && h.ActionTxn != nil {
+		return h.ActionTxn(id)
+	}
+	return true, nil
+}
+
+func (a *Arbiter) sessionRevokingHook(session int64) error {
+	if h := a.hooks.Load(); h != nil && h.SessionRevoking != nil {
+		return h.SessionRevoking(session)
+	}
+	return nil
 }

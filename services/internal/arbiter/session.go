@@ -160,6 +160,15 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	if session == 0 {
 		return fail(lockv1.ErrorReason_INVALID_ARGUMENT, "session_id: is required")
 	}
+	// A force-release that revoked the session deleted its record: the
+	// owner check, made once a stream, would not see it, and the lease
+	// revoke that follows may have failed. Refused, and the lease revoked
+	// again, however this stream began.
+	if id := a.forced.revokedBy(session); id != "" {
+		owned.remove(session)
+		a.discardLease(clientv3.LeaseID(session))
+		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session was revoked by force-release request "+id)
+	}
 	if !owned.has(session) {
 		if err := a.checkOwner(ctx, caller, session); err != nil {
 			return fail(reason.Of(err), err.Error())

@@ -418,7 +418,11 @@ type Action struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// force_release or epoch_advance.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// pending, approved or denied.
+	// pending; executing (claimed by an approval carrying it out, or
+	// that stopped before recording the outcome: reading it again settles
+	// it from etcd, approved if it was done, pending again if not and the
+	// claim is stale); approved (done); failed (what it was to do no longer
+	// applied: nothing was done); or denied. New states may be added.
 	State       string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	Requester   *Operator              `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
 	Reason      string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
