@@ -114,23 +114,15 @@ type Archive struct{ cfg Config }
 // New returns an archive of cfg, with its defaults filled in. It does
 // not connect; Prepare makes or checks the buckets.
 func New(cfg Config) (*Archive, error) {
-	switch {
-	case cfg.Store == nil || cfg.Client == nil:
-		return nil, errors.New("archive: a store and a MinIO client are required")
-	case cfg.HistoryBucket == "" || cfg.RecordsBucket == "" || cfg.HistoryBucket == cfg.RecordsBucket:
-		return nil, errors.New("archive: two distinct buckets are required")
-	case cfg.RecordsMode != "" && !cfg.RecordsMode.IsValid():
-		return nil, errors.New("archive: records mode must be GOVERNANCE or COMPLIANCE")
+	if cfg.Store == nil {
+		return nil, errors.New("archive: a store is required")
 	}
-	if cfg.HistoryDays <= 0 {
-		cfg.HistoryDays = DefaultHistoryDays
+	// The buckets' part of cfg is checked and defaulted one way, Buckets'.
+	b, err := (&Archive{cfg: cfg}).buckets().withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.RecordsMode == "" {
-		cfg.RecordsMode = minio.Compliance
-	}
-	if cfg.RecordsYears == 0 {
-		cfg.RecordsYears = DefaultRecordsYears
-	}
+	cfg.HistoryDays, cfg.RecordsMode, cfg.RecordsYears = b.HistoryDays, b.RecordsMode, b.RecordsYears
 	if cfg.PageSize <= 0 || cfg.PageSize > chstore.MaxLimit {
 		cfg.PageSize = chstore.MaxLimit
 	}
