@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit/archive"
+	"github.com/lockplane/lockplane/services/audit/archive/minioserver"
 	"github.com/minio/madmin-go/v3"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -162,27 +163,6 @@ func ArchiverPolicy(historyBucket, recordsBucket string, recordsYears int) []byt
 // archiverPolicy is the policy the archiver is given; tests replace it.
 var archiverPolicy = ArchiverPolicy
 
-// awaitMinIO waits until MinIO answers an S3 call (a server just started
-// is not ready at once), at most minioReady.
-func awaitMinIO(ctx context.Context, c *minio.Client, bucket string) error {
-	ctx, cancel := context.WithTimeout(ctx, minioReady)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.BucketExists(cctx, bucket)
-		ccancel()
-		code := minio.ToErrorResponse(err).Code
-		if err == nil || (code != "" && code != "XMinioServerNotInitialized" && code != "ServiceUnavailable") {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("MinIO did not answer within %s: %w", minioReady, err)
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
 // setUp makes the buckets with their rules and the archiver with its
 // policy, whatever of them there is already.
 func (in *ArchiveBucketsInputs) setUp(ctx context.Context) (map[string]any, error) {
@@ -190,7 +170,10 @@ func (in *ArchiveBucketsInputs) setUp(ctx context.Context) (map[string]any, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := awaitMinIO(ctx, s3, in.HistoryBucket); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, minioReady)
+	err = minioserver.AwaitReady(rctx, s3, in.HistoryBucket)
+	rcancel()
+	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*minioCall)

@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
 	"github.com/lockplane/lockplane/services/internal/localserver"
 )
 
@@ -36,7 +39,7 @@ type Server struct {
 	proc     *localserver.Process
 }
 
-// Start starts a server and returns once its liveness endpoint answers.
+// Start starts a server and returns once it serves signed S3 calls.
 // ctx bounds the start only, 60 s when it has no deadline.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if _, err := os.Stat(cfg.Bin); err != nil {
@@ -76,11 +79,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.proc, err = localserver.Start(cmd); err != nil {
 		return nil, fmt.Errorf("minioserver: %w", err)
 	}
-	if err := s.proc.Await(ctx, "http://"+s.endpoint+"/minio/health/live"); err != nil {
+	if err := s.awaitReady(ctx, cfg); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("minioserver: %v; see %s", err, filepath.Join(dir, "minio.log"))
 	}
 	return s, nil
+}
+
+// awaitReady waits for the liveness probe, then for a signed call to be
+// served: MinIO answers the probe before its object layer and IAM are up.
+func (s *Server) awaitReady(ctx context.Context, cfg Config) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, localserver.DefaultStartTimeout)
+		defer cancel()
+	}
+	if err := s.proc.Await(ctx, "http://"+s.endpoint+"/minio/health/live"); err != nil {
+		return err
+	}
+	c, err := minio.New(s.endpoint, &minio.Options{Creds: credentials.NewStaticV4(cfg.User, cfg.Password, "")})
+	if err != nil {
+		return err
+	}
+	return AwaitReady(ctx, c, "lockplane-ready-probe")
 }
 
 // Endpoint is the server's host:port.
@@ -92,3 +113,24 @@ func (s *Server) Dir() string { return s.dir }
 // Stop asks the server to shut down, kills it if it has not within a few
 // seconds, and returns once it has exited. Its directory stays.
 func (s *Server) Stop() { s.proc.Stop(stopGrace) }
+
+// AwaitReady returns once the MinIO behind c answers a signed call: a
+// MinIO just started answers its liveness probe before its object layer
+// and IAM are up, and refuses calls until then. bucket need not exist.
+// ctx bounds the wait.
+func AwaitReady(ctx context.Context, c *minio.Client, bucket string) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.BucketExists(cctx, bucket)
+		cancel()
+		code := minio.ToErrorResponse(err).Code
+		if err == nil || (code != "" && code != "XMinioServerNotInitialized" && code != "ServiceUnavailable") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("minioserver: MinIO is not ready: %w", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
