@@ -58,6 +58,8 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 		"--cluster", "coord",
 		"--policies", f.Policies, "--policy-reload", "10s",
 		"--region", s.Region,
+		// Until the program enables etcd authentication on its clusters.
+		"--etcd-without-auth",
 	}
 	for _, sh := range a.Shards {
 		flags = append(flags, "--shard", sh.Name+"="+strings.Join(sh.Endpoints, ","))

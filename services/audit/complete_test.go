@@ -15,9 +15,9 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) {
@@ -282,7 +282,7 @@ func (s *countingStore) replayed() int {
 // (its successor waits out the election's lease), as when its process
 // dies.
 func crashingTailer(t *testing.T, env *devenv.Env, store audit.Store, name string) (crash func()) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: env.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(env.Cluster.ClientConfig(etcdauth.Tailer))
 	if err != nil {
 		t.Fatal(err)
 	}

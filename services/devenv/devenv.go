@@ -28,6 +28,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devca"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/shardmap"
@@ -113,6 +114,12 @@ type Options struct {
 	// Archive, when set with Audit, is run by the tailers' process: the
 	// embedded default has one, so it is always the elected archiver.
 	Archive tailers.Archiver
+	// EtcdAuth are every cluster's etcd users and roles: authentication is
+	// always on, and the arbiter's lock path, its Admin API and the
+	// tailers each sign in as their own user (docs/etcd-roles.md). Fresh
+	// random passwords when nil; a restore (RestoreFrom) passes the
+	// original's (Env.EtcdAuth), which the snapshot keeps.
+	EtcdAuth *etcdauth.Spec
 }
 
 // AuditStore is where the embedded tailers write and the admin API reads:
@@ -124,7 +131,9 @@ type AuditStore interface {
 
 // Env is a running embedded environment.
 type Env struct {
-	Cluster     *etcdembed.Cluster
+	Cluster *etcdembed.Cluster
+	// Etcd is the coord cluster as etcd's root user, for tests and the
+	// bootstrap; the services never use it.
 	Etcd        *clientv3.Client
 	Arbiter     *arbiter.Arbiter
 	Addr        string
@@ -138,9 +147,15 @@ type Env struct {
 	// Router serves the lock service when Options.Shards is set; Arbiter is
 	// then its coord cluster's arbiter.
 	Router *arbiter.Router
-	// ShardClusters and ShardEtcd are the entity shards by name.
+	// ShardClusters and ShardEtcd (as root) are the entity shards by name.
 	ShardClusters map[string]*etcdembed.Cluster
 	ShardEtcd     map[string]*clientv3.Client
+	// EtcdAuth are the clusters' etcd users.
+	EtcdAuth etcdauth.Spec
+
+	// lockPath, adminPath and tailerPath are the clusters as the lock
+	// path's, the Admin API's and the tailers' etcd users.
+	lockPath, adminPath, tailerPath signedIn
 
 	opts    Options
 	cancel  context.CancelFunc
@@ -161,7 +176,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	e := &Env{opts: opts}
+	e := &Env{opts: opts, EtcdAuth: etcdauth.Generated()}
+	if opts.EtcdAuth != nil {
+		e.EtcdAuth = *opts.EtcdAuth
+	}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -170,16 +188,22 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if e.Profile, err = writeTrustDomain(opts.Dir, opts.Workers); err != nil {
 		return nil, err
 	}
-	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger, RestoreFrom: opts.RestoreFrom})
+	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger,
+		RestoreFrom: opts.RestoreFrom, Auth: &e.EtcdAuth})
 	if err != nil {
 		return nil, err
 	}
-	e.Etcd, err = clientv3.New(clientv3.Config{Endpoints: e.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	e.Etcd, err = clientv3.New(e.Cluster.ClientConfig(etcdauth.RootUser))
 	if err != nil {
 		return nil, err
 	}
 	if err := e.startShards(ctx); err != nil {
 		return nil, err
+	}
+	for user, to := range map[string]*signedIn{etcdauth.Arbiter: &e.lockPath, etcdauth.Admin: &e.adminPath, etcdauth.Tailer: &e.tailerPath} {
+		if *to, err = e.signIn(user); err != nil {
+			return nil, err
+		}
 	}
 	if opts.RestoreFrom == "" {
 		// A new region: the explicit bootstrap step, as `lockplane up`
@@ -253,15 +277,18 @@ func (e *Env) StartArbiter() error {
 	self, _ := identity.ID(src)
 	td := spiffeid.RequireTrustDomainFromString(TrustDomain)
 	e.Registry = prometheus.NewRegistry()
-	var etcd arbiter.Etcd = e.Etcd
+	var etcd arbiter.Etcd = e.lockPath.coord
 	if e.opts.WrapEtcd != nil {
 		etcd = e.opts.WrapEtcd(etcd)
 	}
 	cfg := arbiter.Config{
-		Etcd: etcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
+		Etcd: etcd, AdminEtcd: e.adminPath.coord, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL,
+		// The embedded default without operator sign-in keeps the direct
+		// advance: tests and a trial restore must be able to unseal.
+		OnePersonEpochAdvance: e.opts.Operators == nil,
 	}
 	if e.opts.Audit != nil {
 		cfg.Audit = e.opts.Audit
@@ -271,11 +298,12 @@ func (e *Env) StartArbiter() error {
 	}
 	var srv server
 	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {
-		shards := map[string]arbiter.Etcd{}
-		for name, cl := range e.ShardEtcd {
-			shards[name] = cl
+		shards, admin := map[string]arbiter.Etcd{}, map[string]arbiter.Etcd{}
+		for name := range e.ShardEtcd {
+			shards[name], admin[name] = e.lockPath.shards[name], e.adminPath.shards[name]
 		}
-		ro, err := arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, Region: e.opts.Region, Homes: e.opts.Homes})
+		ro, err := arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, AdminShards: admin,
+			Region: e.opts.Region, Homes: e.opts.Homes})
 		if err != nil {
 			return err
 		}
@@ -370,6 +398,9 @@ func (e *Env) Close() {
 	if e.metrics != nil {
 		e.metrics.Close()
 	}
+	for _, p := range []signedIn{e.lockPath, e.adminPath, e.tailerPath} {
+		p.close()
+	}
 	if e.Etcd != nil {
 		e.Etcd.Close()
 	}
@@ -410,7 +441,7 @@ func (e *Env) startAudit() {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tailers.Run(ctx, tailers.Config{CoordName: e.coordName(), Coord: e.Etcd, Shards: e.ShardEtcd, Store: e.opts.Audit,
+		tailers.Run(ctx, tailers.Config{CoordName: e.coordName(), Coord: e.tailerPath.coord, Shards: e.tailerPath.shards, Store: e.opts.Audit,
 			Metrics: audit.NewMetrics(e.AuditRegistry), Logger: e.opts.Logger, Archive: e.opts.Archive})
 	}()
 	e.stopAudit = func() { cancel(); wg.Wait() }
@@ -427,18 +458,50 @@ func (e *Env) startShards(ctx context.Context) error {
 		members = 1
 	}
 	for _, name := range e.opts.Shards {
-		c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(e.opts.Dir, "shards", name), Members: members, Logger: e.opts.EtcdLogger})
+		c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(e.opts.Dir, "shards", name), Members: members,
+			Logger: e.opts.EtcdLogger, Auth: &e.EtcdAuth})
 		if err != nil {
 			return fmt.Errorf("devenv: shard %s: %w", name, err)
 		}
 		e.ShardClusters[name] = c
-		cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cl, err := clientv3.New(c.ClientConfig(etcdauth.RootUser))
 		if err != nil {
 			return err
 		}
 		e.ShardEtcd[name] = cl
 	}
 	return nil
+}
+
+// signedIn are the coord cluster and each shard as one etcd user.
+type signedIn struct {
+	coord  *clientv3.Client
+	shards map[string]*clientv3.Client
+}
+
+// signIn opens a client of every cluster as user.
+func (e *Env) signIn(user string) (signedIn, error) {
+	out := signedIn{shards: map[string]*clientv3.Client{}}
+	var err error
+	if out.coord, err = clientv3.New(e.Cluster.ClientConfig(user)); err != nil {
+		return out, err
+	}
+	for name, c := range e.ShardClusters {
+		if out.shards[name], err = clientv3.New(c.ClientConfig(user)); err != nil {
+			out.close()
+			return signedIn{}, err
+		}
+	}
+	return out, nil
+}
+
+func (s signedIn) close() {
+	if s.coord != nil {
+		s.coord.Close()
+	}
+	for _, c := range s.shards {
+		c.Close()
+	}
 }
 
 // initialShards are map version 1's shards.

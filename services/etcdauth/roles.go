@@ -33,6 +33,7 @@
 package etcdauth
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -276,4 +277,11 @@ func (s Spec) Credentials() map[string]string {
 		out[u.Name] = u.Password
 	}
 	return out
+}
+
+// Generated is DefaultSpec with fresh random passwords: an environment
+// whose etcd data is new each start (`lockplane dev`, tests) and whose
+// credentials no person needs to know.
+func Generated() Spec {
+	return DefaultSpec(rand.Text(), map[string]string{Arbiter: rand.Text(), Admin: rand.Text(), Tailer: rand.Text()})
 }

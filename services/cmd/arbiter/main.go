@@ -30,7 +30,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
 
@@ -38,6 +37,9 @@ type flags struct {
 	listen, metricsListen             string
 	endpoints                         string
 	etcdCert, etcdKey, etcdCA         string
+	etcdCredentials                   string
+	etcdWithoutAuth                   bool
+	onePersonEpochAdvance             bool
 	spiffeSocket                      string
 	svidCert, svidKey, bundle, domain string
 	cluster, operatorPrefix           string
@@ -63,6 +65,10 @@ func main() {
 	flag.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for etcd (PEM)")
 	flag.StringVar(&f.etcdKey, "etcd-key", "", "client key for etcd (PEM)")
 	flag.StringVar(&f.etcdCA, "etcd-ca", "", "CA bundle that signed etcd's serving certificates (PEM)")
+	flag.StringVar(&f.etcdCredentials, "etcd-credentials", "", "the etcd users of every cluster (coord and each --shard): "+credentialsRule(etcdRoles...)+
+		"; the lock path, the Admin API and the audit tailers sign in as their own user, so etcd refuses each outside its key space; this or --etcd-without-auth is required")
+	flag.BoolVar(&f.etcdWithoutAuth, "etcd-without-auth", false, "use the clusters without etcd users (authentication off): for trials and tests only; logged at start and exported as lockplane_etcd_auth_off")
+	flag.BoolVar(&f.onePersonEpochAdvance, "allow-one-person-epoch-advance", false, "without --oidc-issuer, let one SPIFFE operator advance an epoch alone (lockctl epoch advance --direct): for trials only; with sign-in configured it is always two-person")
 	flag.StringVar(&f.spiffeSocket, "spiffe-socket", "", "SPIRE Workload API socket, e.g. unix:///run/spire/agent.sock")
 	flag.StringVar(&f.svidCert, "svid-cert", "", "SVID certificate (PEM), instead of --spiffe-socket")
 	flag.StringVar(&f.svidKey, "svid-key", "", "SVID key (PEM)")
@@ -140,6 +146,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	accounts, err := f.etcdAccounts()
+	if err != nil {
+		return err
+	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
@@ -165,11 +175,11 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(f.endpoints, ","), TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	coord, err := openEtcd(f.endpoints, etcdTLS, accounts)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
-	defer cli.Close()
+	defer coord.close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -181,12 +191,20 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_authorization_open",
 		Help: "1 when the arbiter runs without prefix grants (--allow-any-workload): any workload of the trust domain may lock any key."},
 		func() float64 { return open }))
+	authOff := 0.0
+	if accounts == nil {
+		authOff = 1
+		log.Warn("etcd authentication is not used (--etcd-without-auth): the lock path could write force-release records; give --etcd-credentials in production")
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_etcd_auth_off",
+		Help: "1 when the arbiter signs in to etcd as no user (--etcd-without-auth): etcd does not keep the lock path, the Admin API and the tailers apart."},
+		func() float64 { return authOff }))
 	cfg := arbiter.Config{
-		Etcd: cli, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
+		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
 		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.
-		Operators: operators,
+		Operators: operators, OnePersonEpochAdvance: f.onePersonEpochAdvance,
 	}
 	if f.policies != "" {
 		if len(f.classes) > 0 {
@@ -213,14 +231,14 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 			homes, cfg.Quotas = live, live
 		}
 	}
-	shards, shardClients := map[string]arbiter.Etcd{}, map[string]*clientv3.Client{}
+	shards, adminShards, tailerShards := map[string]arbiter.Etcd{}, map[string]arbiter.Etcd{}, map[string]*clientv3.Client{}
 	for name, eps := range f.shards {
-		sc, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(eps, ","), TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		sc, err := openEtcd(eps, etcdTLS, accounts)
 		if err != nil {
 			return fmt.Errorf("--shard %s: etcd client: %w", name, err)
 		}
-		defer sc.Close()
-		shards[name], shardClients[name] = sc, sc
+		defer sc.close()
+		shards[name], adminShards[name], tailerShards[name] = sc.lock, sc.admin, sc.tailer
 	}
 	auditDone := make(chan struct{})
 	if store != nil {
@@ -230,7 +248,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		}
 		go func() {
 			defer close(auditDone)
-			tc := tailers.Config{CoordName: f.cluster, Coord: cli, Shards: shardClients, Store: store,
+			tc := tailers.Config{CoordName: f.cluster, Coord: coord.tailer, Shards: tailerShards, Store: store,
 				Migrate: store.Migrate, Metrics: audit.NewMetrics(reg), Logger: log}
 			if arch != nil {
 				tc.Archive = arch
@@ -258,7 +276,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		Drain()
 	}
 	if len(shards) > 0 || f.region != "" {
-		a, err = arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, Region: f.region, Homes: homes})
+		a, err = arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, AdminShards: adminShards, Region: f.region, Homes: homes})
 	} else {
 		a, err = arbiter.New(cfg)
 	}

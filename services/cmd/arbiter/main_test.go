@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,47 +54,11 @@ func TestAnArbiterWithoutAPolicySetRefusesToStart(t *testing.T) {
 func TestAnUnreachableAuditStoreDoesNotStopLockServing(t *testing.T) {
 	dir := t.TempDir()
 	env := devenvtest.Start(t, devenv.Options{Dir: dir})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	pki := filepath.Join(dir, "pki")
-	f := flags{
-		listen: addr, metricsListen: "127.0.0.1:0", endpoints: strings.Join(env.Cluster.Endpoints(), ","),
-		svidCert: filepath.Join(pki, "arbiter", "svid.pem"), svidKey: filepath.Join(pki, "arbiter", "key.pem"),
-		bundle: filepath.Join(pki, "bundle.pem"), domain: devenv.TrustDomain, cluster: "embedded", operatorPrefix: "/operator/",
-		opTimeout: 2 * time.Second, allowAnyWorkload: true, policyReload: time.Minute,
-		auditStore: "http://127.0.0.1:1", auditDatabase: "lockplane",
-	}
+	f := arbiterFlags(t, env, dir)
+	f.auditStore, f.auditDatabase = "http://127.0.0.1:1", "lockplane"
+	addr := serve(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- run(sctx, f, slog.New(slog.DiscardHandler)) }()
-	// After the clients close (cleanups run last first): a graceful stop
-	// waits for their streams.
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("arbiter stopped with %v", err)
-		}
-	})
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case err := <-served:
-			t.Fatalf("the arbiter did not start: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("the arbiter did not listen on %s: %v", addr, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 	p := *env.Profile
 	p.Endpoint = addr
 	dial := func(name string) *lockclient.Client {
@@ -114,6 +80,113 @@ func TestAnUnreachableAuditStoreDoesNotStopLockServing(t *testing.T) {
 	_, err = adminv1.NewAdminServiceClient(dial("alice").Conn()).Audit(ctx, &adminv1.AuditRequest{Key: "team-a/orders/42"})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("audit query with the store down: %v, want UNAVAILABLE", err)
+	}
+}
+
+// arbiterFlags are the flags of a production arbiter on env's coord
+// cluster, signed in to etcd as its three users, with open authorisation
+// and no operator sign-in.
+func arbiterFlags(t *testing.T, env *devenv.Env, dir string) flags {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	pw := env.EtcdAuth.Credentials()
+	creds := fmt.Sprintf("arbiter %s:%s\nadmin %s:%s\ntailer %s:%s\n", etcdauth.Arbiter, pw[etcdauth.Arbiter],
+		etcdauth.Admin, pw[etcdauth.Admin], etcdauth.Tailer, pw[etcdauth.Tailer])
+	pki := filepath.Join(dir, "pki")
+	return flags{
+		listen: addr, metricsListen: "127.0.0.1:0", endpoints: strings.Join(env.Cluster.Endpoints(), ","),
+		etcdCredentials: writeCredentials(t, creds, 0o600),
+		svidCert:        filepath.Join(pki, "arbiter", "svid.pem"), svidKey: filepath.Join(pki, "arbiter", "key.pem"),
+		bundle: filepath.Join(pki, "bundle.pem"), domain: devenv.TrustDomain, cluster: "embedded", operatorPrefix: "/operator/",
+		opTimeout: 2 * time.Second, allowAnyWorkload: true, policyReload: time.Minute,
+	}
+}
+
+// serve runs the arbiter of f until the test ends and returns once it
+// listens.
+func serve(t *testing.T, f flags) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- run(sctx, f, slog.New(slog.DiscardHandler)) }()
+	// After the clients close (cleanups run last first): a graceful stop
+	// waits for their streams.
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("arbiter stopped with %v", err)
+		}
+	})
+	for {
+		c, err := net.Dial("tcp", f.listen)
+		if err == nil {
+			c.Close()
+			return f.listen
+		}
+		select {
+		case err := <-served:
+			t.Fatalf("the arbiter did not start: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the arbiter did not listen on %s: %v", f.listen, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// The production arbiter signs in to etcd as a user (or is told
+// explicitly not to), and without operator sign-in refuses the one-person
+// epoch advance unless told it is a trial.
+func TestTheProductionArbitersEtcdUsersAndOnePersonAdvance(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		f    flags
+		want []string
+	}{
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true}, []string{"--etcd-credentials", "--etcd-without-auth"}},
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdWithoutAuth: true, etcdCredentials: "x"}, []string{"choose one"}},
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\n", 0o600)}, []string{"--etcd-credentials", "no admin line"}},
+	} {
+		err := run(context.Background(), tc.f, log)
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Fatalf("%+v: %v, want a refusal naming %q", tc.f, err, w)
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	env := devenvtest.Start(t, devenv.Options{Dir: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, onePerson := range []bool{false, true} {
+		f := arbiterFlags(t, env, dir)
+		f.onePersonEpochAdvance = onePerson
+		p := *env.Profile
+		p.Endpoint = serve(t, f)
+		alice, err := lockclient.DialProfile(&p, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { alice.Close(context.Background()) })
+		admin := adminv1.NewAdminServiceClient(alice.Conn())
+		st, err := admin.Status(ctx, &adminv1.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "test"})
+		switch {
+		case !onePerson && (status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--allow-one-person-epoch-advance")):
+			t.Fatalf("one-person advance without --allow-one-person-epoch-advance: %v, want FAILED_PRECONDITION naming the flag", err)
+		case onePerson && err != nil:
+			t.Fatalf("one-person advance with --allow-one-person-epoch-advance: %v", err)
+		}
 	}
 }
 

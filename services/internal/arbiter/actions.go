@@ -253,11 +253,11 @@ func (s *adminServer) store(ctx context.Context, rec *actionRecord) error {
 	rec.ExpiresAt = rec.RequestedAt.Add(ttl)
 	octx, cancel := coord.opCtx(ctx)
 	defer cancel()
-	lease, err := coord.etcd.Grant(octx, int64(ttl/time.Second))
+	lease, err := coord.admin.Grant(octx, int64(ttl/time.Second))
 	if err != nil {
 		return coord.etcdFailure(ctx, err)
 	}
-	put, err := coord.etcd.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(actionKey(rec.ID)), "=", 0)).
+	put, err := coord.admin.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(actionKey(rec.ID)), "=", 0)).
 		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithLease(lease.ID))).Commit()
 	if err != nil || !put.Succeeded {
 		coord.discardLease(lease.ID)
@@ -280,7 +280,7 @@ func (s *adminServer) findHold(ctx context.Context, key string) (*Arbiter, *mvcc
 	)
 	for _, a := range s.all() {
 		octx, cancel := a.opCtx(ctx)
-		resp, err := a.etcd.Get(octx, lockkey.HoldKey(key))
+		resp, err := a.admin.Get(octx, lockkey.HoldKey(key))
 		cancel()
 		if err != nil {
 			return nil, nil, a.etcdFailure(ctx, err)
@@ -337,7 +337,7 @@ func (s *adminServer) enforcement(class string) string {
 func (s *adminServer) sessionHolds(ctx context.Context, a *Arbiter, session int64) ([]holdFact, error) {
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	ttl, err := a.etcd.TimeToLive(octx, clientv3.LeaseID(session), clientv3.WithAttachedKeys())
+	ttl, err := a.admin.TimeToLive(octx, clientv3.LeaseID(session), clientv3.WithAttachedKeys())
 	if err != nil {
 		return nil, a.etcdFailure(ctx, err)
 	}
@@ -350,7 +350,7 @@ func (s *adminServer) sessionHolds(ctx context.Context, a *Arbiter, session int6
 	if len(gets) == 0 {
 		return nil, nil
 	}
-	resp, err := a.etcd.Txn(octx).Then(gets...).Commit()
+	resp, err := a.admin.Txn(octx).Then(gets...).Commit()
 	if err != nil {
 		return nil, a.etcdFailure(ctx, err)
 	}
@@ -379,7 +379,7 @@ func (s *adminServer) load(ctx context.Context, id string) (actionRecord, int64,
 	}
 	octx, cancel := s.a.opCtx(ctx)
 	defer cancel()
-	resp, err := s.a.etcd.Get(octx, actionKey(id))
+	resp, err := s.a.admin.Get(octx, actionKey(id))
 	if err != nil {
 		return actionRecord{}, 0, s.a.etcdFailure(ctx, err)
 	}
@@ -399,7 +399,7 @@ func (s *adminServer) load(ctx context.Context, id string) (actionRecord, int64,
 func (s *adminServer) decide(ctx context.Context, rec actionRecord, rev int64) (int64, error) {
 	octx, cancel := s.a.opCtx(ctx)
 	defer cancel()
-	resp, err := s.a.etcd.Txn(octx).If(claimCompare(rec.ID, rev)...).
+	resp, err := s.a.admin.Txn(octx).If(claimCompare(rec.ID, rev)...).
 		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithIgnoreLease())).Commit()
 	if err != nil {
 		return 0, s.a.etcdFailure(ctx, err)
@@ -598,7 +598,7 @@ func (s *adminServer) outcome(ctx context.Context, rec actionRecord) (*actionRes
 		}
 		octx, cancel := a.opCtx(ctx)
 		defer cancel()
-		resp, err := a.etcd.Get(octx, forceKey(rec.ID))
+		resp, err := a.admin.Get(octx, forceKey(rec.ID))
 		if err != nil {
 			return nil, false, a.etcdFailure(ctx, err)
 		}
@@ -613,7 +613,7 @@ func (s *adminServer) outcome(ctx context.Context, rec actionRecord) (*actionRes
 		}
 		octx, cancel := a.opCtx(ctx)
 		defer cancel()
-		st, found, err := epoch.Read(octx, a.etcd)
+		st, found, err := epoch.Read(octx, a.admin)
 		if err != nil {
 			return nil, false, a.etcdFailure(ctx, err)
 		}
@@ -731,7 +731,7 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	lease, err := a.etcd.Grant(octx, int64(forceRecordTTL/time.Second))
+	lease, err := a.admin.Grant(octx, int64(forceRecordTTL/time.Second))
 	if err != nil {
 		return nil, a.etcdFailure(ctx, err)
 	}
@@ -739,7 +739,7 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 	var resp *clientv3.TxnResponse
 	run, herr := s.a.actionTxnHook(rec.ID)
 	if run {
-		resp, err = a.etcd.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(forceKey(rec.ID))).Commit()
+		resp, err = a.admin.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(forceKey(rec.ID))).Commit()
 	}
 	if herr != nil {
 		err = herr
@@ -908,7 +908,7 @@ func (s *adminServer) ListActions(ctx context.Context, req *adminv1.ListActionsR
 	}
 	octx, cancel := s.a.opCtx(ctx)
 	defer cancel()
-	resp, err := s.a.etcd.Get(octx, actionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(maxListed))
+	resp, err := s.a.admin.Get(octx, actionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(maxListed))
 	if err != nil {
 		return nil, s.a.etcdFailure(ctx, err)
 	}

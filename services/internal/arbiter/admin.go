@@ -69,12 +69,12 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 	// up the time the reads below need.
 	var leader uint64
 	healthy := map[uint64]bool{}
-	eps := a.etcd.Endpoints()
+	eps := a.admin.Endpoints()
 	statuses := make([]*clientv3.StatusResponse, len(eps))
 	ectx, ecancel := context.WithTimeout(sctx, a.cfg.OpTimeout/2)
 	var wg sync.WaitGroup
 	for i, ep := range eps {
-		wg.Go(func() { statuses[i], _ = a.etcd.Status(ectx, ep) })
+		wg.Go(func() { statuses[i], _ = a.admin.Status(ectx, ep) })
 	}
 	wg.Wait()
 	ecancel()
@@ -88,7 +88,7 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 		}
 		out.ClusterId = epoch.FormatID(st.Header.ClusterId)
 	}
-	if ml, err := a.etcd.MemberList(sctx, clientv3.WithSerializable()); err == nil {
+	if ml, err := a.admin.MemberList(sctx, clientv3.WithSerializable()); err == nil {
 		out.ClusterId = epoch.FormatID(ml.Header.ClusterId)
 		for _, m := range ml.Members {
 			out.Members = append(out.Members, &adminv1.Member{
@@ -109,7 +109,7 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 	if !out.Quorum {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	resp, err := a.etcd.Get(sctx, lockkey.EpochKey, opts...)
+	resp, err := a.admin.Get(sctx, lockkey.EpochKey, opts...)
 	if err != nil {
 		if out.ClusterId == "" {
 			return nil, a.etcdFailure(ctx, err)
@@ -135,7 +135,7 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 		}
 	}
 	if out.Quorum {
-		if rec, err := epoch.ReadRecorded(sctx, s.a.etcd); err == nil {
+		if rec, err := epoch.ReadRecorded(sctx, s.a.admin); err == nil {
 			out.HighestAllocated = rec.Highest
 		}
 	}
@@ -143,12 +143,11 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 }
 
 // AdvanceEpoch implements adminv1.AdminServiceServer: the direct,
-// one-person advance, kept for compatibility. Once the arbiter verifies
-// operators' sign-in (Config.Operators) it is refused, naming the
-// two-person flow (RequestEpochAdvance, ApproveAction), which runs the
-// same advance (advanceEpoch). Until then it serves SPIFFE operators as
-// before: there is no second signed-in person to ask, and the gate's and
-// the runbooks' restores must still be able to unseal a cluster.
+// one-person advance. Once the arbiter verifies operators' sign-in
+// (Config.Operators) it is refused, naming the two-person flow
+// (RequestEpochAdvance, ApproveAction), which runs the same advance
+// (advanceEpoch). Without sign-in it serves a SPIFFE operator only where
+// Config.OnePersonEpochAdvance opts in (trials, the embedded default).
 func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -161,6 +160,12 @@ func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpoc
 		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
 			"an epoch advance needs two signed-in operators: lockctl epoch advance requests it and prints an ID, "+
 				"and a different operator runs lockctl epoch approve ID (RequestEpochAdvance, ApproveAction)", "cause", "two_person_required")
+	}
+	if !s.a.cfg.OnePersonEpochAdvance {
+		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
+			"an epoch advance needs two signed-in operators, and this arbiter has no operator sign-in configured "+
+				"(no OpenID Connect verifier): configure it (--oidc-issuer), or, for a trial, start the arbiter with "+
+				"--allow-one-person-epoch-advance", "cause", "no_operator_verifier")
 	}
 	if req.GetReason() == "" {
 		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
@@ -184,7 +189,7 @@ func (s *adminServer) advanceEpoch(ctx context.Context, by string, req *adminv1.
 	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), time.Duration(6+len(s.shards))*a.cfg.OpTimeout)
 	defer cancel()
 	coord := s.a
-	rec, err := epoch.ReadRecorded(octx, coord.etcd)
+	rec, err := epoch.ReadRecorded(octx, coord.admin)
 	if err != nil {
 		return nil, advanceFailure(coord, ctx, err)
 	}
@@ -196,7 +201,7 @@ func (s *adminServer) advanceEpoch(ctx context.Context, by string, req *adminv1.
 	if a != coord {
 		// A shard rebuilt empty must be stamped with the map version it
 		// serves under, or every grant routed to it is refused MOVING.
-		m, _, found, err := shardmap.Load(octx, coord.etcd)
+		m, _, found, err := shardmap.Load(octx, coord.admin)
 		if err != nil {
 			return nil, advanceFailure(coord, ctx, err)
 		}
@@ -204,7 +209,7 @@ func (s *adminServer) advanceEpoch(ctx context.Context, by string, req *adminv1.
 			ch.MapVersion = m.Version
 		}
 	}
-	adv, err := epoch.Advance(octx, coord.etcd, a.etcd, ch)
+	adv, err := epoch.Advance(octx, coord.admin, a.admin, ch)
 	if err != nil {
 		return nil, advanceFailure(a, ctx, err)
 	}
@@ -253,14 +258,14 @@ func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, re
 			"shifted right by 48 bits (0 only for a new region); see docs/epochs.md")
 	}
 	// The target's expected epoch first: a refused advance anchors nothing.
-	if st, found, err := epoch.Read(ctx, target.etcd); err != nil {
+	if st, found, err := epoch.Read(ctx, target.admin); err != nil {
 		return err
 	} else if !found && req.GetExpectedEpoch() != 0 || found && st.Epoch != req.GetExpectedEpoch() {
 		return fmt.Errorf("%w: cluster %s: expected epoch %d, found %d (0: no record)", epoch.ErrChanged, target.cfg.Cluster, req.GetExpectedEpoch(), st.Epoch)
 	}
 	above := req.GetAbove()
 	for _, name := range s.shardNames() {
-		st, found, err := epoch.Read(ctx, s.shards[name].etcd)
+		st, found, err := epoch.Read(ctx, s.shards[name].admin)
 		if err != nil {
 			return refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
 				fmt.Sprintf("shard %s's epoch could not be read (%v): the coord cluster is anchored above every live shard's epoch, so every shard must answer", name, err),
@@ -270,7 +275,7 @@ func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, re
 			above = max(above, st.Epoch)
 		}
 	}
-	if _, err := epoch.Anchor(ctx, coord.etcd, above); err != nil {
+	if _, err := epoch.Anchor(ctx, coord.admin, above); err != nil {
 		return err
 	}
 	coord.log.Info("epoch allocation anchored", "above", above, "operator_floor", req.GetAbove(), "by", by)

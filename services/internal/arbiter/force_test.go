@@ -218,6 +218,9 @@ func TestForceReleaseExpiredRequestCannotBeApproved(t *testing.T) {
 	defer cancel()
 	gone := false
 	for wr := range env.Etcd.Watch(wctx, arbiter.ActionKey(act.GetId()), clientv3.WithRev(get.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			t.Logf("watch: %v", err)
+		}
 		for _, ev := range wr.Events {
 			gone = gone || ev.Type == clientv3.EventTypeDelete
 		}

@@ -30,11 +30,22 @@ type RouterConfig struct {
 	// names them. Without shards the entity tier is served by the coord
 	// cluster (ADR-07).
 	Shards map[string]Etcd
+	// AdminShards are the same shards signed in as the Admin API's etcd
+	// user (see Config.AdminEtcd); a shard's Shards client when missing.
+	AdminShards map[string]Etcd
 	// Region is this arbiter's region; Homes says where a namespace is
 	// homed ("" for this region). A key of another region's namespace is
 	// refused with WRONG_REGION naming the region, never forwarded (ADR-08).
 	Region string
 	Homes  Homes
+}
+
+// adminShard is shard name's client as the Admin API's user.
+func (cfg RouterConfig) adminShard(name string) Etcd {
+	if c := cfg.AdminShards[name]; c != nil {
+		return c
+	}
+	return cfg.Shards[name]
 }
 
 // Homes says which region a namespace is homed to.
@@ -137,7 +148,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	arbiters := map[string]*Arbiter{}
 	for name, etcd := range cfg.Shards {
 		sc := cfg.Config
-		sc.Etcd, sc.Cluster, sc.Metrics = etcd, name, nil
+		sc.Etcd, sc.AdminEtcd, sc.Cluster, sc.Metrics = etcd, cfg.adminShard(name), name, nil
 		arbiters[name] = newArbiter(sc, shared)
 		ro.shards[name] = arbiters[name]
 	}

@@ -27,14 +27,21 @@ type routeTable struct {
 	etcdCalls
 	coord  Etcd
 	shards map[string]Etcd
-	log    *slog.Logger
+	// admin are the clusters as the Admin API's etcd user: a change of
+	// the map (Init, Add) writes through them.
+	admin shardmap.Clusters
+	log   *slog.Logger
 	// cur is the current shard map; nil until loaded.
 	cur atomic.Pointer[shardmap.Map]
 }
 
 func newRouteTable(cfg RouterConfig) *routeTable {
+	admin := shardmap.Clusters{Coord: cfg.AdminEtcd, Shards: map[string]shardmap.Etcd{}, OpTimeout: cfg.OpTimeout}
+	for name := range cfg.Shards {
+		admin.Shards[name] = cfg.adminShard(name)
+	}
 	return &routeTable{etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
-		coord: cfg.Etcd, shards: cfg.Shards, log: cfg.Logger}
+		coord: cfg.Etcd, shards: cfg.Shards, admin: admin, log: cfg.Logger}
 }
 
 // register adds the map version gauge to reg.
@@ -53,15 +60,9 @@ func (t *routeTable) names() []string {
 	return slices.Sorted(maps.Keys(t.shards))
 }
 
-// clusters are the coord cluster and the configured shards, as a change
-// of the shard map spans them.
-func (t *routeTable) clusters() shardmap.Clusters {
-	c := shardmap.Clusters{Coord: t.coord, Shards: map[string]shardmap.Etcd{}, OpTimeout: t.timeout}
-	for name, etcd := range t.shards {
-		c.Shards[name] = etcd
-	}
-	return c
-}
+// clusters are the coord cluster and the configured shards as the Admin
+// API's user, as a change of the shard map spans them.
+func (t *routeTable) clusters() shardmap.Clusters { return t.admin }
 
 // current is the shard map routed by; nil until loaded.
 func (t *routeTable) current() *shardmap.Map { return t.cur.Load() }

@@ -45,7 +45,7 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	grant(20) // handed out after the backup: the restore forgets them
 	highest := issued[len(issued)-1]
 
-	restored := devenvtest.Start(t, devenv.Options{RestoreFrom: snap})
+	restored := devenvtest.Start(t, devenv.Options{RestoreFrom: snap, EtcdAuth: &orig.EtcdAuth})
 	rs, err := restored.Etcd.Get(ctx, lockkey.EpochKey)
 	if err != nil {
 		t.Fatal(err)

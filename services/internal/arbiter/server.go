@@ -34,8 +34,15 @@ import (
 
 // Config configures an Arbiter.
 type Config struct {
-	// Etcd is the cluster holding the lock log.
+	// Etcd is the cluster holding the lock log, signed in as the lock
+	// path's etcd user (etcdauth.Arbiter) when the cluster has
+	// authentication on.
 	Etcd Etcd
+	// AdminEtcd is the same cluster signed in as the Admin API's user
+	// (etcdauth.Admin): force-release, epoch advance and shard add write
+	// through it, so etcd refuses the lock path those writes. Etcd when
+	// nil (a cluster without authentication).
+	AdminEtcd Etcd
 	// Cluster names the cluster in metrics ("coord", "entity-1", ...).
 	Cluster string
 	// Self is the arbiter's own SPIFFE ID, reported by Status.
@@ -53,6 +60,12 @@ type Config struct {
 	// two-person actions (force-release, epoch advance) need it, and are
 	// refused, saying so, when it is nil.
 	Operators OperatorVerifier
+	// OnePersonEpochAdvance lets a single SPIFFE operator advance an
+	// epoch (AdvanceEpoch) while Operators is nil. Off, the direct advance
+	// is refused until operator sign-in is configured: one person alone
+	// must not be able to let two writers in (ADR-03). For trials and the
+	// embedded default.
+	OnePersonEpochAdvance bool
 	// ActionTTL is how long a two-person action's request lives, pending
 	// or decided: past it, it cannot be approved. 1 h when zero.
 	ActionTTL time.Duration
@@ -82,8 +95,10 @@ type Arbiter struct {
 	lockv1.UnimplementedLockServiceServer
 	// etcdCalls bounds its etcd calls by cfg.OpTimeout and maps failures.
 	etcdCalls
-	cfg     Config
-	etcd    Etcd
+	cfg  Config
+	etcd Etcd
+	// admin is the cluster as the Admin API's etcd user.
+	admin   Etcd
 	log     *slog.Logger
 	epochs  epochCache
 	metrics *metrics
@@ -138,6 +153,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Etcd == nil {
 		return cfg, errors.New("arbiter: Config.Etcd is required")
 	}
+	if cfg.AdminEtcd == nil {
+		cfg.AdminEtcd = cfg.Etcd
+	}
 	if cfg.Cluster == "" {
 		cfg.Cluster = "default"
 	}
@@ -175,7 +193,7 @@ func (cfg Config) withDefaults() (Config, error) {
 // the collaborators it is given. It counts its cluster's live sessions and
 // holds into the metrics.
 func newArbiter(cfg Config, with collaborators) *Arbiter {
-	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, log: cfg.Logger, health: newHealthState(),
+	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: newHealthState(),
 		etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,

@@ -15,11 +15,11 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
 
@@ -96,7 +96,7 @@ type peer struct {
 // secondArbiter starts a peer of env's arbiter, stopped with the test.
 func secondArbiter(t *testing.T, env *devenv.Env, poll time.Duration) *peer {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: env.Cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(env.Cluster.ClientConfig(etcdauth.Arbiter))
 	if err != nil {
 		t.Fatal(err)
 	}

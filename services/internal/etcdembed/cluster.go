@@ -83,10 +83,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
 	}
 	token := fmt.Sprintf("lockplane-embedded-%d", time.Now().UnixNano())
+	var authToken string
+	if cfg.Auth != nil {
+		if authToken, err = jwtAuthToken(cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
 	for i := 0; i < n; i++ {
 		ec, err := memberConfig(cfg, i, ports[2*i], ports[2*i+1], strings.Join(initial, ","), token)
 		if err != nil {
 			return nil, err
+		}
+		if authToken != "" {
+			ec.AuthToken = authToken
 		}
 		if cfg.RestoreFrom != "" {
 			if err := restore(cfg, ec, initial[i], strings.Join(initial, ","), token); err != nil {
