@@ -104,6 +104,10 @@ type Options struct {
 	// WrapEtcd, when set, wraps the coord cluster's client as the arbiter
 	// sees it, for tests that act between two of the arbiter's etcd calls.
 	WrapEtcd func(arbiter.Etcd) arbiter.Etcd
+	// WrapAdminEtcd, when set, wraps the coord cluster's client as the
+	// Admin API sees it (signed in as etcdauth.Admin), for tests that
+	// record what the admin paths write.
+	WrapAdminEtcd func(arbiter.Etcd) arbiter.Etcd
 	// Audit, when set, is the audit store: a tailer of the coord cluster
 	// and of each shard runs into it for the environment's lifetime, and the
 	// admin API's audit queries read it. The caller migrates it first.
@@ -281,8 +285,12 @@ func (e *Env) StartArbiter() error {
 	if e.opts.WrapEtcd != nil {
 		etcd = e.opts.WrapEtcd(etcd)
 	}
+	var adminEtcd arbiter.Etcd = e.adminPath.coord
+	if e.opts.WrapAdminEtcd != nil {
+		adminEtcd = e.opts.WrapAdminEtcd(adminEtcd)
+	}
 	cfg := arbiter.Config{
-		Etcd: etcd, AdminEtcd: e.adminPath.coord, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
+		Etcd: etcd, AdminEtcd: adminEtcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL,

@@ -175,15 +175,7 @@ func TestEpochAdvanceCommittedButUnanswered(t *testing.T) {
 	env := forceEnv(t, devenv.Options{})
 	ctx := ctxT(t, time.Minute)
 	admin := adminOf(t, env)
-	st, err := admin.Status(ctx, &adminv1.StatusRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := admin.RequestEpochAdvance(as(ctx, "tok-alice"), &adminv1.RequestEpochAdvanceRequest{
-		Advance: &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "drill"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, req := requestAdvance(t, ctx, admin)
 	env.Arbiter.SetTestHooks(&arbiter.TestHooks{ActionTxn: func(string) (bool, error) { return true, context.DeadlineExceeded }})
 	r, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
 	env.Arbiter.SetTestHooks(nil)

@@ -525,19 +525,11 @@ func TestEpochAdvanceIsTwoPerson(t *testing.T) {
 	env := forceEnv(t, devenv.Options{})
 	ctx := ctxT(t, time.Minute)
 	admin := adminOf(t, env)
-	st, err := admin.Status(ctx, &adminv1.StatusRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := admin.RequestEpochAdvance(as(ctx, "tok-alice"), &adminv1.RequestEpochAdvanceRequest{
-		Advance: &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "drill"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, req := requestAdvance(t, ctx, admin)
 	if req.GetAction().GetKind() != "epoch_advance" || len(req.GetAction().GetWarnings()) == 0 {
 		t.Fatalf("request = %v", req.GetAction())
 	}
-	_, err = admin.ApproveAction(as(ctx, "tok-alice"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
+	_, err := admin.ApproveAction(as(ctx, "tok-alice"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
 	wantCause(t, err, lockv1.ErrorReason_PERMISSION_DENIED, "same_operator")
 	r, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
 	if err != nil {
@@ -549,6 +541,22 @@ func TestEpochAdvanceIsTwoPerson(t *testing.T) {
 	// Approving it again does nothing: it is decided.
 	_, err = admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
 	wantCause(t, err, lockv1.ErrorReason_ACTION_STALE, "action_approved")
+}
+
+// requestAdvance has alice request an advance of the coord cluster's
+// epoch; it returns the status it read the expected epoch from.
+func requestAdvance(t *testing.T, ctx context.Context, admin adminv1.AdminServiceClient) (*adminv1.StatusResponse, *adminv1.RequestEpochAdvanceResponse) {
+	t.Helper()
+	st, err := admin.Status(ctx, &adminv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := admin.RequestEpochAdvance(as(ctx, "tok-alice"), &adminv1.RequestEpochAdvanceRequest{
+		Advance: &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "drill"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, req
 }
 
 // On an entity shard behind a Router: the hold is found on its shard, the
