@@ -150,6 +150,9 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if f.actionTTL < time.Minute || f.actionTTL > 7*24*time.Hour {
+		return fmt.Errorf("--action-ttl %v: must be between 1m and 168h: long enough for a second operator to approve, short enough that a stale request cannot be", f.actionTTL)
+	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 

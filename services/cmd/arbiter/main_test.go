@@ -103,7 +103,7 @@ func arbiterFlags(t *testing.T, env *devenv.Env, dir string) flags {
 		etcdCredentials: writeCredentials(t, creds, 0o600),
 		svidCert:        filepath.Join(pki, "arbiter", "svid.pem"), svidKey: filepath.Join(pki, "arbiter", "key.pem"),
 		bundle: filepath.Join(pki, "bundle.pem"), domain: devenv.TrustDomain, cluster: "embedded", operatorPrefix: "/operator/",
-		opTimeout: 2 * time.Second, allowAnyWorkload: true, policyReload: time.Minute,
+		opTimeout: 2 * time.Second, allowAnyWorkload: true, policyReload: time.Minute, actionTTL: time.Hour,
 	}
 }
 
@@ -152,6 +152,7 @@ func TestTheProductionArbitersEtcdUsersAndOnePersonAdvance(t *testing.T) {
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true}, []string{"--etcd-credentials", "--etcd-without-auth"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdWithoutAuth: true, etcdCredentials: "x"}, []string{"choose one"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\n", 0o600)}, []string{"--etcd-credentials", "no admin line"}},
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdWithoutAuth: true, actionTTL: time.Second}, []string{"--action-ttl", "between 1m and 168h"}},
 	} {
 		err := run(context.Background(), tc.f, log)
 		for _, w := range tc.want {

@@ -16,6 +16,7 @@ package arbiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ActionTTL == 0 {
 		cfg.ActionTTL = time.Hour
+	}
+	// A request lives on an etcd lease: whole seconds, and a week at most
+	// (a request nobody approved in a week is not a decision).
+	if cfg.ActionTTL < time.Second || cfg.ActionTTL > 7*24*time.Hour {
+		return cfg, fmt.Errorf("arbiter: Config.ActionTTL %v: must be between 1s and 168h", cfg.ActionTTL)
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = 5 * time.Minute
