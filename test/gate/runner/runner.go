@@ -1,6 +1,8 @@
 // Package runner runs one release-gate history: a 3-member etcd cluster of
 // processes behind fault proxies (with two one-member entity shards for
-// the shard-add fault), two arbiter processes, a PostgreSQL
+// the shard-add fault), two arbiter processes that verify operators'
+// sign-in at a development OpenID provider the runner starts (so epoch
+// advances and force-releases are two-person: operators.go), a PostgreSQL
 // database with the fenced records, and client processes running the
 // traffic loop, while one fault is injected and healed. It returns the
 // checker's report on the recorded history.
