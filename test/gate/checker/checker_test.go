@@ -1,6 +1,7 @@
 package checker_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -293,5 +294,192 @@ func TestGrantedWhileSealedCatchesANewGrantBeforeTheAdvance(t *testing.T) {
 	// After the advance began, grants are expected.
 	if vs := checker.GrantedWhileSealed(ops, onCoord, 10, 14); len(vs) > 0 {
 		t.Fatalf("a grant after the advance began was rejected: %v", vs)
+	}
+}
+
+// forced is a force-release as the runner records it: client 0's grant
+// (session 100, token revision 20) is released by two operators, approved
+// between 35 and 38 in a Txn at revision 30; client 1, waiting since 30,
+// is granted revision 40 at 39. Client 0 hears at its next keepalive
+// (Fenced at 47), having started work until 45: its window overlaps
+// client 1's, on purpose. Its late write, after client 1's, is refused by
+// the fence.
+func forced() []history.Op {
+	k := "team-a/gate/1"
+	f, n := tk(20), tk(40)
+	return []history.Op{
+		{Client: 0, Session: 100, Key: k, Kind: history.Acquire, Call: 10, Return: 11, Result: history.OK, Token: f},
+		{Client: 0, Session: 100, Key: k, Kind: history.Start, Call: 12, Return: 12, Result: history.OK, Token: f},
+		{Client: 0, Session: 100, Key: k, Kind: history.Read, Call: 13, Return: 14, Result: history.OK},
+		{Client: 0, Session: 100, Key: k, Kind: history.Write, Call: 16, Return: 17, Result: history.OK, Token: f, Value: []string{"a"}},
+		{Client: 0, Session: 100, Key: k, Kind: history.Start, Call: 20, Return: 20, Result: history.OK, Token: f},
+		{Client: 0, Session: 100, Key: k, Kind: history.Start, Call: 45, Return: 45, Result: history.OK, Token: f},
+		{Client: history.Operators, Session: 100, Key: k, Kind: history.ForceRelease, Call: 35, Return: 38, Result: history.OK, Revision: 20, ReleasedAt: 30},
+		{Client: 1, Session: 200, Key: k, Kind: history.Acquire, Call: 30, Return: 39, Result: history.OK, Token: n},
+		{Client: 1, Session: 200, Key: k, Kind: history.Start, Call: 40, Return: 40, Result: history.OK, Token: n},
+		{Client: 1, Session: 200, Key: k, Kind: history.Read, Call: 41, Return: 42, Result: history.OK, Value: []string{"a"}, Mark: f},
+		{Client: 1, Session: 200, Key: k, Kind: history.Start, Call: 43, Return: 43, Result: history.OK, Token: n},
+		{Client: 1, Session: 200, Key: k, Kind: history.Write, Call: 44, Return: 45, Result: history.OK, Token: n, Value: []string{"a", "b"}},
+		{Client: 1, Session: 200, Key: k, Kind: history.Release, Call: 46, Return: 47, Result: history.OK, Token: n},
+		{Client: 0, Session: 100, Key: k, Kind: history.Fenced, Call: 47, Return: 47, Result: history.OK, Token: f},
+		{Client: 0, Session: 100, Key: k, Kind: history.Read, Call: 60, Return: 61, Result: history.OK, Value: []string{"a", "b"}, Mark: n},
+		{Client: 0, Session: 100, Key: k, Kind: history.Write, Call: 62, Return: 63, Result: history.Stale, Token: f, Value: []string{"a", "b", "a2"}},
+		{Client: 0, Session: 100, Key: k, Kind: history.Release, Call: 64, Return: 65, Result: history.Unknown, Token: f},
+	}
+}
+
+const forcedGrace = 20
+
+// forcedIndex is the index of the force-release op in forced().
+func forcedIndex(ops []history.Op) int {
+	for i, op := range ops {
+		if op.Kind == history.ForceRelease {
+			return i
+		}
+	}
+	panic("no force-release")
+}
+
+// overlapRuleFailures runs the force-release cases of the overlap rule
+// and returns what went wrong: an excused overlap reported, or an overlap
+// that is not the force-release's excused.
+func overlapRuleFailures() []string {
+	var failed []string
+	k := "team-a/gate/1"
+	// Its own overlap is excused, and counted; the whole history passes.
+	r := checker.Check(forced(), map[string][]string{k: {"a", "b"}}, []uint32{1}, 10*time.Second)
+	r.Add(checker.ForceLearned(forced(), forcedGrace)...)
+	if !r.OK() || r.Forced != 1 {
+		failed = append(failed, fmt.Sprintf("the force-release's own overlap: forced %d, violations %+v", r.Forced, r.Violations))
+	}
+	// Each of these is an overlap the force-release does not explain.
+	cases := []struct {
+		name string
+		edit func([]history.Op) []history.Op
+	}{
+		{"the release names another session", func(ops []history.Op) []history.Op {
+			ops[forcedIndex(ops)].Session = 300
+			return ops
+		}},
+		{"the release names another revision of the session's grant", func(ops []history.Op) []history.Op {
+			ops[forcedIndex(ops)].Revision = 21
+			return ops
+		}},
+		{"the next holder started before the approval was asked for", func(ops []history.Op) []history.Op {
+			i := forcedIndex(ops)
+			ops[i].Call, ops[i].Return = 41, 42
+			return ops
+		}},
+		{"the next holder's grant is older than the release", func(ops []history.Op) []history.Op {
+			ops[forcedIndex(ops)].ReleasedAt = 45
+			return ops
+		}},
+		{"the approval's outcome is unknown", func(ops []history.Op) []history.Op {
+			ops[forcedIndex(ops)].Result = history.Unknown
+			return ops
+		}},
+		{"a second holder overlaps the next one", func(ops []history.Op) []history.Op {
+			// Client 2, granted after the release too: its overlap with
+			// the released grant is excused, not that with client 1's.
+			return append(ops,
+				history.Op{Client: 2, Session: 300, Key: k, Kind: history.Acquire, Call: 36, Return: 41, Result: history.OK, Token: tk(41)},
+				history.Op{Client: 2, Session: 300, Key: k, Kind: history.Start, Call: 42, Return: 42, Result: history.OK, Token: tk(41)})
+		}},
+		{"a holder granted before the approval overlaps the released grant", func(ops []history.Op) []history.Op {
+			return append(ops,
+				history.Op{Client: 2, Session: 300, Key: k, Kind: history.Acquire, Call: 21, Return: 22, Result: history.OK, Token: tk(22)},
+				history.Op{Client: 2, Session: 300, Key: k, Kind: history.Start, Call: 25, Return: 25, Result: history.OK, Token: tk(22)})
+		}},
+		{"two other sessions overlap on the released key", func(ops []history.Op) []history.Op {
+			return append(ops,
+				history.Op{Client: 2, Session: 300, Key: k, Kind: history.Start, Call: 70, Return: 70, Result: history.OK, Token: tk(60)},
+				history.Op{Client: 2, Session: 300, Key: k, Kind: history.Start, Call: 80, Return: 80, Result: history.OK, Token: tk(60)},
+				history.Op{Client: 3, Session: 400, Key: k, Kind: history.Start, Call: 75, Return: 75, Result: history.OK, Token: tk(70)})
+		}},
+	}
+	for _, c := range cases {
+		vs, _ := checker.Overlaps(c.edit(forced()))
+		if !hasCheck(vs, "no-overlap") {
+			failed = append(failed, c.name+": the overlap was excused")
+		}
+	}
+	// The same overlap on another key than the one released.
+	other := forced()
+	for i := range other {
+		if other[i].Kind != history.ForceRelease {
+			other[i].Key = "team-a/gate/2"
+		}
+	}
+	if vs, _ := checker.Overlaps(other); !hasCheck(vs, "no-overlap") {
+		failed = append(failed, "an overlap on another key was excused")
+	}
+	return failed
+}
+
+func TestForceReleaseExcusesOnlyItsOwnOverlap(t *testing.T) {
+	for _, f := range overlapRuleFailures() {
+		t.Error(f)
+	}
+	// Without the force-release op the same history is a double grant.
+	var bare []history.Op
+	for _, op := range forced() {
+		if op.Kind != history.ForceRelease {
+			bare = append(bare, op)
+		}
+	}
+	if r := checker.Check(bare, map[string][]string{"team-a/gate/1": {"a", "b"}}, []uint32{1}, 10*time.Second); !hasCheck(r.Violations, "no-overlap") || r.Forced != 0 {
+		t.Errorf("without the force-release the overlap was not reported: forced %d, %+v", r.Forced, r.Violations)
+	}
+}
+
+// A broken rule that excuses every overlap on a key once it was
+// force-released passes the force-release's own overlap, and is caught by
+// the cases above.
+func TestABrokenForceRuleIsCaught(t *testing.T) {
+	restore := checker.ExcuseEveryOverlapOnAForcedKey()
+	defer restore()
+	failed := overlapRuleFailures()
+	if len(failed) == 0 {
+		t.Fatal("the cases did not catch a rule that excuses every overlap on a force-released key")
+	}
+	t.Logf("the broken rule is caught by %d case(s), e.g. %s", len(failed), failed[0])
+}
+
+// The deposed holder's late write, had the fence accepted it, is a
+// linearizability violation: the fence is what keeps a force-release safe.
+func TestALateWriteAcceptedAfterAForceReleaseIsCaught(t *testing.T) {
+	ops := forced()
+	ops[len(ops)-2].Result = history.OK
+	if vs, _ := checker.Linearizable(ops, 10*time.Second); !hasCheck(vs, "linearizable") {
+		t.Fatal("a write under the released grant's token, accepted after the next holder's, passed")
+	}
+}
+
+// The holder must learn: no Start past the grace, and its OnFence ran.
+func TestForceLearnedCatchesAHolderNotTold(t *testing.T) {
+	if vs := checker.ForceLearned(forced(), forcedGrace); len(vs) > 0 {
+		t.Fatalf("a holder told in time: %v", vs)
+	}
+	late := append(forced(), history.Op{Client: 0, Session: 100, Key: "team-a/gate/1", Kind: history.Start, Call: 59, Return: 59, Result: history.OK, Token: tk(20)})
+	if !hasCheck(checker.ForceLearned(late, forcedGrace), "force-untold") {
+		t.Error("a Start under the released grant past the grace passed")
+	}
+	var untold []history.Op
+	for _, op := range forced() {
+		if op.Kind != history.Fenced {
+			untold = append(untold, op)
+		}
+	}
+	if !hasCheck(checker.ForceLearned(untold, forcedGrace), "force-untold") {
+		t.Error("a holder whose OnFence never ran passed")
+	}
+	// A holder that released the grant before it heard needs no OnFence.
+	for i := range untold {
+		if untold[i].Kind == history.Release && untold[i].Session == 100 {
+			untold[i].Call = 50
+		}
+	}
+	if vs := checker.ForceLearned(untold, forcedGrace); len(vs) > 0 {
+		t.Errorf("a holder that released first: %v", vs)
 	}
 }

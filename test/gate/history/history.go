@@ -46,7 +46,21 @@ const (
 	// session the service reported holding the key (0: free) at Return,
 	// having polled since Call.
 	Inspect Kind = "inspect"
+	// Fenced: the client library ran the OnFence of the grant named by
+	// Token (an instant): the service reported it ended under its holder
+	// (force-released), or the lease's deadline passed.
+	Fenced Kind = "fenced"
+	// ForceRelease is recorded by the runner, not a client (Client is
+	// Operators): two operators force-released the hold of Key on session
+	// Session at hold revision Revision (the revision part of its token),
+	// in a Txn at revision ReleasedAt. Call and Return bound the approval;
+	// Result is OK only if the approval ended that hold.
+	ForceRelease Kind = "force-release"
 )
+
+// Operators is the Client of the operators' ops (ForceRelease): not a
+// workload client.
+const Operators = -1
 
 // Result is an operation's outcome.
 type Result string
@@ -72,6 +86,11 @@ type Op struct {
 	Value   []string `json:"value,omitempty"`
 	Mark    uint64   `json:"mark,omitempty"`
 	Holder  int64    `json:"holder,omitempty"`
+	// Revision is a ForceRelease's hold revision; ReleasedAt the etcd
+	// revision of the approval's Txn that deleted the hold: every grant
+	// made after it on that cluster has a token of a higher revision.
+	Revision   int64 `json:"revision,omitempty"`
+	ReleasedAt int64 `json:"released_at,omitempty"`
 	// Reason is a refusal's lockplane.lock.v1 reason (NO_QUORUM, ...);
 	// empty when the service gave none (a transport error, the caller's
 	// own deadline).

@@ -1,6 +1,8 @@
 // Package runner runs one release-gate history: a 3-member etcd cluster of
 // processes behind fault proxies (with two one-member entity shards for
-// the shard-add fault), two arbiter processes, a PostgreSQL
+// the shard-add fault), two arbiter processes that verify operators'
+// sign-in at a development OpenID provider the runner starts (so epoch
+// advances and force-releases are two-person: operators.go), a PostgreSQL
 // database with the fenced records, and client processes running the
 // traffic loop, while one fault is injected and healed. It returns the
 // checker's report on the recorded history.
@@ -74,11 +76,18 @@ const (
 	// whose deadlines end as a release hands the key over: no grant may
 	// be made to a waiter whose caller was told it got none.
 	HandoffDeadline Fault = "handoff-deadline"
+	// ForceRelease: two operators (alice requests, bob approves, signed in
+	// at an OpenID provider the runner starts) force-release a hold of the
+	// gate class that a client still uses (force.go). The holder must
+	// hear (OnFence, CanStart false) and the fence must refuse its late
+	// write; the overlap of its window with the next holder's is excused
+	// for that grant alone (checker.Overlaps).
+	ForceRelease Fault = "force-release"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline}
+	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -143,6 +152,10 @@ type Config struct {
 	// default) or traffic.LockerWatchGrant, the unsafe locker of the other
 	// negative control.
 	Locker string
+	// Deaf makes clients blind to the service's report that a hold ended
+	// (traffic.Config.Deaf): a holder that is not told, the negative
+	// control of the force-release fault. Tests only.
+	Deaf bool
 }
 
 // Outcome is a checked history.
@@ -159,10 +172,12 @@ type Outcome struct {
 
 // history is one history's running state.
 type history struct {
-	cfg      Config
-	rng      *rand.Rand
-	cl       *cluster.Cluster
-	coord    *clientv3.Client
+	cfg   Config
+	rng   *rand.Rand
+	cl    *cluster.Cluster
+	coord *clientv3.Client
+	// ops are the operators: their OpenID provider, sign-in and history.
+	ops      *operators
 	sh       *shards
 	profiles []string
 	keys     []string
@@ -207,6 +222,17 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	h.keys = gateKeys(cfg.Keys)
+	// Every history's arbiters verify operators' sign-in, so an epoch
+	// advance or a force-release takes two of them (ADR-03, ADR-20).
+	if h.ops, err = startOperators(cfg.Dir); err != nil {
+		return nil, err
+	}
+	defer h.ops.close()
+	if cfg.Fault.operators() {
+		if err := h.ops.signIn(ctx, requester, approver); err != nil {
+			return nil, fmt.Errorf("operators: %w", err)
+		}
+	}
 	if cfg.Fault.entity() {
 		if h.sh, err = startShards(ctx, cfg); err != nil {
 			return nil, err
@@ -243,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 	}()
 	for i := range 2 {
-		a, err := startArbiter(cfg, h.profiles[i], cl.Endpoints(), h.sh.flags(h.sh.names()...), i)
+		a, err := startArbiter(cfg, h.profiles[i], cl.Endpoints(), h.arbiterFlags(h.sh.names()...), i)
 		if err != nil {
 			return nil, err
 		}
@@ -262,11 +288,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	started := time.Now()
 	duration := cfg.Fault.duration(cfg.Duration)
 	until := ghistory.Now() + int64(duration)
-	var paths []string
+	paths := []string{h.ops.path}
 	for i := range cfg.Clients {
 		tc := traffic.Config{Client: i, Profile: h.profiles[i%2], Identity: fmt.Sprintf("c%d", identityOf(i)), Class: "gate",
 			Keys: h.keys, Postgres: cfg.Postgres.URL(db), History: filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.jsonl", i)),
-			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL}
+			Until: until, Seed: cfg.Seed, Unsafe: cfg.Unsafe, Locker: cfg.Locker, Etcd: cl.Endpoints(), TTL: TTL, Deaf: cfg.Deaf}
 		switch cfg.Fault {
 		case HandoffDeadline:
 			tc.Handoff = HandoffPeriod
@@ -274,6 +300,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			// Grants on the added shard (above the source's epoch) are
 			// held past a lease's lapse.
 			tc.LongHold, tc.LongHoldAbove = RollHold, startEpochs[shardFrom]
+		case ForceRelease:
+			tc.Linger = ForceLinger
 		}
 		paths = append(paths, tc.History)
 		env, _ := json.Marshal(tc)
@@ -327,6 +355,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Fault == ShardWipe && !h.grantedAfter(ops, h.healedAt, shardFrom) {
 		return nil, fmt.Errorf("%s: no grant on the wiped shard %s after the heal: the history proves nothing about its tokens", cfg.Fault, shardFrom)
 	}
+	if cfg.Fault == ForceRelease {
+		if err := forceProves(ops); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Fault, err)
+		}
+	}
 	report := checker.Check(ops, final, h.epochs, time.Minute)
 	report.Add(checker.TokenFloor(ops, func(k string) string { return h.clusterOf[k] }, h.faultAt)...)
 	switch cfg.Fault {
@@ -335,6 +368,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	case ShardWipe:
 		report.Add(checker.GrantedWhileSealed(ops, func(k string) bool { return h.clusterOf[k] == shardFrom }, h.sealedFrom, h.sealedTo)...)
 	}
+	report.Add(checker.ForceLearned(ops, ForceGrace)...)
 	report.Add(checker.Stranded(ops, atExit, lapsed)...)
 	return &Outcome{Fault: cfg.Fault, Seed: cfg.Seed, Ops: ops, Final: final, Started: started, Report: report,
 		Holds: atExit}, nil
@@ -352,13 +386,24 @@ const (
 // over etcd process shards.
 func (f Fault) entity() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
 
+// operators reports whether the fault needs the operators signed in: an
+// epoch advance or a force-release, each two-person.
+func (f Fault) operators() bool { return f == EpochDelete || f == ShardWipe || f == ForceRelease }
+
 // duration is the traffic time of a history of f: shard-roll's restart
-// must be followed by a lease's lapse and a grant before its heal.
+// must be followed by a lease's lapse and a grant before its heal, and
+// force-release's grants are kept ForceLinger each.
 func (f Fault) duration(d time.Duration) time.Duration {
-	if f == ShardRoll {
+	if f == ShardRoll || f == ForceRelease {
 		return max(d, 8*time.Second) + 4*time.Second
 	}
 	return d
+}
+
+// arbiterFlags are an arbiter's flags beyond the common ones: the shards
+// it serves and the operators' sign-in.
+func (h *history) arbiterFlags(shards ...string) []string {
+	return append(h.sh.flags(shards...), h.ops.flags()...)
 }
 
 func (h *history) addEpoch(e uint32) {
@@ -478,6 +523,8 @@ func (h *history) inject(ctx context.Context) func() error {
 		// The fault is the workload's timing: waits that end as releases
 		// hand the key over, all history long.
 		return none
+	case ForceRelease:
+		return h.forceRelease(ctx)
 	}
 	return none
 }
@@ -584,7 +631,7 @@ func (h *history) roll(ctx context.Context) func() error {
 // shards, on the same address.
 func (h *history) restartArbiter(i int, shards ...string) error {
 	h.arbiters[i].kill()
-	a, err := startArbiter(h.cfg, h.profiles[i], h.cl.Endpoints(), h.sh.flags(shards...), i)
+	a, err := startArbiter(h.cfg, h.profiles[i], h.cl.Endpoints(), h.arbiterFlags(shards...), i)
 	if err != nil {
 		return err
 	}
@@ -592,11 +639,13 @@ func (h *history) restartArbiter(i int, shards ...string) error {
 	return nil
 }
 
-// operatorAdvance is what an operator does about a cluster whose epoch
-// record is missing or sealed: Status, then AdvanceEpoch from no record
-// (expected 0) or from the sealed epoch; nothing when neither. On a coord
-// cluster with no allocation record it names the highest epoch served
-// (above). The new epoch is in force from then on.
+// operatorAdvance is what operators do about a cluster whose epoch record
+// is missing or sealed: Status, then the two-person advance (alice
+// requests, bob approves) from no record (expected 0) or from the sealed
+// epoch; nothing when neither. On a coord cluster with no allocation
+// record it names the highest epoch served (above). The new epoch is in
+// force from then on, and so is the epoch Status reports unsealed (an
+// advance whose answer was lost).
 func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
 	c, err := operatorClient(h.profiles[0])
 	if err != nil {
@@ -608,11 +657,11 @@ func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(500 * time.Millisecond) {
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		st, err := admin.Status(actx, &adminv1.StatusRequest{Cluster: cluster})
+		cancel()
 		if err == nil && !st.GetQuorum() {
 			err = errors.New("status: no quorum")
 		}
 		if err != nil {
-			cancel()
 			last = err
 			continue
 		}
@@ -622,7 +671,7 @@ func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
 		case st.GetSealed():
 			expected = st.GetEpoch()
 		default:
-			cancel()
+			h.addEpoch(st.GetEpoch())
 			return nil
 		}
 		req := &adminv1.AdvanceEpochRequest{ExpectedEpoch: expected, Cluster: cluster, Reason: fmt.Sprintf("gate: %s heal", h.cfg.Fault)}
@@ -632,13 +681,12 @@ func (h *history) operatorAdvance(ctx context.Context, cluster string) error {
 			above := slices.Max(h.epochs)
 			req.Above = &above
 		}
-		adv, err := admin.AdvanceEpoch(actx, req)
-		cancel()
+		e, err := h.twoPersonAdvance(ctx, req)
 		if err != nil {
 			last = err
 			continue
 		}
-		h.addEpoch(adv.GetEpoch())
+		h.addEpoch(e)
 		return nil
 	}
 	return fmt.Errorf("operator advance of cluster %q: %w", cluster, last)
@@ -763,7 +811,9 @@ func writeTrust(dir string, clients int) ([]string, error) {
 		return nil, err
 	}
 	ids := map[string]profile.Identity{}
-	names := map[string]string{"arbiter": "/arbiter", "operator": "/operator/gate"}
+	// The operators who sign in (alice, bob) connect each with an
+	// operator SVID of their own; "operator" reads status.
+	names := map[string]string{"arbiter": "/arbiter", "operator": "/operator/gate", requester: "/operator/" + requester, approver: "/operator/" + approver}
 	for k := range identityOf(clients-1) + 1 {
 		names[fmt.Sprintf("c%d", k)] = fmt.Sprintf("/ns/gate/sa/client-%d", k)
 	}
@@ -790,7 +840,7 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	return paths, nil
 }
 
-func startArbiter(cfg Config, profilePath string, endpoints []string, shardFlags []string, i int) (*proc, error) {
+func startArbiter(cfg Config, profilePath string, endpoints []string, extra []string, i int) (*proc, error) {
 	p, err := profile.Load(profilePath)
 	if err != nil {
 		return nil, err
@@ -807,10 +857,10 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, shardFlags
 	args := []string{cfg.Arbiter, "--listen", p.Endpoint, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", id.Cert, "--svid-key", id.Key,
 		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--class", gate, "--op-timeout", "1s", "--allow-any-workload",
-		// The gate's clusters run without etcd users, and its restores are
-		// unsealed by one operator.
-		"--etcd-without-auth", "--allow-one-person-epoch-advance"}
-	args = append(args, shardFlags...)
+		// The gate's clusters run without etcd users. Operators sign in
+		// (extra: --oidc-*), so epoch advances are two-person.
+		"--etcd-without-auth"}
+	args = append(args, extra...)
 	a, err := start(args, nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
 	if err != nil {
 		return nil, err

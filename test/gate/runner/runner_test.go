@@ -122,3 +122,44 @@ func TestParseFaults(t *testing.T) {
 		t.Fatalf("a misspelt kind: %v", err)
 	}
 }
+
+// The force-release fault: two operators signed in at a real OpenID
+// provider end a hold its client still uses. The history passes: the
+// holder is told, the next holder's overlap with it is excused as the
+// force-release's, and the fence refuses the deposed holder's late write.
+func TestForceReleaseHistoryPasses(t *testing.T) {
+	out := history(t, runner.ForceRelease, 1, func(c *runner.Config) { c.Duration = runner.ForceLinger })
+	if !out.Report.OK() {
+		t.Fatalf("violations: %+v", out.Report.Violations)
+	}
+	made, refused := runner.LateWrites(out.Ops)
+	if made == 0 || refused != made {
+		t.Fatalf("the deposed holder's late writes: %d made, %d refused by the fence", made, refused)
+	}
+	t.Logf("%d grants, %d forced overlap(s) excused, %d late write(s) refused", out.Report.Grants, out.Report.Forced, refused)
+}
+
+// The force-release fault's negative controls, each of which must fail
+// it: a fenced resource that does not check tokens (the deposed holder's
+// late write lands below the record's mark: Porcupine), and a holder
+// that is not told its hold ended (it goes on starting work: force-untold).
+func TestForceReleaseNegativeControlsAreCaught(t *testing.T) {
+	for _, c := range []struct {
+		name, check string
+		tweak       func(*runner.Config)
+	}{
+		{"the resource does not check tokens", "linearizable", func(c *runner.Config) { c.Unsafe = true }},
+		{"the holder is not told", "force-untold", func(c *runner.Config) { c.Deaf = true }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := history(t, runner.ForceRelease, 1, func(cfg *runner.Config) { cfg.Duration = runner.ForceLinger; c.tweak(cfg) })
+			for _, v := range out.Report.Violations {
+				if v.Check == c.check {
+					t.Logf("caught (%d violations), e.g. %+v", len(out.Report.Violations), v)
+					return
+				}
+			}
+			t.Fatalf("not caught by %s; violations: %+v", c.check, out.Report.Violations)
+		})
+	}
+}

@@ -74,6 +74,10 @@ type lockplane struct {
 	c     *lockclient.Client
 	class string
 	cur   *lockclient.Session
+	// onFence, if set, hears each grant's OnFence.
+	onFence func(key string, session int64, tok token.Token)
+	// deaf: holds are not told they ended (Config.Deaf).
+	deaf bool
 }
 
 func (l *lockplane) Lock(ctx context.Context, key string) (Grant, error) {
@@ -82,11 +86,19 @@ func (l *lockplane) Lock(ctx context.Context, key string) (Grant, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoSession, err)
 	}
 	l.cur = s
-	h, err := s.Lock(ctx, key, func(*lockclient.Hold) {})
+	id, onFence := s.ID(), l.onFence
+	h, err := s.Lock(ctx, key, func(h *lockclient.Hold) {
+		if onFence != nil {
+			onFence(h.Key(), id, h.Token())
+		}
+	})
 	if err != nil {
 		return nil, &sessionError{session: s.ID(), err: err}
 	}
-	return &hold{h: h, session: s.ID()}, nil
+	if l.deaf {
+		return &deafHold{hold{h: h, session: id}, s}, nil
+	}
+	return &hold{h: h, session: id}, nil
 }
 
 func (l *lockplane) Current() int64 {
@@ -127,6 +139,27 @@ func (h *hold) Token() token.Token                { return h.h.Token() }
 func (h *hold) Session() int64                    { return h.session }
 func (h *hold) CanStart() bool                    { return h.h.CanStart() }
 func (h *hold) Release(ctx context.Context) error { return h.h.Release(ctx) }
+
+// Ended reports whether the hold was fenced: the service reported it
+// ended under its holder (force-released), or its lease's deadline passed.
+func (h *hold) Ended() bool {
+	select {
+	case <-h.h.Fenced():
+		return true
+	default:
+		return false
+	}
+}
+
+// deafHold is a hold whose holder is not told it ended (Config.Deaf): its
+// CanStart is its session's, blind to the service's report.
+type deafHold struct {
+	hold
+	s *lockclient.Session
+}
+
+func (h *deafHold) CanStart() bool { return h.s.CanStart() }
+func (h *deafHold) Ended() bool    { return false }
 
 // sessionError is a refused Lock on a known session, so the history can
 // name the session.

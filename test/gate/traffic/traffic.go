@@ -62,7 +62,29 @@ type Config struct {
 	// under a holder who still may start shows as overlapping windows.
 	LongHold      time.Duration `json:"long_hold,omitempty"`
 	LongHoldAbove uint32        `json:"long_hold_above,omitempty"`
+	// Linger, when set, runs the force-release workload: every grant is
+	// kept that long after its write, CanStart sampled every 100 ms (a
+	// Start each time it is true), so that two operators can
+	// force-release a hold its holder is still using. Waits are
+	// LingerWait long, so a released key is soon taken. A holder told its
+	// hold ended goes on as a leaked holder would (lateWrite): once a
+	// newer holder's write is in the record, it writes under its old
+	// token, and the fence must refuse it.
+	Linger time.Duration `json:"linger,omitempty"`
+	// Deaf makes the holder not told: CanStart ignores the service's
+	// report that a hold ended (only the session's lease counts) and
+	// OnFence is not recorded. A negative control of the force-release
+	// fault, which must fail it.
+	Deaf bool `json:"deaf,omitempty"`
 }
+
+// LingerWait is how long a wait of the force-release workload lasts;
+// LateWait how long a told holder watches the record for a newer
+// holder's write before giving its late write up.
+const (
+	LingerWait = 500 * time.Millisecond
+	LateWait   = 5 * time.Second
+)
 
 // Prepare creates the records table and one empty record per key.
 func Prepare(ctx context.Context, url string, keys []string) error {
@@ -129,6 +151,15 @@ func Run(ctx context.Context, cfg Config) error {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Client)))
 	w := &worker{cfg: cfg, rec: rec, l: l, rng: rng, early: 30 * time.Millisecond}
 	defer w.close()
+	if lp, ok := l.(*lockplane); ok {
+		lp.deaf = cfg.Deaf
+		if !cfg.Deaf {
+			lp.onFence = func(key string, session int64, tok token.Token) {
+				now := history.Now()
+				w.op(history.Op{Session: session, Key: key, Kind: history.Fenced, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
+			}
+		}
+	}
 	for seq := 0; history.Now() < cfg.Until && ctx.Err() == nil; seq++ {
 		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
 		if cfg.Handoff > 0 {
@@ -202,6 +233,9 @@ func (w *worker) db(ctx context.Context) (*pgx.Conn, error) {
 func (w *worker) cycle(ctx context.Context, key, me string) {
 	call := history.Now()
 	lockFor := 2 * time.Second
+	if w.cfg.Linger > 0 {
+		lockFor = LingerWait
+	}
 	if w.cfg.Handoff > 0 {
 		// A short wait ending on the next tick at least half a period
 		// away: the tick a holder's release is timed against.
@@ -299,6 +333,62 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		r = history.Unknown
 	}
 	w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
+	if w.cfg.Linger > 0 {
+		w.linger(ctx, conn, h, key, sid, tok, me)
+	}
+}
+
+// ender is a grant that says whether the service ended it under its
+// holder (lockclient's Fenced).
+type ender interface{ Ended() bool }
+
+// linger keeps a grant after its write, sampling CanStart; a holder told
+// its hold ended makes its late write.
+func (w *worker) linger(ctx context.Context, conn *pgx.Conn, h Grant, key string, sid int64, tok token.Token, me string) {
+	for until := min(history.Now()+int64(w.cfg.Linger), w.cfg.Until); history.Now() < until && ctx.Err() == nil; {
+		time.Sleep(100 * time.Millisecond)
+		if h.CanStart() {
+			now := history.Now()
+			w.op(history.Op{Session: sid, Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
+			continue
+		}
+		if e, ok := h.(ender); ok && e.Ended() {
+			w.lateWrite(ctx, conn, key, sid, tok, me+"-late")
+			return
+		}
+	}
+}
+
+// lateWrite is a deposed holder going on with its work: it waits (up to
+// LateWait) until the record carries a newer holder's token, then reads
+// it and writes under its own, older token. The fence must refuse that
+// write (Stale). A late write made before any newer write would be legal
+// and prove nothing, so none is made then.
+func (w *worker) lateWrite(ctx context.Context, conn *pgx.Conn, key string, sid int64, tok token.Token, me string) {
+	for until := history.Now() + int64(LateWait); history.Now() < until && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		call := history.Now()
+		var value string
+		var mark int64
+		if err := conn.QueryRow(ctx, "SELECT value, fence FROM gate_records WHERE id = $1", key).Scan(&value, &mark); err != nil {
+			continue
+		}
+		if uint64(mark) <= uint64(tok) {
+			continue
+		}
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Read, Call: call, Return: history.Now(), Result: history.OK, Value: split(value), Mark: uint64(mark)})
+		next := append(split(value), me)
+		call = history.Now()
+		err := w.write(ctx, conn, tok, key, strings.Join(next, ","))
+		r := history.OK
+		switch {
+		case errors.Is(err, fence.ErrStaleFence):
+			r = history.Stale
+		case err != nil:
+			r = history.Unknown
+		}
+		w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
+		return
+	}
 }
 
 // reasonOf names err's lockplane.lock.v1 reason; "" if it carries none.

@@ -93,6 +93,12 @@ type row struct {
 	Ops        int          `json:"ops"`
 	Grants     int          `json:"grants"`
 	Violations int          `json:"violations"`
+	// Forced counts the overlaps excused as a force-release's; Late the
+	// writes under force-released grants after their holders were told,
+	// LateRefused those the fence refused.
+	Forced      int `json:"forced"`
+	Late        int `json:"late_writes"`
+	LateRefused int `json:"late_refused"`
 	// Checks counts the violations by the check that found them.
 	Checks map[string]int `json:"checks,omitempty"`
 }
@@ -168,6 +174,10 @@ func run(o options) int {
 		r.Ops += out.Report.Ops
 		r.Grants += out.Report.Grants
 		r.Violations += len(out.Report.Violations)
+		r.Forced += out.Report.Forced
+		late, refused := runner.LateWrites(out.Ops)
+		r.Late += late
+		r.LateRefused += refused
 		mine := map[string]int{}
 		for _, v := range out.Report.Violations {
 			mine[v.Check]++
@@ -187,7 +197,11 @@ func run(o options) int {
 		if !o.keep {
 			os.RemoveAll(hdir)
 		}
-		fmt.Fprintf(os.Stderr, "[%d/%d] %-19s seed %-5d %5d ops %4d grants  %s  (%s)\n", i+1, o.count, f, s, out.Report.Ops, out.Report.Grants, verdict, time.Since(t0).Round(100*time.Millisecond))
+		forced := ""
+		if out.Report.Forced > 0 || late > 0 {
+			forced = fmt.Sprintf("  %d forced overlap(s), %d of %d late write(s) refused", out.Report.Forced, refused, late)
+		}
+		fmt.Fprintf(os.Stderr, "[%d/%d] %-19s seed %-5d %5d ops %4d grants  %s%s  (%s)\n", i+1, o.count, f, s, out.Report.Ops, out.Report.Grants, verdict, forced, time.Since(t0).Round(100*time.Millisecond))
 	}
 	var table []row
 	for _, f := range o.faults {
@@ -197,10 +211,10 @@ func run(o options) int {
 		json.NewEncoder(os.Stdout).Encode(map[string]any{"rows": table, "histories": ran, "failed_histories": failed, "elapsed": time.Since(begin).String()})
 	} else {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "fault\thistories\toperations\tgrants\tviolations\t")
+		fmt.Fprintln(tw, "fault\thistories\toperations\tgrants\tviolations\tforced\t")
 		all := map[string]int{}
 		for _, r := range table {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", r.Fault, r.Histories, r.Ops, r.Grants, r.Violations)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", r.Fault, r.Histories, r.Ops, r.Grants, r.Violations, r.Forced)
 			for c, n := range r.Checks {
 				all[c] += n
 			}
