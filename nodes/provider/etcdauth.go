@@ -25,8 +25,11 @@ import (
 // Once this has run, etcd takes a client certificate's common name as the
 // user name of a request that carries no password, so a certificate alone
 // (the deployer's, lockplane-deployer) no longer reads or writes anything:
-// every later step that writes (the epoch bootstrap) must sign in as root
-// or run before this one.
+// every later step that reads or writes keys must sign in as root or run
+// before this one. `up` does both for the epoch bootstrap (EtcdEpoch signs
+// in with rootPassword, and the program orders EtcdAuth after it); the
+// EtcdCluster readiness check asks only Status and MemberList, which the
+// certificate's common name is enough for.
 type EtcdAuthInputs struct {
 	Endpoints []string `json:"endpoints"`
 	CACertPem string   `json:"caCertPem"`
