@@ -267,8 +267,10 @@ func TestEtcdAuthWithJWTTokensAndTheEpochBootstrapAsRoot(t *testing.T) {
 		t.Fatal("the epoch's rootPassword is not secret in the state")
 	}
 
-	if _, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdAuth", "coord"), Properties: props(t, with(map[string]any{
-		"rootPassword": "root-pw", "arbiterPassword": "arbiter-pw", "adminPassword": "admin-pw", "tailerPassword": "tailer-pw"}))}); err != nil {
+	authInputs := props(t, with(map[string]any{
+		"rootPassword": "root-pw", "arbiterPassword": "arbiter-pw", "adminPassword": "admin-pw", "tailerPassword": "tailer-pw"}))
+	auth, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdAuth", "coord"), Properties: authInputs})
+	if err != nil {
 		t.Fatal(err)
 	}
 	cli, err := etcdClient(t, endpoint, ca, certPEM, keyPEM, "", "")
@@ -313,6 +315,30 @@ func TestEtcdAuthWithJWTTokensAndTheEpochBootstrapAsRoot(t *testing.T) {
 	wrong := with(map[string]any{"cluster": "coord", "coordEndpoints": []any{endpoint}, "rootPassword": "not-root-pw"})
 	if _, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("EtcdEpoch", "coord"), Id: e1.GetId(), Properties: e1.GetProperties(), Inputs: props(t, wrong)}); err != nil {
 		t.Fatalf("refresh with a refused root password: %v", err)
+	}
+
+	// Refresh of EtcdAuth: kept while authentication is on, gone once the
+	// cluster says it is off (as one rebuilt empty does), so the next up
+	// applies the roles again.
+	readAuth := func() *pulumirpc.ReadResponse {
+		r, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("EtcdAuth", "coord"), Id: auth.GetId(), Properties: auth.GetProperties(), Inputs: authInputs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := readAuth(); r.GetId() == "" || outputs(t, r.GetProperties())["authEnabled"] != true {
+		t.Fatalf("refresh with authentication on: %v", r)
+	}
+	root, err := etcdClient(t, endpoint, ca, certPEM, keyPEM, "root", "root-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.AuthDisable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := readAuth(); r.GetId() != "" || r.GetProperties() != nil {
+		t.Fatalf("refresh with authentication off: %v; want the resource gone", r)
 	}
 }
 
