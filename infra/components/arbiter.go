@@ -35,6 +35,11 @@ type ArbiterArgs struct {
 	// Epochs are the clusters' bootstrapped epoch records: the arbiter
 	// starts after them, since it never creates one.
 	Epochs []pulumi.Resource
+	// EtcdUsers are the etcd users the arbiter signs in to every cluster
+	// as (its --etcd-credentials file), and EtcdAuth the clusters'
+	// EtcdAuth resources: it starts once every cluster has the users.
+	EtcdUsers *EtcdUsers
+	EtcdAuth  []pulumi.Resource
 	// Audit is the region's audit store, nil without one: each arbiter
 	// tails its clusters into it and answers audit queries from it.
 	Audit *AuditStore
@@ -46,8 +51,10 @@ type ArbiterArgs struct {
 // ArbiterFlags is the arbiter's command line, with its files at paths.
 // The arbiter reads its policy set again every 10 s, so a policy change
 // reaches it without a restart. It serves the stack's region: other
-// regions' namespaces are refused with a redirect (ADR-08). With an audit
-// store it runs the audit tailers into it (docs/audit.md).
+// regions' namespaces are refused with a redirect (ADR-08). It signs in to
+// every cluster as the etcd users of its --etcd-credentials file
+// (docs/etcd-roles.md). With an audit store it runs the audit tailers
+// into it (docs/audit.md).
 func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f ArbiterFiles) []string {
 	flags := []string{
 		"--listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Port),
@@ -58,8 +65,7 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 		"--cluster", "coord",
 		"--policies", f.Policies, "--policy-reload", "10s",
 		"--region", s.Region,
-		// Until the program enables etcd authentication on its clusters.
-		"--etcd-without-auth",
+		"--etcd-credentials", EtcdCredentialsFile(f),
 	}
 	for _, sh := range a.Shards {
 		flags = append(flags, "--shard", sh.Name+"="+strings.Join(sh.Endpoints, ","))
@@ -106,6 +112,9 @@ func AuditCredentialsFile(f ArbiterFiles) string {
 // NewArbiter deploys the arbiter in the stack's runtime.
 func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.ResourceOption) (*Arbiter, error) {
 	s := env.Stack
+	if a.EtcdUsers == nil {
+		return nil, fmt.Errorf("%s-arbiter: the etcd users are required: the arbiter signs in to every cluster with them", s.Region)
+	}
 	arb := &Arbiter{}
 	if err := ctx.RegisterComponentResource("lockplane:infra:Arbiter", s.Region+"-arbiter", arb, opts...); err != nil {
 		return nil, err
@@ -187,6 +196,12 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 	}
 	deps = append(deps, bin, a.Coord)
 	deps = append(deps, a.Epochs...)
+	deps = append(deps, a.EtcdAuth...)
+	d, t, err := putConfig(ctx, conn, name, []configFile{{EtcdCredentialsFile(f), a.EtcdUsers.credentials(), "0600"}}, opts...)
+	if err != nil {
+		return err
+	}
+	deps, triggers = append(deps, d...), append(triggers, t...)
 	if a.Audit != nil {
 		deps = append(deps, a.Audit.Service) // not required: an arbiter retries an absent store
 		d, t, err := a.Audit.putCredentials(ctx, conn, name, AuditCredentialsFile(f), opts...)

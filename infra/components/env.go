@@ -43,6 +43,10 @@ type Env struct {
 	// ArchivePassword is the archive's MinIO root password and
 	// ArchiverPassword its archiver user's (the arbiters'), the same way.
 	ArchivePassword, ArchiverPassword pulumi.StringInput
+	// EtcdRootPassword, EtcdArbiterPassword, EtcdAdminPassword and
+	// EtcdTailerPassword are the region's etcd users' (EtcdUsers), the
+	// same way.
+	EtcdRootPassword, EtcdArbiterPassword, EtcdAdminPassword, EtcdTailerPassword pulumi.StringInput
 }
 
 // PolicyFile is one file of the policy set, by its path in the set.

@@ -30,13 +30,16 @@ type EtcdClusterArgs struct {
 	Members []topology.Member
 	Nodes   map[string]*Node
 	CA      *nodes.CA
-	// Token is the cluster's initial-cluster-token (set by NewEtcdCluster).
-	Token pulumi.StringInput
+	// Token is the cluster's initial-cluster-token and TokenKey the key
+	// pair its members sign auth tokens with (set by NewEtcdCluster).
+	Token    pulumi.StringInput
+	TokenKey *nodes.EtcdAuthTokenKey
 }
 
 // EtcdFlags is the command line of member m of a cluster, from the
 // stack's tuning. Every URL is https, and peers and clients must present
-// certificates from the region's etcd CA.
+// certificates from the region's etcd CA. Auth tokens are JWTs signed
+// with the cluster's key (EtcdAuthToken).
 func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, members []topology.Member, m topology.Member, files EtcdFiles) pulumi.StringArray {
 	var initial []string
 	for _, o := range members {
@@ -60,13 +63,27 @@ func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, memb
 		"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
 		"--listen-metrics-urls", fmt.Sprintf("http://%s:%d", m.Host.Address, s.Etcd.ClientPort+2),
 		"--logger", "zap", "--log-level", "info",
+		"--auth-token", EtcdAuthToken(files),
 		"--initial-cluster-token",
 	}
 	return append(pulumi.ToStringArray(before), token)
 }
 
-// EtcdFiles are a member's TLS files on its host.
-type EtcdFiles struct{ Cert, Key, CA string }
+// EtcdFiles are a member's TLS files on its host, and its cluster's auth
+// token key pair.
+type EtcdFiles struct{ Cert, Key, CA, TokenKey, TokenPublicKey string }
+
+// EtcdAuthToken is a member's --auth-token: JWTs signed with its cluster's
+// ECDSA key (ES256), valid 10 minutes. etcd's default "simple" tokens
+// carry the Raft index they were issued at, and a member waits for its
+// own index to reach it before it answers, so a client signed in before
+// the cluster was rebuilt or restored (indexes from 1 again) would hang on
+// every call until its deadline. A signed token is checked at once by any
+// member with the public key, whatever its index; an expired one is
+// refused and the client signs in again.
+func EtcdAuthToken(f EtcdFiles) string {
+	return fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=10m", f.TokenPublicKey, f.TokenKey)
+}
 
 // NewEtcdCluster installs and starts every member, then waits for the
 // cluster to form.
@@ -83,6 +100,9 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 		return nil, err
 	}
 	a.Token = tok.Token
+	if a.TokenKey, err = nodes.NewEtcdAuthTokenKey(ctx, s.Region+"-"+a.Name+"-auth-token-key", s.Region+"-"+a.Name, in); err != nil {
+		return nil, err
+	}
 	for _, m := range a.Members {
 		c.Endpoints = append(c.Endpoints, fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort))
 	}
@@ -133,9 +153,13 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 	if err != nil {
 		return nil, err
 	}
-	files := EtcdFiles{Cert: env.ConfPath(h, a.Name+"/tls.crt"), Key: env.ConfPath(h, a.Name+"/tls.key"), CA: env.ConfPath(h, a.Name+"/ca.crt")}
+	files := EtcdFiles{Cert: env.ConfPath(h, a.Name+"/tls.crt"), Key: env.ConfPath(h, a.Name+"/tls.key"), CA: env.ConfPath(h, a.Name+"/ca.crt"),
+		TokenKey: env.ConfPath(h, a.Name+"/auth-token.key"), TokenPublicKey: env.ConfPath(h, a.Name+"/auth-token.pub")}
+	// The auth token key pair is the cluster's: the same on every member,
+	// both halves readable by etcd's user only.
 	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
 		{files.Cert, cert.CertPem, "0644"}, {files.Key, cert.KeyPem, "0600"}, {files.CA, a.CA.CertPem, "0644"},
+		{files.TokenKey, a.TokenKey.PrivateKeyPem, "0600"}, {files.TokenPublicKey, a.TokenKey.PublicKeyPem, "0600"},
 	}, in, gated)
 	if err != nil {
 		return nil, err

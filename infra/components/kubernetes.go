@@ -29,6 +29,7 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	data := pulumi.StringMap{
 		"etcd.crt": etcdClient.CertPem, "etcd.key": etcdClient.KeyPem, "etcd-ca.crt": a.EtcdCA.CertPem,
 		"svid.crt": svid.CertPem, "svid.key": svid.KeyPem, "bundle.crt": a.SpiffeCA.CertPem,
+		"etcd-credentials": a.EtcdUsers.credentials(), // mounted 0400, as --etcd-credentials wants
 	}
 	if a.Audit != nil {
 		data["audit-credentials"] = a.Audit.credentials() // mounted 0400, as --audit-credentials wants
@@ -68,6 +69,7 @@ func deployArbiterKubernetes(ctx *pulumi.Context, env *Env, arb *Arbiter, a Arbi
 	}
 	args := pulumi.ToStringArray(ArbiterFlags(s, "0.0.0.0", a, files))
 	deps := append([]pulumi.Resource{a.Coord}, a.Epochs...)
+	deps = append(deps, a.EtcdAuth...) // the users exist on every cluster
 	if a.Archive != nil {
 		deps = append(deps, a.Archive.Buckets) // the archiver user exists
 	}

@@ -8,8 +8,9 @@ import (
 )
 
 // Region is everything of one region: its halls and hosts, the Tang
-// servers, the coord cluster and entity shards, the audit store and archive
-// (when the stack has their hosts), and the arbiters.
+// servers, the coord cluster and entity shards with etcd authentication on,
+// the audit store and archive (when the stack has their hosts), and the
+// arbiters.
 type Region struct {
 	pulumi.ResourceState
 	Coord   *EtcdCluster
@@ -21,6 +22,10 @@ type Region struct {
 	Archive  *Archive
 	EtcdCA   *nodes.CA
 	SpiffeCA *nodes.CA
+	// EtcdUsers are the etcd users' passwords, the same on every cluster;
+	// EtcdAuth the clusters' EtcdAuth resources, coord first.
+	EtcdUsers *EtcdUsers
+	EtcdAuth  []*nodes.EtcdAuth
 }
 
 // NewRegion builds a region from a validated stack and its plan.
@@ -80,23 +85,51 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		r.Shards = append(r.Shards, shard)
 	}
 
+	// The etcd users' passwords: one set for every cluster of the region.
+	if r.EtcdUsers, err = NewEtcdUsers(ctx, env, in); err != nil {
+		return nil, err
+	}
+
 	// Every cluster's first epoch, allocated from the coord cluster, before
 	// any arbiter serves: an arbiter never creates an epoch record (ADR-03).
+	// The bootstrap signs in as root: on a new region authentication is
+	// not on yet (and lets it in as no user); a shard added later reaches
+	// a coord cluster where it is.
 	coordEpoch, err := nodes.NewEtcdEpoch(ctx, s.Region+"-coord-epoch", nodes.EtcdEpochArgs{Cluster: "coord",
 		CoordEndpoints: r.Coord.Endpoints, Endpoints: r.Coord.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client,
-		Above: s.Coord.EpochAbove}, in, pulumi.DependsOn([]pulumi.Resource{r.Coord}))
+		Above: s.Coord.EpochAbove, Root: r.EtcdUsers.Root}, in, pulumi.DependsOn([]pulumi.Resource{r.Coord}))
 	if err != nil {
 		return nil, err
 	}
 	epochs := []pulumi.Resource{coordEpoch}
+	shardEpochs := map[string]pulumi.Resource{}
 	for _, sh := range r.Shards {
 		e, err := nodes.NewEtcdEpoch(ctx, s.Region+"-"+sh.Name+"-epoch", nodes.EtcdEpochArgs{Cluster: sh.Name,
-			CoordEndpoints: r.Coord.Endpoints, Endpoints: sh.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client},
+			CoordEndpoints: r.Coord.Endpoints, Endpoints: sh.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client, Root: r.EtcdUsers.Root},
 			in, pulumi.DependsOn([]pulumi.Resource{coordEpoch, sh}))
 		if err != nil {
 			return nil, err
 		}
 		epochs = append(epochs, e)
+		shardEpochs[sh.Name] = e
+	}
+
+	// etcd authentication on every cluster (ADR-20, docs/etcd-roles.md),
+	// after its epoch bootstrap and before any arbiter starts. The coord
+	// cluster's waits for every epoch: each bootstrap writes there, and
+	// one that signed in before authentication came on would be refused
+	// after.
+	coordAuth, err := enableEtcdAuth(ctx, env, r.Coord, r.EtcdCA, r.EtcdUsers, epochs, in)
+	if err != nil {
+		return nil, err
+	}
+	r.EtcdAuth = append(r.EtcdAuth, coordAuth)
+	for _, sh := range r.Shards {
+		a, err := enableEtcdAuth(ctx, env, sh, r.EtcdCA, r.EtcdUsers, []pulumi.Resource{shardEpochs[sh.Name]}, in)
+		if err != nil {
+			return nil, err
+		}
+		r.EtcdAuth = append(r.EtcdAuth, a)
 	}
 
 	// The audit store lets in the arbiter hosts (host runtime) and the
@@ -118,8 +151,12 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		}
 	}
 
+	var auth []pulumi.Resource
+	for _, a := range r.EtcdAuth {
+		auth = append(auth, a)
+	}
 	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls,
-		Epochs: epochs, Audit: r.Audit, Archive: r.Archive}, in); err != nil {
+		Epochs: epochs, EtcdUsers: r.EtcdUsers, EtcdAuth: auth, Audit: r.Audit, Archive: r.Archive}, in); err != nil {
 		return nil, err
 	}
 

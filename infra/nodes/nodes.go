@@ -310,15 +310,42 @@ type EtcdEpochArgs struct {
 	CA             *CA
 	Client         *Certificate
 	Above          int
+	// Root, when not nil, is etcd's root password: the bootstrap signs in
+	// to both clusters as root, as it must once EtcdAuth has turned
+	// authentication on (a cluster whose authentication is off lets it
+	// in as no user).
+	Root pulumi.StringInput
 }
 
 // NewEtcdEpoch bootstraps a cluster's epoch record.
 func NewEtcdEpoch(ctx *pulumi.Context, name string, a EtcdEpochArgs, opts ...pulumi.ResourceOption) (*EtcdEpoch, error) {
-	var r EtcdEpoch
-	return &r, ctx.RegisterResource(prefix_+"EtcdEpoch", name, pulumi.Map{
+	props := pulumi.Map{
 		"cluster": pulumi.String(a.Cluster), "coordEndpoints": strings(a.CoordEndpoints), "endpoints": strings(a.Endpoints),
 		"caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem, "above": pulumi.Int(a.Above),
-	}, &r, opts...)
+	}
+	if a.Root != nil {
+		props["rootPassword"] = pulumi.ToSecret(a.Root)
+	}
+	var r EtcdEpoch
+	return &r, ctx.RegisterResource(prefix_+"EtcdEpoch", name, props, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"rootPassword"}))...)
+}
+
+// EtcdAuthTokenKey is the ECDSA P-256 key pair a cluster's members sign
+// and check their auth tokens with (etcd's --auth-token jwt, ES256): one
+// per cluster, the same on every member of it, made once.
+type EtcdAuthTokenKey struct {
+	pulumi.CustomResourceState
+	PublicKeyPem  pulumi.StringOutput `pulumi:"publicKeyPem"`
+	PrivateKeyPem pulumi.StringOutput `pulumi:"privateKeyPem"`
+}
+
+// NewEtcdAuthTokenKey makes cluster's auth token key pair; the private
+// key is secret.
+func NewEtcdAuthTokenKey(ctx *pulumi.Context, name, cluster string, opts ...pulumi.ResourceOption) (*EtcdAuthTokenKey, error) {
+	var r EtcdAuthTokenKey
+	return &r, ctx.RegisterResource(prefix_+"EtcdAuthTokenKey", name, pulumi.Map{"cluster": pulumi.String(cluster)}, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"privateKeyPem"}))...)
 }
 
 // EtcdAuth is a cluster's etcd users and roles, applied with

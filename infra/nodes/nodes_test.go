@@ -56,3 +56,37 @@ func TestNewEtcdAuthPassesThePasswordsAsSecrets(t *testing.T) {
 		t.Errorf("endpoints: %v", eps)
 	}
 }
+
+// NewEtcdEpoch passes a root password as a secret, and none when the
+// program gives none; NewEtcdAuthTokenKey names its cluster.
+func TestNewEtcdEpochPassesRootsPasswordAsASecret(t *testing.T) {
+	for _, root := range []pulumi.StringInput{pulumi.String("r"), nil} {
+		m := &mocks{inputs: map[string]resource.PropertyMap{}}
+		err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+			ca, err := nodes.NewCA(ctx, "ca", "etcd", 24, nil)
+			if err != nil {
+				return err
+			}
+			cert, err := nodes.NewCertificate(ctx, "deployer", nodes.CertificateArgs{CA: ca, CommonName: "lockplane-deployer", Client: true, ValidityHours: 24})
+			if err != nil {
+				return err
+			}
+			if _, err := nodes.NewEtcdAuthTokenKey(ctx, "coord-key", "r-coord"); err != nil {
+				return err
+			}
+			_, err = nodes.NewEtcdEpoch(ctx, "coord-epoch", nodes.EtcdEpochArgs{Cluster: "coord", CoordEndpoints: []string{"https://10.0.0.1:2379"},
+				Endpoints: []string{"https://10.0.0.1:2379"}, CA: ca, Client: cert, Root: root})
+			return err
+		}, pulumi.WithMocks("lockplane", "test", m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := m.inputs["lockplane:nodes:EtcdEpoch"]
+		if v, ok := in["rootPassword"]; (root != nil) != ok || (ok && !v.ContainsSecrets()) {
+			t.Errorf("root %v: rootPassword %v", root, v)
+		}
+		if k := m.inputs["lockplane:nodes:EtcdAuthTokenKey"]; k["cluster"].StringValue() != "r-coord" {
+			t.Errorf("EtcdAuthTokenKey inputs %v", k)
+		}
+	}
+}

@@ -101,7 +101,9 @@ func Run(ctx *pulumi.Context) error {
 	}
 	for key, into := range map[string]*pulumi.StringInput{"auditWriterPassword": &env.AuditWriterPassword,
 		"auditReaderPassword": &env.AuditReaderPassword, "archivePassword": &env.ArchivePassword,
-		"archiverPassword": &env.ArchiverPassword} {
+		"archiverPassword": &env.ArchiverPassword, "etcdRootPassword": &env.EtcdRootPassword,
+		"etcdArbiterPassword": &env.EtcdArbiterPassword, "etcdAdminPassword": &env.EtcdAdminPassword,
+		"etcdTailerPassword": &env.EtcdTailerPassword} {
 		if *into, err = secretConfig(ctx, cfg, key); err != nil {
 			return err
 		}

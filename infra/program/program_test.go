@@ -43,6 +43,10 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
 	case "lockplane:nodes:Password":
 		out["password"] = resource.MakeSecret(resource.NewStringProperty(mockPassword(a.Name)))
+	case "lockplane:nodes:EtcdAuthTokenKey":
+		// Secret as the provider declares it.
+		out["publicKeyPem"] = resource.NewStringProperty("PUBLIC KEY " + a.Name)
+		out["privateKeyPem"] = resource.MakeSecret(resource.NewStringProperty("PRIVATE KEY " + a.Name))
 	}
 	return a.Name + "-id", out, nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -15,6 +17,14 @@ import (
 // initialised above Above (0 for a new region) when it has no epoch records;
 // every cluster then takes an epoch allocated from the coord cluster. One
 // client certificate of the region's etcd CA reaches both clusters.
+//
+// With RootPassword it signs in to both as etcd's root user: once EtcdAuth
+// has turned authentication on, the certificate alone is user
+// lockplane-deployer, which does not exist, and is refused every read and
+// write. Signing in to a cluster whose authentication is still off
+// succeeds as no user, so one set of inputs serves a new region (the
+// clusters are bootstrapped before EtcdAuth) and a shard added to a
+// running one (the coord cluster's authentication is on).
 type EtcdEpochInputs struct {
 	Cluster        string   `json:"cluster"`
 	CoordEndpoints []string `json:"coordEndpoints"`
@@ -23,17 +33,27 @@ type EtcdEpochInputs struct {
 	CertPem        string   `json:"certPem"`
 	KeyPem         string   `json:"keyPem"`
 	Above          int      `json:"above,omitempty"`
+	RootPassword   string   `json:"rootPassword,omitempty"`
+}
+
+func (in *EtcdEpochInputs) client(endpoints []string) (*clientv3.Client, error) {
+	user := ""
+	if in.RootPassword != "" {
+		user = etcdauth.RootUser
+	}
+	cli, err := tlsClient(endpoints, in.CACertPem, in.CertPem, in.KeyPem, user, in.RootPassword)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reach %s: %w", in.Cluster, strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
 }
 
 func (in *EtcdEpochInputs) clients() (coord, target *clientv3.Client, err error) {
-	c := EtcdClusterInputs{Endpoints: in.CoordEndpoints, CACertPem: in.CACertPem, CertPem: in.CertPem, KeyPem: in.KeyPem}
-	cc, err := c.client()
+	cc, err := in.client(in.CoordEndpoints)
 	if err != nil {
 		return nil, nil, err
 	}
-	t := c
-	t.Endpoints = in.Endpoints
-	tc, err := t.client()
+	tc, err := in.client(in.Endpoints)
 	if err != nil {
 		cc.Close()
 		return nil, nil, err
@@ -89,17 +109,17 @@ func init() {
 			}
 			return in.Cluster, map[string]any{"epoch": int(adv.Epoch), "adopted": false}, nil
 		},
-		// New certificates or endpoints reach the same cluster: nothing to
-		// do, and never a second bootstrap (only a new cluster name is a
+		// New certificates, endpoints or root password reach the same
+		// cluster: nothing to do, and never a second bootstrap (only a new cluster name is a
 		// new resource).
 		Update: func(_ context.Context, _ *Env, _ string, _, _ *EtcdEpochInputs, st map[string]any) (map[string]any, error) {
 			return st, nil
 		},
 		Replaces: []string{"cluster"},
 		Read: func(ctx context.Context, _ *Env, _ string, in *EtcdEpochInputs, st map[string]any) (map[string]any, error) {
-			_, target, err := in.clients()
+			target, err := in.client(in.Endpoints)
 			if err != nil {
-				return nil, err
+				return st, nil // unreachable, or root refused (a password being changed): nothing known to change
 			}
 			defer target.Close()
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -109,6 +129,6 @@ func init() {
 			}
 			return st, nil // a missing record is the arbiter's seal to report, not drift to repair
 		},
-		Secrets: []string{"keyPem"},
+		Secrets: []string{"keyPem", "rootPassword"},
 	})
 }

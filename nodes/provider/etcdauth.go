@@ -25,8 +25,11 @@ import (
 // Once this has run, etcd takes a client certificate's common name as the
 // user name of a request that carries no password, so a certificate alone
 // (the deployer's, lockplane-deployer) no longer reads or writes anything:
-// every later step that writes (the epoch bootstrap) must sign in as root
-// or run before this one.
+// every later step that reads or writes keys must sign in as root or run
+// before this one. `up` does both for the epoch bootstrap (EtcdEpoch signs
+// in with rootPassword, and the program orders EtcdAuth after it); the
+// EtcdCluster readiness check asks only Status and MemberList, which the
+// certificate's common name is enough for.
 type EtcdAuthInputs struct {
 	Endpoints []string `json:"endpoints"`
 	CACertPem string   `json:"caCertPem"`
@@ -121,9 +124,10 @@ func init() {
 			return news.apply(ctx, news.RootPassword, olds.RootPassword)
 		},
 		Replaces: []string{"endpoints"},
-		// Refresh reports whether authentication is still on; it changes
-		// nothing (the next up applies the spec again only on a change
-		// of inputs).
+		// Refresh reports the resource gone when the cluster answers that
+		// authentication is off (a cluster rebuilt empty has no users), so
+		// the next up applies the spec again; otherwise it changes
+		// nothing (a changed input is what applies it again).
 		Read: func(ctx context.Context, _ *Env, _ string, in *EtcdAuthInputs, st map[string]any) (map[string]any, error) {
 			cli, err := in.client(in.RootPassword)
 			if err != nil {
@@ -132,9 +136,14 @@ func init() {
 			defer cli.Close()
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			if s, err := cli.AuthStatus(ctx); err == nil {
-				st["authEnabled"] = s.Enabled
+			s, err := cli.AuthStatus(ctx)
+			switch {
+			case err != nil:
+				return st, nil
+			case !s.Enabled:
+				return nil, nil
 			}
+			st["authEnabled"] = true
 			return st, nil
 		},
 		// Deleting the resource leaves authentication on: turning it off

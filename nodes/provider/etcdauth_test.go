@@ -2,8 +2,11 @@ package provider_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -29,8 +32,9 @@ import (
 // tlsEtcd runs a one-member etcd that, like a deployed member
 // (infra/components/etcd.go), serves clients over TLS and requires a
 // client certificate of its CA. It returns the endpoint, the CA and a
-// client certificate with the deployer's common name.
-func tlsEtcd(t *testing.T) (endpoint string, ca *pki.CA, certPEM, keyPEM []byte) {
+// client certificate with the deployer's common name. opts change the
+// member's configuration before it starts.
+func tlsEtcd(t *testing.T, opts ...func(*embed.Config)) (endpoint string, ca *pki.CA, certPEM, keyPEM []byte) {
 	t.Helper()
 	ca, err := pki.NewCA("lockplane-etcd-test", time.Hour)
 	if err != nil {
@@ -72,6 +76,9 @@ func tlsEtcd(t *testing.T) (endpoint string, ca *pki.CA, certPEM, keyPEM []byte)
 		TrustedCAFile: write("ca.pem", ca.CertPEM), ClientCertAuth: true}
 	ec.EnableGRPCGateway = false
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	for _, o := range opts {
+		o(ec)
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		t.Fatal(err)
@@ -191,4 +198,172 @@ func TestEtcdAuthAppliesTheRolesOverTLS(t *testing.T) {
 		!strings.Contains(err.Error(), "user tailer: a password is required") {
 		t.Errorf("a spec without the tailer's password: %v", err)
 	}
+}
+
+// A member runs as the program runs it (infra/components EtcdAuthToken):
+// --auth-token jwt with an EtcdAuthTokenKey's pair, ES256. The key's
+// private half is a secret in the state; after EtcdAuth, signing in gets
+// a signed token (three parts), not a simple one. The epoch bootstrap
+// signs in as root: before authentication is on (as no user), and after
+// it, when the deployer's certificate alone is refused.
+func TestEtcdAuthWithJWTTokensAndTheEpochBootstrapAsRoot(t *testing.T) {
+	p := provider.New()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdAuthTokenKey", "coord"), Properties: props(t, map[string]any{"cluster": "test-coord"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := plugin.UnmarshalProperties(key.GetProperties(), plugin.MarshalOptions{KeepSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st["privateKeyPem"].IsSecret() || st["publicKeyPem"].IsSecret() {
+		t.Fatalf("privateKeyPem secret %v, publicKeyPem secret %v; want only the private key secret", st["privateKeyPem"].IsSecret(), st["publicKeyPem"].IsSecret())
+	}
+	out := outputs(t, key.GetProperties())
+	privPEM, pubPEM := out["privateKeyPem"].(string), out["publicKeyPem"].(string)
+	priv, pub := parseKeyPair(t, privPEM, pubPEM)
+	if priv.Curve != elliptic.P256() || !priv.PublicKey.Equal(pub) {
+		t.Fatal("the key pair is not one P-256 key")
+	}
+	if !strings.HasPrefix(key.GetId(), "test-coord-") {
+		t.Fatalf("id %q", key.GetId())
+	}
+	if _, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdAuthTokenKey", "x"), Properties: props(t, map[string]any{})}); err == nil ||
+		!strings.Contains(err.Error(), "cluster: is required") {
+		t.Fatalf("a key without a cluster: %v", err)
+	}
+
+	dir := t.TempDir()
+	privPath, pubPath := filepath.Join(dir, "auth-token.key"), filepath.Join(dir, "auth-token.pub")
+	os.WriteFile(privPath, []byte(privPEM), 0o600)
+	os.WriteFile(pubPath, []byte(pubPEM), 0o600)
+	endpoint, ca, certPEM, keyPEM := tlsEtcd(t, func(ec *embed.Config) {
+		ec.AuthToken = fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=10m", pubPath, privPath)
+	})
+	conn := map[string]any{"endpoints": []any{endpoint}, "caCertPem": string(ca.CertPEM), "certPem": string(certPEM), "keyPem": string(keyPEM)}
+	with := func(extra map[string]any) map[string]any {
+		m := map[string]any{}
+		for k, v := range conn {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	epochInputs := with(map[string]any{"cluster": "coord", "coordEndpoints": []any{endpoint}, "rootPassword": "root-pw"})
+
+	// Before authentication: root's sign-in lets the bootstrap in as no user.
+	e1, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdEpoch", "coord"), Properties: props(t, epochInputs)})
+	if err != nil {
+		t.Fatalf("the epoch bootstrap before authentication: %v", err)
+	}
+	if o := outputs(t, e1.GetProperties()); o["adopted"] != false || o["epoch"].(float64) < 1 {
+		t.Fatalf("the bootstrap: %v", o)
+	}
+	if st, _ := plugin.UnmarshalProperties(e1.GetProperties(), plugin.MarshalOptions{KeepSecrets: true}); !st["rootPassword"].IsSecret() {
+		t.Fatal("the epoch's rootPassword is not secret in the state")
+	}
+
+	authInputs := props(t, with(map[string]any{
+		"rootPassword": "root-pw", "arbiterPassword": "arbiter-pw", "adminPassword": "admin-pw", "tailerPassword": "tailer-pw"}))
+	auth, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdAuth", "coord"), Properties: authInputs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := etcdClient(t, endpoint, ca, certPEM, keyPEM, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Authenticate(ctx, "arbiter", "arbiter-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(resp.Token, ".") != 2 {
+		t.Fatalf("token %q is not a JWT", resp.Token)
+	}
+	arb, err := etcdClient(t, endpoint, ca, certPEM, keyPEM, "arbiter", "arbiter-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := arb.Get(ctx, "/sys/epoch"); err != nil {
+		t.Fatalf("the arbiter's read with a signed token: %v", err)
+	}
+
+	// After: the bootstrap as root finds the record (a second up); with
+	// the certificate alone it is refused.
+	e2, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdEpoch", "coord"), Properties: props(t, epochInputs)})
+	if err != nil {
+		t.Fatalf("the epoch bootstrap as root after authentication: %v", err)
+	}
+	if o, o1 := outputs(t, e2.GetProperties()), outputs(t, e1.GetProperties()); o["adopted"] != true || o["epoch"] != o1["epoch"] {
+		t.Fatalf("the bootstrap after authentication: %v; want the record adopted, epoch %v", o, o1["epoch"])
+	}
+	noRoot := with(map[string]any{"cluster": "coord", "coordEndpoints": []any{endpoint}})
+	if _, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdEpoch", "coord"), Properties: props(t, noRoot)}); !errors.Is(err, rpctypes.ErrPermissionDenied) &&
+		(err == nil || !strings.Contains(err.Error(), "permission denied")) {
+		t.Fatalf("the epoch bootstrap with the certificate alone after authentication: %v; want refused", err)
+	}
+	// Refresh reads the record as root; with a wrong root password it
+	// changes nothing rather than failing.
+	read, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("EtcdEpoch", "coord"), Id: e1.GetId(), Properties: e1.GetProperties(), Inputs: props(t, epochInputs)})
+	if err != nil || outputs(t, read.GetProperties())["epoch"] != outputs(t, e1.GetProperties())["epoch"] {
+		t.Fatalf("refresh as root: %v, %v", err, read)
+	}
+	wrong := with(map[string]any{"cluster": "coord", "coordEndpoints": []any{endpoint}, "rootPassword": "not-root-pw"})
+	if _, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("EtcdEpoch", "coord"), Id: e1.GetId(), Properties: e1.GetProperties(), Inputs: props(t, wrong)}); err != nil {
+		t.Fatalf("refresh with a refused root password: %v", err)
+	}
+
+	// Refresh of EtcdAuth: kept while authentication is on, gone once the
+	// cluster says it is off (as one rebuilt empty does), so the next up
+	// applies the roles again.
+	readAuth := func() *pulumirpc.ReadResponse {
+		r, err := p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("EtcdAuth", "coord"), Id: auth.GetId(), Properties: auth.GetProperties(), Inputs: authInputs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := readAuth(); r.GetId() == "" || outputs(t, r.GetProperties())["authEnabled"] != true {
+		t.Fatalf("refresh with authentication on: %v", r)
+	}
+	root, err := etcdClient(t, endpoint, ca, certPEM, keyPEM, "root", "root-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.AuthDisable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := readAuth(); r.GetId() != "" || r.GetProperties() != nil {
+		t.Fatalf("refresh with authentication off: %v; want the resource gone", r)
+	}
+}
+
+func parseKeyPair(t *testing.T, privPEM, pubPEM string) (*ecdsa.PrivateKey, *ecdsa.PublicKey) {
+	t.Helper()
+	b, _ := pem.Decode([]byte(privPEM))
+	if b == nil || b.Type != "PRIVATE KEY" {
+		t.Fatalf("private key PEM %q", privPEM)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := pem.Decode([]byte(pubPEM))
+	if pb == nil || pb.Type != "PUBLIC KEY" {
+		t.Fatalf("public key PEM %q", pubPEM)
+	}
+	pk, err := x509.ParsePKIXPublicKey(pb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, ok1 := k.(*ecdsa.PrivateKey)
+	pub, ok2 := pk.(*ecdsa.PublicKey)
+	if !ok1 || !ok2 {
+		t.Fatalf("not ECDSA keys: %T %T", k, pk)
+	}
+	return priv, pub
 }

@@ -45,6 +45,17 @@ func parseURIs(field string, list []string) ([]*url.URL, error) {
 	return out, nil
 }
 
+// EtcdAuthTokenKeyInputs name the etcd cluster whose auth tokens the key
+// pair signs: every member runs --auth-token jwt with it (ES256), so a
+// token any member issued is checked by any other at once, whatever its
+// Raft index. etcd's default "simple" tokens carry the index they were
+// issued at and a member waits for its own to reach it, so a client signed
+// in before a cluster is rebuilt or restored would hang on every call. The
+// key is made once, at create; its private half is a secret in the state.
+type EtcdAuthTokenKeyInputs struct {
+	Cluster string `json:"cluster"`
+}
+
 func sum(b string) string {
 	s := sha256.Sum256([]byte(b))
 	return hex.EncodeToString(s[:])
@@ -71,6 +82,24 @@ func init() {
 			return sum(string(ca.CertPEM))[:16], map[string]any{"certPem": string(ca.CertPEM), "keyPem": string(ca.KeyPEM)}, nil
 		},
 		Secrets: []string{"keyPem"},
+	})
+	// No Update: a new cluster name is a new key (the members restart
+	// with it, and clients sign in again when their token is refused).
+	register("EtcdAuthTokenKey", spec[EtcdAuthTokenKeyInputs]{
+		Validate: func(in *EtcdAuthTokenKeyInputs) error {
+			if in.Cluster == "" {
+				return errors.New("cluster: is required")
+			}
+			return nil
+		},
+		Create: func(_ context.Context, _ *Env, in *EtcdAuthTokenKeyInputs) (string, map[string]any, error) {
+			priv, pub, err := pki.NewSigningKey()
+			if err != nil {
+				return "", nil, fmt.Errorf("%s: auth token key: %w", in.Cluster, err)
+			}
+			return in.Cluster + "-" + sum(string(pub))[:12], map[string]any{"publicKeyPem": string(pub), "privateKeyPem": string(priv)}, nil
+		},
+		Secrets: []string{"privateKeyPem"},
 	})
 	register("Certificate", spec[CertificateInputs]{
 		Validate: func(in *CertificateInputs) error {
