@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -44,7 +46,43 @@ func (f flags) etcdAccounts() (map[string]account, error) {
 		return nil, errors.New("--etcd-credentials FILE is required (" + credentialsRule(etcdRoles...) +
 			"), or --etcd-without-auth for clusters with etcd authentication off (trials and tests only)")
 	}
-	return readCredentials("--etcd-credentials", f.etcdCredentials, etcdRoles...)
+	accounts, err := readCredentials("--etcd-credentials", f.etcdCredentials, etcdRoles...)
+	if err != nil {
+		return nil, err
+	}
+	// Three roles are three users, and none is root: one user for two
+	// roles, or root, gives etcd nothing to keep apart.
+	seen := map[string]string{}
+	for _, role := range etcdRoles {
+		u := accounts[role].user
+		switch {
+		case u == "root":
+			return nil, fmt.Errorf("--etcd-credentials: %s: the %s line names root; each line must name its own etcd user (see docs/etcd-roles.md)", f.etcdCredentials, role)
+		case seen[u] != "":
+			return nil, fmt.Errorf("--etcd-credentials: %s: the %s and %s lines name one user; each line must name its own etcd user (see docs/etcd-roles.md)", f.etcdCredentials, seen[u], role)
+		}
+		seen[u] = role
+	}
+	return accounts, nil
+}
+
+// requireAuth refuses a cluster whose authentication is off while the
+// arbiter was given etcd users: signing in to such a cluster quietly
+// carries no user, and the separation the users stand for would be gone
+// with nothing saying so. A cluster that does not answer in time is
+// logged and let through: the arbiter must start while etcd is down, and
+// the next start checks again.
+func requireAuth(ctx context.Context, name string, u etcdUsers, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := u.lock.AuthStatus(ctx)
+	switch {
+	case err != nil:
+		log.Warn("could not confirm etcd authentication is on", "cluster", name, "err", err)
+	case !st.Enabled:
+		return fmt.Errorf("--etcd-credentials: cluster %s has etcd authentication off: enable it (lockplane up does), or run with --etcd-without-auth", name)
+	}
+	return nil
 }
 
 // openEtcd signs in to the cluster at the comma-separated endpoints as

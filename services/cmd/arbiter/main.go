@@ -183,6 +183,11 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer coord.close()
+	if accounts != nil {
+		if err := requireAuth(ctx, f.cluster, coord, log); err != nil {
+			return err
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -241,6 +246,11 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 			return fmt.Errorf("--shard %s: etcd client: %w", name, err)
 		}
 		defer sc.close()
+		if accounts != nil {
+			if err := requireAuth(ctx, name, sc, log); err != nil {
+				return err
+			}
+		}
 		shards[name], adminShards[name], tailerShards[name] = sc.lock, sc.admin, sc.tailer
 	}
 	auditDone := make(chan struct{})

@@ -21,6 +21,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -152,6 +153,8 @@ func TestTheProductionArbitersEtcdUsersAndOnePersonAdvance(t *testing.T) {
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true}, []string{"--etcd-credentials", "--etcd-without-auth"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdWithoutAuth: true, etcdCredentials: "x"}, []string{"choose one"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\n", 0o600)}, []string{"--etcd-credentials", "no admin line"}},
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\nadmin c:d\ntailer a:e\n", 0o600)}, []string{"--etcd-credentials", "the arbiter and tailer lines name one user"}},
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\nadmin root:d\ntailer c:e\n", 0o600)}, []string{"--etcd-credentials", "the admin line names root"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdWithoutAuth: true, actionTTL: time.Second}, []string{"--action-ttl", "between 1m and 168h"}},
 	} {
 		err := run(context.Background(), tc.f, log)
@@ -166,6 +169,20 @@ func TestTheProductionArbitersEtcdUsersAndOnePersonAdvance(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{Dir: dir})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+
+	// Users given, but the cluster has authentication off: refused, not
+	// run as no user with the gauge saying auth is on.
+	open, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	f := arbiterFlags(t, env, dir)
+	f.endpoints = strings.Join(open.Endpoints(), ",")
+	if err := run(ctx, f, log); err == nil || !strings.Contains(err.Error(), "authentication off") {
+		t.Fatalf("--etcd-credentials against a cluster with auth off: %v, want a refusal", err)
+	}
+
 	for _, onePerson := range []bool{false, true} {
 		f := arbiterFlags(t, env, dir)
 		f.onePersonEpochAdvance = onePerson

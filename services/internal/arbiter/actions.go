@@ -260,7 +260,7 @@ func (s *adminServer) store(ctx context.Context, rec *actionRecord) error {
 	put, err := coord.admin.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(actionKey(rec.ID)), "=", 0)).
 		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithLease(lease.ID))).Commit()
 	if err != nil || !put.Succeeded {
-		coord.discardLease(lease.ID)
+		coord.discardAdminLease(lease.ID)
 		if err == nil {
 			err = errors.New("action ID collision")
 		}
@@ -766,7 +766,7 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 			res.Released = append(res.Released, h.Key)
 		}
 	default:
-		a.discardLease(lease.ID)
+		a.discardAdminLease(lease.ID)
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			r, done, err := forceDone(rec, kvs[0])
 			if err != nil {
@@ -810,7 +810,7 @@ func (s *adminServer) forceReleased(ctx context.Context, a *Arbiter, rec actionR
 			}
 		}
 		if err = s.a.sessionRevokingHook(rec.Hold.Session); err == nil {
-			err = a.revoke(ctx, rec.Hold.Session)
+			err = a.revokeAs(ctx, a.admin, rec.Hold.Session)
 		}
 		if err == nil || ctx.Err() != nil {
 			break

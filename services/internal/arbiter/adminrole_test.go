@@ -41,9 +41,10 @@ func (r recordedEtcd) Txn(ctx context.Context) clientv3.Txn { return r.rec.Txn(c
 
 // adminWritesOutside is what the Admin API wrote outside its rule: etcd
 // has no delete-only permission, so the admin role may put under /l/ and
-// only the code keeps it to deletes there (and under /q/, and the session
-// record a --revoke-session ends); every put is under /sys/.
-func adminWritesOutside(spec etcdauth.Spec, uses []etcdauth.Use) []string {
+// only the code keeps it to deletes there (and under /q/, and the record
+// of the session a --revoke-session ends, session); every put is under
+// /sys/.
+func adminWritesOutside(spec etcdauth.Spec, session string, uses []etcdauth.Use) []string {
 	var out []string
 	for _, u := range uses {
 		if !spec.Allows(etcdauth.Admin, u) {
@@ -51,8 +52,9 @@ func adminWritesOutside(spec etcdauth.Spec, uses []etcdauth.Use) []string {
 		}
 		switch u.Op {
 		case "delete":
-			if !slices.ContainsFunc([]string{lockkey.HoldPrefix, lockkey.WaitPrefix, lockkey.SessionPrefix}, func(p string) bool { return strings.HasPrefix(u.Key, p) }) {
-				out = append(out, fmt.Sprintf("delete %q..%q outside /l/, /q/ and session records", u.Key, u.End))
+			inLocks := strings.HasPrefix(u.Key, lockkey.HoldPrefix) || strings.HasPrefix(u.Key, lockkey.WaitPrefix)
+			if !inLocks && (u.Key != session || u.End != "") {
+				out = append(out, fmt.Sprintf("delete %q..%q outside /l/, /q/ and the revoked session's record", u.Key, u.End))
 			}
 		case "put":
 			if !strings.HasPrefix(u.Key, "/sys/") {
@@ -83,8 +85,12 @@ func TestTheAdminAPIOnlyDeletesUnderTheLockKeySpace(t *testing.T) {
 	admin := adminOf(t, env)
 	for _, revoke := range []bool{false, true} {
 		act := request(t, ctx, admin, "tok-alice", map[bool]string{false: "jobs/r-1", true: "jobs/r-2"}[revoke], revoke)
-		if _, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()}); err != nil {
+		r, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()})
+		if err != nil {
 			t.Fatalf("approve (revoke session %v): %v", revoke, err)
+		}
+		if r.GetForceRelease().GetSessionRevoked() != revoke {
+			t.Fatalf("approve (revoke session %v): session revoked %v", revoke, r.GetForceRelease().GetSessionRevoked())
 		}
 	}
 	_, req := requestAdvance(t, ctx, admin)
@@ -104,7 +110,7 @@ func TestTheAdminAPIOnlyDeletesUnderTheLockKeySpace(t *testing.T) {
 	if deletes == 0 {
 		t.Fatal("the recorder saw no delete: it recorded nothing of the admin paths")
 	}
-	if bad := adminWritesOutside(env.EtcdAuth, rec.Uses()); len(bad) > 0 {
+	if bad := adminWritesOutside(env.EtcdAuth, lockkey.SessionKey(s.ID()), rec.Uses()); len(bad) > 0 {
 		t.Fatalf("the Admin API wrote outside its rule:\n%s", strings.Join(bad, "\n"))
 	}
 	t.Logf("the admin paths' writes: %v", slices.Sorted(maps.Keys(writes)))
@@ -117,12 +123,13 @@ func TestTheAdminWriteRuleCatchesAPutUnderL(t *testing.T) {
 	for _, u := range []etcdauth.Use{
 		{Op: "put", Key: lockkey.HoldKey("jobs/x")},
 		{Op: "delete", Key: "/sys/epoch"},
+		{Op: "delete", Key: lockkey.SessionKey(8)},
 	} {
-		if len(adminWritesOutside(spec, []etcdauth.Use{u})) == 0 {
+		if len(adminWritesOutside(spec, lockkey.SessionKey(7), []etcdauth.Use{u})) == 0 {
 			t.Fatalf("%+v passed the admin write rule", u)
 		}
 	}
-	if bad := adminWritesOutside(spec, []etcdauth.Use{{Op: "delete", Key: lockkey.HoldKey("jobs/x")}}); len(bad) > 0 {
+	if bad := adminWritesOutside(spec, lockkey.SessionKey(7), []etcdauth.Use{{Op: "delete", Key: lockkey.HoldKey("jobs/x")}, {Op: "delete", Key: lockkey.SessionKey(7)}}); len(bad) > 0 {
 		t.Fatalf("a hold's delete was refused: %v", bad)
 	}
 }

@@ -12,9 +12,15 @@ import (
 // revoke ends a session's lease on this cluster, and every hold and queue
 // key on it in one committed entry. A lease already gone is no error.
 func (a *Arbiter) revoke(ctx context.Context, lease int64) error {
+	return a.revokeAs(ctx, a.etcd, lease)
+}
+
+// revokeAs is revoke through the client of one etcd user: a force-release
+// revokes a session as the Admin API's user (etcdauth.AdminSessions).
+func (a *Arbiter) revokeAs(ctx context.Context, cli clientv3.Lease, lease int64) error {
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if _, err := a.etcd.Revoke(octx, clientv3.LeaseID(lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if _, err := cli.Revoke(octx, clientv3.LeaseID(lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return a.etcdFailure(ctx, err)
 	}
 	return nil

@@ -31,7 +31,8 @@ type RouterConfig struct {
 	// cluster (ADR-07).
 	Shards map[string]Etcd
 	// AdminShards are the same shards signed in as the Admin API's etcd
-	// user (see Config.AdminEtcd); a shard's Shards client when missing.
+	// user (see Config.AdminEtcd). Nil uses each shard's Shards client (no
+	// authentication); given, it must name every shard.
 	AdminShards map[string]Etcd
 	// Region is this arbiter's region; Homes says where a namespace is
 	// homed ("" for this region). A key of another region's namespace is
@@ -124,6 +125,13 @@ type shardLease struct {
 // arbiters share one set of metrics, told apart by the cluster label, and
 // one quota usage: limits span the region's clusters.
 func NewRouter(cfg RouterConfig) (*Router, error) {
+	if cfg.AdminShards != nil {
+		for name := range cfg.Shards {
+			if cfg.AdminShards[name] == nil {
+				return nil, fmt.Errorf("arbiter: RouterConfig.AdminShards has no client of shard %s: with admin clients given, every shard needs one, or its admin writes would go as the lock path's user", name)
+			}
+		}
+	}
 	base, err := cfg.Config.withDefaults()
 	if err != nil {
 		return nil, err

@@ -75,11 +75,17 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 // discardLease revokes a lease nothing will use, in the background under
 // its own deadline: the answer does not wait on tidying, which runs right
 // after a failed write, when etcd is least likely to answer.
-func (a *Arbiter) discardLease(lease clientv3.LeaseID) {
+func (a *Arbiter) discardLease(lease clientv3.LeaseID) { a.discardLeaseAs(a.etcd, lease) }
+
+// discardAdminLease is discardLease for a lease the Admin API granted:
+// revoked as its user, the one that may write the keys on it.
+func (a *Arbiter) discardAdminLease(lease clientv3.LeaseID) { a.discardLeaseAs(a.admin, lease) }
+
+func (a *Arbiter) discardLeaseAs(cli clientv3.Lease, lease clientv3.LeaseID) {
 	go func() {
 		ctx, cancel := a.opCtx(context.Background())
 		defer cancel()
-		a.etcd.Revoke(ctx, lease)
+		cli.Revoke(ctx, lease)
 	}()
 }
 
