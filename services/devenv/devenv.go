@@ -180,6 +180,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
+	if opts.RestoreFrom != "" && opts.EtcdAuth == nil {
+		return nil, errors.New("devenv: Options.RestoreFrom needs Options.EtcdAuth: the snapshot keeps the original users and root's password (the original's Env.EtcdAuth)")
+	}
 	e := &Env{opts: opts, EtcdAuth: etcdauth.Generated()}
 	if opts.EtcdAuth != nil {
 		e.EtcdAuth = *opts.EtcdAuth

@@ -33,13 +33,13 @@ func jwtAuthToken(dir string) (string, error) {
 	}
 	privPath, pubPath := filepath.Join(dir, "auth-token.key"), filepath.Join(dir, "auth-token.pub")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+		return "", fmt.Errorf("etcdembed: auth token key: %w", err)
 	}
 	if err := os.WriteFile(privPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}), 0o600); err != nil {
-		return "", err
+		return "", fmt.Errorf("etcdembed: auth token key: %w", err)
 	}
 	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
-		return "", err
+		return "", fmt.Errorf("etcdembed: auth token key: %w", err)
 	}
 	return fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=10m", pubPath, privPath), nil
 }
