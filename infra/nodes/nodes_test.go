@@ -23,16 +23,22 @@ func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 
 func (m *mocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) { return args.Args, nil }
 
+// deployer is an etcd CA and the deployer's client certificate of it.
+func deployer(ctx *pulumi.Context) (*nodes.CA, *nodes.Certificate, error) {
+	ca, err := nodes.NewCA(ctx, "ca", "etcd", 24, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := nodes.NewCertificate(ctx, "deployer", nodes.CertificateArgs{CA: ca, CommonName: "lockplane-deployer", Client: true, ValidityHours: 24})
+	return ca, cert, err
+}
+
 // NewEtcdAuth registers an EtcdAuth with every password a secret input,
 // whether or not the program made it one.
 func TestNewEtcdAuthPassesThePasswordsAsSecrets(t *testing.T) {
 	m := &mocks{inputs: map[string]resource.PropertyMap{}}
 	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
-		ca, err := nodes.NewCA(ctx, "ca", "etcd", 24, nil)
-		if err != nil {
-			return err
-		}
-		cert, err := nodes.NewCertificate(ctx, "deployer", nodes.CertificateArgs{CA: ca, CommonName: "lockplane-deployer", Client: true, ValidityHours: 24})
+		ca, cert, err := deployer(ctx)
 		if err != nil {
 			return err
 		}
@@ -63,11 +69,7 @@ func TestNewEtcdEpochPassesRootsPasswordAsASecret(t *testing.T) {
 	for _, root := range []pulumi.StringInput{pulumi.String("r"), nil} {
 		m := &mocks{inputs: map[string]resource.PropertyMap{}}
 		err := pulumi.RunErr(func(ctx *pulumi.Context) error {
-			ca, err := nodes.NewCA(ctx, "ca", "etcd", 24, nil)
-			if err != nil {
-				return err
-			}
-			cert, err := nodes.NewCertificate(ctx, "deployer", nodes.CertificateArgs{CA: ca, CommonName: "lockplane-deployer", Client: true, ValidityHours: 24})
+			ca, cert, err := deployer(ctx)
 			if err != nil {
 				return err
 			}

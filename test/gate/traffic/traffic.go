@@ -322,9 +322,17 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		now := history.Now()
 		w.op(history.Op{Session: sid, Key: key, Kind: history.Start, Call: now, Return: now, Result: history.OK, Token: uint64(tok)})
 	}
-	next := append(split(value), me)
-	call = history.Now()
-	err = w.write(ctx, conn, tok, key, strings.Join(next, ","))
+	w.fencedWrite(ctx, conn, sid, key, tok, append(split(value), me))
+	if w.cfg.Linger > 0 {
+		w.linger(ctx, conn, h, key, sid, tok, me)
+	}
+}
+
+// fencedWrite writes next under tok and records the write with its
+// outcome: refused by the fence (Stale), unknown, or accepted.
+func (w *worker) fencedWrite(ctx context.Context, conn *pgx.Conn, sid int64, key string, tok token.Token, next []string) {
+	call := history.Now()
+	err := w.write(ctx, conn, tok, key, strings.Join(next, ","))
 	r := history.OK
 	switch {
 	case errors.Is(err, fence.ErrStaleFence):
@@ -333,9 +341,6 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		r = history.Unknown
 	}
 	w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
-	if w.cfg.Linger > 0 {
-		w.linger(ctx, conn, h, key, sid, tok, me)
-	}
 }
 
 // ender is a grant that says whether the service ended it under its
@@ -376,17 +381,7 @@ func (w *worker) lateWrite(ctx context.Context, conn *pgx.Conn, key string, sid 
 			continue
 		}
 		w.op(history.Op{Session: sid, Key: key, Kind: history.Read, Call: call, Return: history.Now(), Result: history.OK, Value: split(value), Mark: uint64(mark)})
-		next := append(split(value), me)
-		call = history.Now()
-		err := w.write(ctx, conn, tok, key, strings.Join(next, ","))
-		r := history.OK
-		switch {
-		case errors.Is(err, fence.ErrStaleFence):
-			r = history.Stale
-		case err != nil:
-			r = history.Unknown
-		}
-		w.op(history.Op{Session: sid, Key: key, Kind: history.Write, Call: call, Return: history.Now(), Result: r, Token: uint64(tok), Value: next})
+		w.fencedWrite(ctx, conn, sid, key, tok, append(split(value), me))
 		return
 	}
 }
