@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockplane/lockplane/infra/nodes"
 	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
@@ -82,7 +83,7 @@ type EtcdFiles struct{ Cert, Key, CA, TokenKey, TokenPublicKey string }
 // member with the public key, whatever its index; an expired one is
 // refused and the client signs in again.
 func EtcdAuthToken(f EtcdFiles) string {
-	return fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=10m", f.TokenPublicKey, f.TokenKey)
+	return etcdauth.AuthTokenFlag(f.TokenPublicKey, f.TokenKey, etcdauth.TokenTTL)
 }
 
 // NewEtcdCluster installs and starts every member, then waits for the

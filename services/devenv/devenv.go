@@ -494,11 +494,11 @@ type signedIn struct {
 func (e *Env) signIn(user string) (signedIn, error) {
 	out := signedIn{shards: map[string]*clientv3.Client{}}
 	var err error
-	if out.coord, err = clientv3.New(e.Cluster.ClientConfig(user)); err != nil {
+	if out.coord, err = etcdauth.New(e.Cluster.ClientConfig(user)); err != nil {
 		return out, err
 	}
 	for name, c := range e.ShardClusters {
-		if out.shards[name], err = clientv3.New(c.ClientConfig(user)); err != nil {
+		if out.shards[name], err = etcdauth.New(c.ClientConfig(user)); err != nil {
 			out.close()
 			return signedIn{}, err
 		}

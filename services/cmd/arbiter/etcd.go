@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockplane/lockplane/services/etcdauth"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -89,7 +90,7 @@ func requireAuth(ctx context.Context, name string, u etcdUsers, log *slog.Logger
 // each user of accounts (one client, no user, when accounts is nil).
 func openEtcd(endpoints string, tlsCfg *tls.Config, accounts map[string]account) (etcdUsers, error) {
 	dial := func(a account) (*clientv3.Client, error) {
-		return clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), TLS: tlsCfg, DialTimeout: 5 * time.Second,
+		return etcdauth.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), TLS: tlsCfg, DialTimeout: 5 * time.Second,
 			Logger: zap.NewNop(), Username: a.user, Password: a.password})
 	}
 	if accounts == nil {

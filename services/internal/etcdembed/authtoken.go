@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
+
+	"github.com/lockplane/lockplane/services/etcdauth"
 )
 
 // jwtAuthToken writes a signing key for the cluster's auth tokens under dir
@@ -18,7 +21,7 @@ import (
 // from before a rebuild (a new cluster, indexes from 1) hangs until its
 // deadline on every call. A signed token is checked at once, and the key
 // outlives a Rebuild because it is kept beside the members' data, not in it.
-func jwtAuthToken(dir string) (string, error) {
+func jwtAuthToken(dir string, ttl time.Duration) (string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", fmt.Errorf("etcdembed: auth token key: %w", err)
@@ -41,5 +44,5 @@ func jwtAuthToken(dir string) (string, error) {
 	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
 		return "", fmt.Errorf("etcdembed: auth token key: %w", err)
 	}
-	return fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=10m", pubPath, privPath), nil
+	return etcdauth.AuthTokenFlag(pubPath, privPath, ttl), nil
 }

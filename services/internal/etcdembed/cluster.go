@@ -50,6 +50,9 @@ type Config struct {
 	// enabled, so every client must then sign in as one of its users
 	// (ClientConfig). Nil keeps authentication off, the default.
 	Auth *etcdauth.Spec
+	// AuthTokenTTL is how long an auth token lives; etcdauth.TokenTTL when
+	// zero. Tests shorten it to see tokens expire.
+	AuthTokenTTL time.Duration
 }
 
 // Cluster is a running embedded cluster. Members can be stopped and started
@@ -85,7 +88,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	token := fmt.Sprintf("lockplane-embedded-%d", time.Now().UnixNano())
 	var authToken string
 	if cfg.Auth != nil {
-		if authToken, err = jwtAuthToken(cfg.Dir); err != nil {
+		ttl := cfg.AuthTokenTTL
+		if ttl == 0 {
+			ttl = etcdauth.TokenTTL
+		}
+		if authToken, err = jwtAuthToken(cfg.Dir, ttl); err != nil {
 			return nil, err
 		}
 	}
