@@ -397,7 +397,10 @@ func ForceLearned(ops []history.Op, grace time.Duration) []Violation {
 			case history.Fenced:
 				told = told || op.Call <= deadline
 			case history.Release:
-				released = released || op.Call <= deadline
+				// Only a release that went through excuses a holder never
+				// told: one refused is the holder's reaction to being told
+				// (its grant had ended), and proves nothing about the telling.
+				released = released || op.Result == history.OK && op.Call <= deadline
 			case history.Start:
 				if op.Call > deadline {
 					late = append(late, op)

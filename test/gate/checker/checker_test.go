@@ -476,10 +476,19 @@ func TestForceLearnedCatchesAHolderNotTold(t *testing.T) {
 	// A holder that released the grant before it heard needs no OnFence.
 	for i := range untold {
 		if untold[i].Kind == history.Release && untold[i].Session == 100 {
-			untold[i].Call = 50
+			untold[i].Call, untold[i].Result = 50, history.OK
 		}
 	}
 	if vs := checker.ForceLearned(untold, forcedGrace); len(vs) > 0 {
 		t.Errorf("a holder that released first: %v", vs)
+	}
+	// A release refused (the grant had ended) is no excuse.
+	for i := range untold {
+		if untold[i].Kind == history.Release && untold[i].Session == 100 {
+			untold[i].Result = history.Unknown
+		}
+	}
+	if !hasCheck(checker.ForceLearned(untold, forcedGrace), "force-untold") {
+		t.Error("a holder never told whose release was refused passed")
 	}
 }
