@@ -17,7 +17,6 @@ import (
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/resourcetest"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) {
@@ -282,7 +281,7 @@ func (s *countingStore) replayed() int {
 // (its successor waits out the election's lease), as when its process
 // dies.
 func crashingTailer(t *testing.T, env *devenv.Env, store audit.Store, name string) (crash func()) {
-	cli, err := clientv3.New(env.Cluster.ClientConfig(etcdauth.Tailer))
+	cli, err := etcdauth.New(env.Cluster.ClientConfig(etcdauth.Tailer))
 	if err != nil {
 		t.Fatal(err)
 	}

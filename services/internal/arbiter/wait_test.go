@@ -96,7 +96,7 @@ type peer struct {
 // secondArbiter starts a peer of env's arbiter, stopped with the test.
 func secondArbiter(t *testing.T, env *devenv.Env, poll time.Duration) *peer {
 	t.Helper()
-	cli, err := clientv3.New(env.Cluster.ClientConfig(etcdauth.Arbiter))
+	cli, err := etcdauth.New(env.Cluster.ClientConfig(etcdauth.Arbiter))
 	if err != nil {
 		t.Fatal(err)
 	}
