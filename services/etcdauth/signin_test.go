@@ -2,6 +2,7 @@ package etcdauth_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// signedIn is a client of New as the arbiter's user, and a count of its
+// sign-ins.
+func signedIn(t *testing.T, c *etcdembed.Cluster) (*clientv3.Client, *atomic.Int64) {
+	t.Helper()
+	n, restore := etcdauth.CountSignIns()
+	t.Cleanup(restore)
+	cli, err := etcdauth.New(c.ClientConfig(etcdauth.Arbiter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, n
+}
+
 // A client of New signs in once for any number of calls and streams (a
 // lease keepalive opens one each), and again after etcd refuses its token.
 // clientv3's own sign-in authenticates before every stream: a password
@@ -17,13 +32,7 @@ import (
 func TestASignedInClientSignsInOnceForManyKeepalives(t *testing.T) {
 	c := start(t, testSpec())
 	ctx := bounded(t)
-	n, restore := etcdauth.CountSignIns()
-	defer restore()
-	cli, err := etcdauth.New(c.ClientConfig(etcdauth.Arbiter))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, n := signedIn(t, c)
 	perStream := client(t, c, etcdauth.Arbiter) // clientv3's sign-in
 	const calls = 20
 	var took [2]time.Duration
@@ -72,13 +81,7 @@ func TestASignedInClientOutlivesItsTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	n, restore := etcdauth.CountSignIns()
-	defer restore()
-	cli, err := etcdauth.New(c.ClientConfig(etcdauth.Arbiter))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, n := signedIn(t, c)
 	l, err := cli.Grant(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
