@@ -2,6 +2,7 @@ package program_test
 
 import (
 	"fmt"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"path"
 	"slices"
 	"strings"
@@ -263,7 +264,7 @@ func TestEtcdMembersSignAuthTokensWithTheirClustersKey(t *testing.T) {
 			k, v, _ := strings.Cut(o, "=")
 			opts[k] = v
 		}
-		if kind != "jwt" || opts["sign-method"] != "ES256" || opts["ttl"] != "10m" || opts["pub-key"] == "" || opts["priv-key"] == "" {
+		if kind != "jwt" || opts["sign-method"] != "ES256" || opts["ttl"] != etcdauth.TokenTTL.String() || opts["pub-key"] == "" || opts["priv-key"] == "" {
 			t.Fatalf("%s: --auth-token %q", name, tok)
 		}
 		cluster := path.Base(path.Dir(opts["priv-key"]))
