@@ -14,7 +14,7 @@ import (
 )
 
 func reportCmd(g *globals) *cobra.Command {
-	var since time.Duration
+	window := since(7 * 24 * time.Hour)
 	c := &cobra.Command{
 		Use:   "report register|contention|cost [--since 7d]",
 		Short: "Reports from audit history: the register of classes, contention per class, cost per identity",
@@ -30,7 +30,7 @@ Only operators may read them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(func(ctx context.Context, c *lockclient.Client) error {
 				r, err := adminv1.NewAdminServiceClient(c.Conn()).Report(ctx, &adminv1.ReportRequest{
-					Kind: args[0], Since: timestamppb.New(time.Now().Add(-since))})
+					Kind: args[0], Since: timestamppb.New(window.ago())})
 				if err != nil {
 					return err
 				}
@@ -43,7 +43,7 @@ Only operators may read them.`,
 			})
 		},
 	}
-	c.Flags().DurationVar(&since, "since", 7*24*time.Hour, "how far back")
+	c.Flags().Var(&window, "since", "how far back: a Go duration or whole days (7d, 1d12h)")
 	return c
 }
 
