@@ -12,6 +12,11 @@ import (
 // event's time is an arbiter's clock or the tailer's reading, not
 // monotonic in revisions, so time never orders a cluster's history), the
 // clusters' histories merged by time, since clusters share no revisions.
+//
+// ByKey and ByNamespaceClass also answer the cluster events (gaps, epoch
+// advances, shard moves: no key) of the clusters the subject's events are
+// on, or every cluster's gaps when it has none, so that a gap in a key's
+// history is in its answer.
 type Reader interface {
 	ByKey(ctx context.Context, key string, since time.Time, limit int) ([]Event, error)
 	ByIdentity(ctx context.Context, identity string, since time.Time, limit int) ([]Event, error)
