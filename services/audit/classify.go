@@ -21,6 +21,8 @@ type holdRecord struct {
 	Session  int64     `json:"session"`
 	Class    string    `json:"class"`
 	Since    time.Time `json:"since"`
+	// WaitedMs is set by a grant to a request that waited (ms, >= 1).
+	WaitedMs int64 `json:"waited_ms"`
 }
 
 type sessionRecord struct {
@@ -98,6 +100,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			if ev.Type == mvccpb.PUT {
 				h := decodeHold(ev.Kv.Value)
 				e.Kind, e.Identity, e.Instance, e.Session, e.Class = Grant, h.Identity, h.Instance, ev.Kv.Lease, h.Class
+				e.WaitedMs = max(h.WaitedMs, 0)
 				if !h.Since.IsZero() {
 					e.At = h.Since
 				}

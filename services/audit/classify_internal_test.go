@@ -67,3 +67,22 @@ func TestClassifyReadsEachRevisionAlone(t *testing.T) {
 		})
 	}
 }
+
+// A grant's or handoff's hold record says how long its request waited; a
+// record written before the field, or by a grant that did not wait, has
+// none, and the event says 0.
+func TestClassifyCarriesTheWait(t *testing.T) {
+	for value, want := range map[string]int64{
+		`{"identity":"a","class":"default","since":"2026-01-02T03:04:05Z","waited_ms":250}`: 250,
+		`{"identity":"a","class":"default","since":"2026-01-02T03:04:05Z"}`:                 0,
+		`{"identity":"a","class":"default","waited_ms":-3}`:                                 0,
+	} {
+		for _, version := range []int64{1, 2} { // a grant, a handoff
+			kv := &mvccpb.KeyValue{Key: []byte(lockkey.HoldKey("team-a/k")), Value: []byte(value), Lease: 7, ModRevision: 9, Version: version}
+			got := classify(source{name: "coord", id: "c"}, revision{rev: 9, events: []*clientv3.Event{{Type: mvccpb.PUT, Kv: kv}}}, 2, time.Unix(0, 0))
+			if len(got) != 1 || got[0].WaitedMs != want || got[0].Identity != "a" {
+				t.Errorf("%s (version %d): %+v, want waited %d ms", value, version, got, want)
+			}
+		}
+	}
+}

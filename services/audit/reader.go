@@ -47,7 +47,13 @@ type Contention struct {
 	Grants    int64  `json:"grants"`
 	// Handoffs are holds given to a waiter in the releasing Txn: each is
 	// a wait that ended in a grant.
-	Handoffs  int64 `json:"handoffs"`
+	Handoffs int64 `json:"handoffs"`
+	// Waits are the holds (grants and handoffs) whose request waited for
+	// the key, and WaitP50ms and WaitP99ms how long (the hold record's
+	// waited_ms): what contention costs the waiters.
+	Waits     int64 `json:"waits"`
+	WaitP50ms int64 `json:"wait_p50_ms"`
+	WaitP99ms int64 `json:"wait_p99_ms"`
 	Releases  int64 `json:"releases"`
 	Expiries  int64 `json:"expiries"`
 	Holds     int64 `json:"holds"` // holds that ended, timed below

@@ -253,7 +253,7 @@ func TestAReplayKeepsTheEarliestReading(t *testing.T) {
 }
 
 // Contention times each hold from its grant or handoff to its key's next
-// event; cost counts each identity's sessions, holds and writes.
+// event, and counts and times the waits its grants ended; cost counts each identity's sessions, holds and writes.
 func TestReportsContentionAndCost(t *testing.T) {
 	s, ctx := store(t)
 	if err := s.Insert(ctx, history()); err != nil {
@@ -263,8 +263,9 @@ func TestReportsContentionAndCost(t *testing.T) {
 	want := []audit.Contention{
 		// Holds of 4 ms (to the handoff), 1495 (to the expiry), and 100
 		// each to the release, the close and the force-release.
-		{Namespace: "payments", Class: "ledger", Grants: 4, Handoffs: 1, Releases: 1, Expiries: 1,
-			Holds: 5, HoldP50ms: 100, HoldP99ms: 1495, HoldMaxms: 1495},
+		// Three of them went to a request that waited: 4, 30 and 1200 ms.
+		{Namespace: "payments", Class: "ledger", Grants: 4, Handoffs: 1, Waits: 3, WaitP50ms: 30, WaitP99ms: 1200,
+			Releases: 1, Expiries: 1, Holds: 5, HoldP50ms: 100, HoldP99ms: 1495, HoldMaxms: 1495},
 		{Namespace: "team-a", Class: "entity", Expiries: 1},
 	}
 	if err != nil || !reflect.DeepEqual(rows, want) {

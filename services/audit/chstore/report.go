@@ -9,14 +9,19 @@ import (
 )
 
 // Contention reports, per namespace and class, how holds began (grants,
-// handoffs to a waiter) and ended (releases, expiries), and how long they
-// were held: each hold runs from its grant or handoff to the key's next
-// event. Holds still running are not in the times.
+// handoffs to a waiter) and ended (releases, expiries), how many of them
+// went to a request that had waited and how long it waited (the hold
+// record's waited_ms), and how long they were held: each hold runs from
+// its grant or handoff to the key's next event. Holds still running are
+// not in the hold times.
 func (s *Store) Contention(ctx context.Context, since time.Time) ([]audit.Contention, error) {
 	return query[audit.Contention](ctx, s, fmt.Sprintf(`SELECT
 			namespace, class,
 			countIf(kind = 'grant') AS grants,
 			countIf(kind = 'handoff') AS handoffs,
+			countIf(waited_ms > 0) AS waits,
+			toInt64(quantileExactIf(0.5)(waited_ms, waited_ms > 0)) AS wait_p50_ms,
+			toInt64(quantileExactIf(0.99)(waited_ms, waited_ms > 0)) AS wait_p99_ms,
 			countIf(kind = 'release') AS releases,
 			countIf(kind = 'expiry') AS expiries,
 			countIf(held_ms >= 0) AS holds,
@@ -26,9 +31,10 @@ func (s *Store) Contention(ctx context.Context, since time.Time) ([]audit.Conten
 		FROM (
 			SELECT
 				evs.2 AS kind, evs.4 AS namespace, evs.5 AS class,
+				if(evs.2 IN ('grant', 'handoff'), evs.6, 0) AS waited_ms,
 				if(evs.2 IN ('grant', 'handoff') AND idx < length(sorted), sorted[idx + 1].3 - evs.3, -1) AS held_ms
 			FROM (
-				SELECT arraySort(e -> e.1, groupArray((revision, kind, at_ms, namespace, class))) AS sorted
+				SELECT arraySort(e -> e.1, groupArray((revision, kind, at_ms, namespace, class, waited_ms))) AS sorted
 				FROM events FINAL
 				WHERE key != '' AND namespace != '' AND %s
 				GROUP BY cluster_id, key

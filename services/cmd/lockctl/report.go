@@ -21,8 +21,9 @@ func reportCmd(g *globals) *cobra.Command {
 		Long: `report computes, from audit history in ClickHouse:
   register    every class with its enforcement (fenced or advisory), purpose,
               risk owner and waiver expiry, and the holds it began (ADR-01)
-  contention  per namespace and class: grants, handoffs to waiters, releases,
-              expiries, and hold times (p50, p99, max)
+  contention  per namespace and class: grants, handoffs to waiters, waits
+              (grants whose request waited, and how long: p50, p99),
+              releases, expiries, and hold times (p50, p99, max)
   cost        per identity: sessions opened, holds, writes to the lock log
 Only operators may read them.`,
 		Args:      cobra.ExactArgs(1),
@@ -65,9 +66,10 @@ func printReport(kind string, r *adminv1.ReportResponse) {
 				dash(x.GetPurpose()), dash(x.GetRiskOwner()), waiver, x.GetGrants())
 		}
 	case "contention":
-		fmt.Fprintln(w, "NAMESPACE\tCLASS\tGRANTS\tHANDOFFS\tRELEASES\tEXPIRIES\tHOLD P50\tHOLD P99\tHOLD MAX")
+		fmt.Fprintln(w, "NAMESPACE\tCLASS\tGRANTS\tHANDOFFS\tWAITS\tWAIT P50\tWAIT P99\tRELEASES\tEXPIRIES\tHOLD P50\tHOLD P99\tHOLD MAX")
 		for _, x := range r.GetContention() {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", x.GetNamespace(), x.GetClass(), x.GetGrants(), x.GetHandoffs(),
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.GetNamespace(), x.GetClass(), x.GetGrants(), x.GetHandoffs(),
+				x.GetWaits(), msOf(x.GetWaitP50Ms(), x.GetWaits()), msOf(x.GetWaitP99Ms(), x.GetWaits()),
 				x.GetReleases(), x.GetExpiries(), msOf(x.GetHoldP50Ms(), x.GetHolds()), msOf(x.GetHoldP99Ms(), x.GetHolds()), msOf(x.GetHoldMaxMs(), x.GetHolds()))
 		}
 	case "cost":
@@ -78,7 +80,7 @@ func printReport(kind string, r *adminv1.ReportResponse) {
 	}
 }
 
-// msOf shows a hold time, or a dash where no hold ended in the window.
+// msOf shows a hold or wait time, or a dash where none was counted.
 func msOf(ms, holds int64) string {
 	if holds == 0 {
 		return "-"

@@ -110,6 +110,15 @@ func TestTheLogTellsHowEveryHoldEnded(t *testing.T) {
 	if handed.PrevSession != sa.ID() || handed.Session != sb.ID() || handed.PrevIdentity == handed.Identity {
 		t.Errorf("handoff %+v: want from session %d to %d, across identities", handed, sa.ID(), sb.ID())
 	}
+	// The handoff's waiter waited; the grants of free keys did not.
+	if handed.WaitedMs < 1 {
+		t.Errorf("handoff %+v: want the wait its hold record carries", handed)
+	}
+	for _, key := range []string{"team-a/audit/released", "team-a/audit/handed", "team-a/audit/expired"} {
+		if g := audittest.Of(evs, key)[0]; g.WaitedMs != 0 {
+			t.Errorf("grant %+v of a free key: want no wait", g)
+		}
+	}
 	expired := audittest.Of(evs, "team-a/audit/expired")[1]
 	if expired.Instance != "gone" || expired.Class != devenvtest.Fast.Name || expired.Namespace != "team-a" || expired.Session != s.GetSessionId() {
 		t.Errorf("expiry %+v: want the holder's instance, class, namespace and session", expired)
