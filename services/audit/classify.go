@@ -26,8 +26,9 @@ type holdRecord struct {
 }
 
 type sessionRecord struct {
-	Identity string `json:"identity"`
-	Instance string `json:"instance"`
+	Identity   string `json:"identity"`
+	Instance   string `json:"instance"`
+	TTLSeconds int64  `json:"ttl_seconds"`
 }
 
 // ForcePrefix is where a force-release writes its record, in the Txn that
@@ -143,7 +144,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 				continue // only created by OpenSession; a rewrite is no new session
 			}
 			s := decodeSession(kv.Value)
-			e.Identity, e.Instance = s.Identity, s.Instance
+			e.Identity, e.Instance, e.TTLSeconds = s.Identity, s.Instance, max(s.TTLSeconds, 0)
 		case k == lockkey.EpochKey:
 			e.Kind = EpochAdvance
 			if !advances(ev) {

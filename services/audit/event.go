@@ -66,6 +66,10 @@ type Event struct {
 	// key, in milliseconds (at least 1), from the hold record the grant
 	// wrote; 0 when it did not wait, or its arbiter did not record waits.
 	WaitedMs int64 `json:"waited_ms"`
+	// TTLSeconds is a session's lease TTL, on its own events (session_open
+	// and the session_close or expiry of its record), from the session
+	// record; 0 elsewhere. The cost report estimates keepalives from it.
+	TTLSeconds int64 `json:"ttl_seconds"`
 	// Epoch is the cluster's epoch at the revision (0 when unknown).
 	Epoch uint32 `json:"epoch"`
 	// Detail is free text for kinds that need it (a gap's range, an

@@ -68,4 +68,11 @@ type Cost struct {
 	Sessions int64  `json:"sessions"`
 	Holds    int64  `json:"holds"`
 	Writes   int64  `json:"writes"`
+	// KeepalivesEstimated is estimated, not counted: keepalives write no
+	// revision. Each lease of a session opened in the window (on each
+	// cluster) is taken to be renewed as lockclient does, at once and then
+	// every TTL/3, from its open to its close, to a TTL before its expiry,
+	// or to now while open. lockplane_renewals_total counts them, per
+	// cluster and without identities.
+	KeepalivesEstimated int64 `json:"keepalives_estimated"`
 }

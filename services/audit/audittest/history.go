@@ -22,8 +22,9 @@ func EveryKind(t0 time.Time) []audit.Event {
 	handoff.PrevIdentity, handoff.PrevSession, handoff.WaitedMs = "alice", 101, 4
 	waited := func(e audit.Event, ms int64) audit.Event { e.WaitedMs = ms; return e }
 	return []audit.Event{
-		{ClusterID: "c0ffee", Cluster: "coord", Revision: 9, Key: "/s/0000000000000065", Kind: audit.SessionOpen,
-			At: at(0), Identity: "alice", Instance: "alice-pod-1", Session: 101, Epoch: 3},
+		// A session's events have no key, as the tailer writes them.
+		{ClusterID: "c0ffee", Cluster: "coord", Revision: 9, Kind: audit.SessionOpen,
+			At: at(0), Identity: "alice", Instance: "alice-pod-1", Session: 101, Epoch: 3, TTLSeconds: 10},
 		hold(10, 1, audit.Grant, "alice", 101),
 		handoff,
 		hold(12, 1500, audit.Expiry, "bob", 202),

@@ -271,9 +271,12 @@ func TestReportsContentionAndCost(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(rows, want) {
 		t.Fatalf("contention %+v, %v\nwant %+v", rows, err, want)
 	}
+	// alice's session (TTL 10 s) is still open at the end of the history:
+	// the one renewal a client sends on opening.
+	chstore.SetNow(s, t0.Add(2400*time.Millisecond))
 	costs, err := s.Cost(ctx, t0.Add(-time.Hour))
 	wantCost := []audit.Cost{
-		{Identity: "alice", Sessions: 1, Holds: 2, Writes: 4},
+		{Identity: "alice", Sessions: 1, Holds: 2, Writes: 4, KeepalivesEstimated: 1},
 		{Identity: "bob", Holds: 1, Writes: 3},
 		{Identity: "carol", Holds: 1, Writes: 2},
 		{Identity: "dave", Holds: 1, Writes: 2},
@@ -384,4 +387,51 @@ func TestAKeysHistoryShowsItsClustersGapsAdvancesAndMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	audittest.Same(t, "ByIdentity", got, []audit.Event{grant, release})
+}
+
+// Keepalives write no revision: cost estimates them from each session's
+// lifetime in the log, as the client renews (lockclient: at once, then
+// every TTL/3): to its close, to a TTL before its expiry (it had stopped
+// renewing), or to now while it is open. A session counts in the window
+// it opened in; one whose TTL the log does not give is not estimated.
+func TestCostEstimatesKeepalivesFromSessionLifetimes(t *testing.T) {
+	s, ctx := store(t)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	rev := int64(0)
+	ev := func(kind audit.Kind, ms int, id string, session, ttl int64) audit.Event {
+		rev++
+		return audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: rev, Kind: kind, At: at(ms), Identity: id,
+			Session: session, TTLSeconds: ttl, Epoch: 1}
+	}
+	evs := []audit.Event{
+		ev(audit.SessionOpen, -60000, "dave", 5, 9), // opened before the window
+		ev(audit.SessionOpen, 0, "alice", 1, 9),     // renews every 3 s
+		ev(audit.SessionOpen, 0, "carol", 4, 0),     // TTL unknown
+		ev(audit.SessionOpen, 1000, "alice", 2, 9),
+		ev(audit.SessionOpen, 2000, "bob", 3, 3), // every 1 s, still open
+		ev(audit.SessionClose, 2500, "dave", 5, 9),
+		ev(audit.SessionClose, 10000, "alice", 1, 9), // renewed at 0, 3, 6, 9 s
+		ev(audit.Expiry, 16000, "alice", 2, 9),       // at 1, 4, 7 s, then stopped
+	}
+	// Another cluster's session of the same number is another session.
+	other := ev(audit.SessionOpen, 0, "bob", 1, 30)
+	other.ClusterID = "beef"
+	if err := s.Insert(ctx, append(evs, other)); err != nil {
+		t.Fatal(err)
+	}
+	chstore.SetNow(s, at(5500)) // bob's: 2, 3, 4, 5 s; the other: at 0
+	got, err := s.Cost(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"alice": 7, "bob": 5, "carol": 0, "dave": 0}
+	for _, c := range got {
+		if c.KeepalivesEstimated != want[c.Identity] {
+			t.Errorf("%s: %d keepalives estimated, want %d", c.Identity, c.KeepalivesEstimated, want[c.Identity])
+		}
+		delete(want, c.Identity)
+	}
+	if len(want) > 0 {
+		t.Errorf("no cost row for %v: %+v", want, got)
+	}
 }

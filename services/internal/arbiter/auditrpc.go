@@ -202,7 +202,8 @@ func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*
 			return nil, s.auditFailure(err)
 		}
 		for _, c := range rows {
-			out.Cost = append(out.Cost, &adminv1.CostRow{Identity: c.Identity, Sessions: c.Sessions, Holds: c.Holds, Writes: c.Writes})
+			out.Cost = append(out.Cost, &adminv1.CostRow{Identity: c.Identity, Sessions: c.Sessions, Holds: c.Holds, Writes: c.Writes,
+				KeepalivesEstimated: c.KeepalivesEstimated})
 		}
 	default:
 		return nil, invalidArgument("kind", "must be register, contention or cost")

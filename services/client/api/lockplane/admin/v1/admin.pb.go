@@ -1334,11 +1334,18 @@ type CostRow struct {
 	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Sessions int64                  `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	Holds    int64                  `protobuf:"varint,3,opt,name=holds,proto3" json:"holds,omitempty"`
-	// Revisions its locks wrote. Keepalives write none: the arbiter's
-	// lockplane_renewals_total counts them.
-	Writes        int64 `protobuf:"varint,4,opt,name=writes,proto3" json:"writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Revisions its locks wrote. Keepalives write none: see
+	// keepalives_estimated.
+	Writes int64 `protobuf:"varint,4,opt,name=writes,proto3" json:"writes,omitempty"`
+	// Keepalives ESTIMATED, not counted, from the lifetimes in the log of
+	// the sessions it opened in the window: each lease renewed as the client
+	// library does, at once and then every TTL/3, to its close, to a TTL
+	// before its expiry, or to now while open. The arbiter's
+	// lockplane_renewals_total counts renewals, per cluster, without
+	// identities.
+	KeepalivesEstimated int64 `protobuf:"varint,5,opt,name=keepalives_estimated,json=keepalivesEstimated,proto3" json:"keepalives_estimated,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CostRow) Reset() {
@@ -1395,6 +1402,13 @@ func (x *CostRow) GetHolds() int64 {
 func (x *CostRow) GetWrites() int64 {
 	if x != nil {
 		return x.Writes
+	}
+	return 0
+}
+
+func (x *CostRow) GetKeepalivesEstimated() int64 {
+	if x != nil {
+		return x.KeepalivesEstimated
 	}
 	return 0
 }
@@ -2701,12 +2715,13 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	" \x01(\x03R\tholdMaxMs\x12\x14\n" +
 	"\x05waits\x18\v \x01(\x03R\x05waits\x12\x1e\n" +
 	"\vwait_p50_ms\x18\f \x01(\x03R\twaitP50Ms\x12\x1e\n" +
-	"\vwait_p99_ms\x18\r \x01(\x03R\twaitP99Ms\"o\n" +
+	"\vwait_p99_ms\x18\r \x01(\x03R\twaitP99Ms\"\xa2\x01\n" +
 	"\aCostRow\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
 	"\bsessions\x18\x02 \x01(\x03R\bsessions\x12\x14\n" +
 	"\x05holds\x18\x03 \x01(\x03R\x05holds\x12\x16\n" +
-	"\x06writes\x18\x04 \x01(\x03R\x06writes\"\xc1\x01\n" +
+	"\x06writes\x18\x04 \x01(\x03R\x06writes\x121\n" +
+	"\x14keepalives_estimated\x18\x05 \x01(\x03R\x13keepalivesEstimated\"\xc1\x01\n" +
 	"\x0eReportResponse\x12;\n" +
 	"\bregister\x18\x01 \x03(\v2\x1f.lockplane.admin.v1.RegisterRowR\bregister\x12A\n" +
 	"\n" +
