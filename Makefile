@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := tools/build
 
-.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse infra-tools up down bench-core bench-audit bench-fsync gate gate-short clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse audit-deps infra-tools up down bench-core bench-audit bench-fsync gate gate-short clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -45,9 +45,14 @@ $(BIN)/minio: $(TOOLS)/go.mod
 
 # ClickHouse, the audit store the audit tests run against: Debian's 18.16,
 # run by the tests on loopback with their own config (never the service).
+# A no-op where it is installed.
 clickhouse:
 	@test -x /usr/sbin/clickhouse-server || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clickhouse-server; }
+
+# What audit adds to `make dev`: the store (ClickHouse) and the archive
+# (MinIO). `lockplane dev` names this target when either is missing.
+audit-deps: clickhouse minio
 
 # The Pulumi CLI, built from its own tools module (the Go language host is
 # not served, so the program runs inline through the Automation API), and
@@ -60,7 +65,7 @@ $(BIN)/pulumi: tools/pulumi/go.mod
 # A whole region on this machine: 14 test hosts (network namespaces with
 # sshd), `lockplane up --stack local`, then a lock through the deployed
 # arbiter. Needs root. `make down` removes it all.
-up: infra-tools minio
+up: infra-tools minio clickhouse
 	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --dir .lockplane/hosts
 	$(BIN)/lockplane up --stack local
 	@echo; echo "== a lock through the deployed arbiter"

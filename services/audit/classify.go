@@ -21,11 +21,14 @@ type holdRecord struct {
 	Session  int64     `json:"session"`
 	Class    string    `json:"class"`
 	Since    time.Time `json:"since"`
+	// WaitedMs is set by a grant to a request that waited (ms, >= 1).
+	WaitedMs int64 `json:"waited_ms"`
 }
 
 type sessionRecord struct {
-	Identity string `json:"identity"`
-	Instance string `json:"instance"`
+	Identity   string `json:"identity"`
+	Instance   string `json:"instance"`
+	TTLSeconds int64  `json:"ttl_seconds"`
 }
 
 // ForcePrefix is where a force-release writes its record, in the Txn that
@@ -98,6 +101,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			if ev.Type == mvccpb.PUT {
 				h := decodeHold(ev.Kv.Value)
 				e.Kind, e.Identity, e.Instance, e.Session, e.Class = Grant, h.Identity, h.Instance, ev.Kv.Lease, h.Class
+				e.WaitedMs = max(h.WaitedMs, 0)
 				if !h.Since.IsZero() {
 					e.At = h.Since
 				}
@@ -140,7 +144,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 				continue // only created by OpenSession; a rewrite is no new session
 			}
 			s := decodeSession(kv.Value)
-			e.Identity, e.Instance = s.Identity, s.Instance
+			e.Identity, e.Instance, e.TTLSeconds = s.Identity, s.Instance, max(s.TTLSeconds, 0)
 		case k == lockkey.EpochKey:
 			e.Kind = EpochAdvance
 			if !advances(ev) {

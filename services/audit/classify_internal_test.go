@@ -67,3 +67,37 @@ func TestClassifyReadsEachRevisionAlone(t *testing.T) {
 		})
 	}
 }
+
+// A grant's or handoff's hold record says how long its request waited; a
+// record written before the field, or by a grant that did not wait, has
+// none, and the event says 0.
+func TestClassifyCarriesTheWait(t *testing.T) {
+	for value, want := range map[string]int64{
+		`{"identity":"a","class":"default","since":"2026-01-02T03:04:05Z","waited_ms":250}`: 250,
+		`{"identity":"a","class":"default","since":"2026-01-02T03:04:05Z"}`:                 0,
+		`{"identity":"a","class":"default","waited_ms":-3}`:                                 0,
+	} {
+		for kind, created := range map[Kind]int64{Grant: 9, Handoff: 5} {
+			kv := &mvccpb.KeyValue{Key: []byte(lockkey.HoldKey("team-a/k")), Value: []byte(value), Lease: 7, CreateRevision: created, ModRevision: 9}
+			got := classify(source{name: "coord", id: "c"}, revision{rev: 9, events: []*clientv3.Event{{Type: mvccpb.PUT, Kv: kv}}}, 2, time.Unix(0, 0))
+			if len(got) != 1 || got[0].Kind != kind || got[0].WaitedMs != want || got[0].Identity != "a" {
+				t.Errorf("%s (a %s): %+v, want waited %d ms", value, kind, got, want)
+			}
+		}
+	}
+}
+
+// A session's events carry its lease's TTL from the session record, which
+// the cost report's keepalive estimate needs.
+func TestClassifyCarriesTheSessionTTL(t *testing.T) {
+	rec := &mvccpb.KeyValue{Key: []byte(lockkey.SessionKey(7)), Value: []byte(`{"identity":"a","ttl_seconds":15}`), Lease: 7, CreateRevision: 9, ModRevision: 9}
+	for name, ev := range map[string]*clientv3.Event{
+		"open":   {Type: mvccpb.PUT, Kv: rec},
+		"expiry": {Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: rec.Key, ModRevision: 9}, PrevKv: rec},
+	} {
+		got := classify(source{name: "coord", id: "c"}, revision{rev: 9, events: []*clientv3.Event{ev}}, 2, time.Unix(0, 0))
+		if len(got) != 1 || got[0].TTLSeconds != 15 || got[0].Session != 7 || got[0].Key != "" {
+			t.Errorf("%s: %+v, want the session's TTL of 15 s", name, got)
+		}
+	}
+}

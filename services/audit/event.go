@@ -62,6 +62,14 @@ type Event struct {
 	// PrevIdentity and PrevSession are the hold a handoff replaced.
 	PrevIdentity string `json:"prev_identity"`
 	PrevSession  int64  `json:"prev_session"`
+	// WaitedMs is how long a grant's or handoff's request waited for the
+	// key, in milliseconds (at least 1), from the hold record the grant
+	// wrote; 0 when it did not wait, or its arbiter did not record waits.
+	WaitedMs int64 `json:"waited_ms"`
+	// TTLSeconds is a session's lease TTL, on its own events (session_open
+	// and the session_close or expiry of its record), from the session
+	// record; 0 elsewhere. The cost report estimates keepalives from it.
+	TTLSeconds int64 `json:"ttl_seconds"`
 	// Epoch is the cluster's epoch at the revision (0 when unknown).
 	Epoch uint32 `json:"epoch"`
 	// Detail is free text for kinds that need it (a gap's range, an

@@ -12,6 +12,11 @@ import (
 // event's time is an arbiter's clock or the tailer's reading, not
 // monotonic in revisions, so time never orders a cluster's history), the
 // clusters' histories merged by time, since clusters share no revisions.
+//
+// ByKey and ByNamespaceClass also answer the cluster events (gaps, epoch
+// advances, shard moves: no key) of the clusters the subject's events are
+// on, or every cluster's gaps when it has none, so that a gap in a key's
+// history is in its answer.
 type Reader interface {
 	ByKey(ctx context.Context, key string, since time.Time, limit int) ([]Event, error)
 	ByIdentity(ctx context.Context, identity string, since time.Time, limit int) ([]Event, error)
@@ -42,7 +47,13 @@ type Contention struct {
 	Grants    int64  `json:"grants"`
 	// Handoffs are holds given to a waiter in the releasing Txn: each is
 	// a wait that ended in a grant.
-	Handoffs  int64 `json:"handoffs"`
+	Handoffs int64 `json:"handoffs"`
+	// Waits are the holds (grants and handoffs) whose request waited for
+	// the key, and WaitP50ms and WaitP99ms how long (the hold record's
+	// waited_ms): what contention costs the waiters.
+	Waits     int64 `json:"waits"`
+	WaitP50ms int64 `json:"wait_p50_ms"`
+	WaitP99ms int64 `json:"wait_p99_ms"`
 	Releases  int64 `json:"releases"`
 	Expiries  int64 `json:"expiries"`
 	Holds     int64 `json:"holds"` // holds that ended, timed below
@@ -57,4 +68,11 @@ type Cost struct {
 	Sessions int64  `json:"sessions"`
 	Holds    int64  `json:"holds"`
 	Writes   int64  `json:"writes"`
+	// KeepalivesEstimated is estimated, not counted: keepalives write no
+	// revision. Each lease of a session opened in the window (on each
+	// cluster) is taken to be renewed as lockclient does, at once and then
+	// every TTL/3, from its open to its close, to a TTL before its expiry,
+	// or to now while open. lockplane_renewals_total counts them, per
+	// cluster and without identities.
+	KeepalivesEstimated int64 `json:"keepalives_estimated"`
 }

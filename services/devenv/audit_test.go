@@ -3,6 +3,7 @@ package devenv_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,10 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/resourcetest"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func TestMain(m *testing.M) {
@@ -40,8 +44,14 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity}
 	// The queries go through the store's read-only user, as an arbiter's.
 	reader := chstore.New(ch.URL(), db, chstore.WithCredentials(ch.Reader()))
-	env := devenvtest.Start(t, devenv.Options{Audit: store, AuditReader: reader, Shards: []string{"entity-0"},
-		Classes: class.NewStatic(devenvtest.Fast, entity)})
+	waiver := time.Date(2031, 1, 2, 0, 0, 0, 0, time.UTC)
+	// The register's facts of two classes, as a policy set gives them:
+	// entity (granted below) and ledger (never granted).
+	classes := withFacts{Static: class.NewStatic(devenvtest.Fast, entity), facts: []arbiter.ClassFact{
+		{Name: entity.Name, Namespace: "team-a", Enforcement: "advisory", Purpose: "correctness", RiskOwner: "alice@example.com", WaiverExpires: waiver},
+		{Name: "ledger", Namespace: "payments", Enforcement: "fenced", Purpose: "correctness", RiskOwner: "bob@example.com"},
+	}}
+	env := devenvtest.Start(t, devenv.Options{Audit: store, AuditReader: reader, Shards: []string{"entity-0"}, Classes: classes})
 	demo := devenvtest.Client(t, env, "demo")
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
 
@@ -65,7 +75,8 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 			}
 			got = got[:0]
 			for _, e := range resp.GetEvents() {
-				if e.GetCluster() != cluster {
+				// The cluster's own events (epoch, shard map) come with the key's.
+				if e.GetCluster() != cluster || e.GetKey() != key {
 					continue
 				}
 				got = append(got, e.GetKind())
@@ -105,11 +116,35 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 	if _, err := admin.Report(ctx, &adminv1.ReportRequest{Kind: "nonsense"}); reason.Of(err) != lockv1.ErrorReason_INVALID_ARGUMENT {
 		t.Fatalf("an unknown report: %v, want INVALID_ARGUMENT", err)
 	}
+	// The register joins the registry's facts with the grants in the
+	// store: a class with facts and grants, one with facts and none, and
+	// one with grants the facts do not list (the default class).
+	rep, err = admin.Report(ctx, &adminv1.ReportRequest{Kind: "register"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRegister := []*adminv1.RegisterRow{
+		{Class: class.DefaultName, Grants: 1},
+		{Class: entity.Name, Namespace: "team-a", Enforcement: "advisory", Purpose: "correctness", RiskOwner: "alice@example.com",
+			WaiverExpires: timestamppb.New(waiver), Grants: 1},
+		{Class: "ledger", Namespace: "payments", Enforcement: "fenced", Purpose: "correctness", RiskOwner: "bob@example.com"},
+	}
+	if got := rep.GetRegister(); len(got) != len(wantRegister) || !slices.EqualFunc(got, wantRegister, func(a, b *adminv1.RegisterRow) bool { return proto.Equal(a, b) }) {
+		t.Fatalf("register %v\nwant %v", got, wantRegister)
+	}
 
-	// Only operators read history.
+	// Only operators read history: each of the three questions.
 	other := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "other").Conn())
 	if _, err := other.Audit(ctx, &adminv1.AuditRequest{Key: key}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
 		t.Fatalf("a workload's audit query: %v, want PERMISSION_DENIED", err)
+	}
+	if _, err := other.AuditExpiries(ctx, &adminv1.AuditExpiriesRequest{}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
+		t.Fatalf("a workload's expiries query: %v, want PERMISSION_DENIED", err)
+	}
+	for _, kind := range []string{"register", "contention", "cost"} {
+		if _, err := other.Report(ctx, &adminv1.ReportRequest{Kind: kind}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
+			t.Fatalf("a workload's %s report: %v, want PERMISSION_DENIED", kind, err)
+		}
 	}
 	// One question at a time, and the refusal names the field.
 	_, err = admin.Audit(ctx, &adminv1.AuditRequest{Key: key, Identity: env.Profile.Identities["demo"].SPIFFEID})
@@ -118,3 +153,12 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 		t.Fatalf("key and identity together: %v (reason %s, %v), want INVALID_ARGUMENT naming the field", err, r, meta)
 	}
 }
+
+// withFacts is a class registry that knows the register's facts, as the
+// policy set's does (policy.Live).
+type withFacts struct {
+	class.Static
+	facts []arbiter.ClassFact
+}
+
+func (w withFacts) ClassFacts() []arbiter.ClassFact { return w.facts }

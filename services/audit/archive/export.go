@@ -31,6 +31,8 @@ type Row struct {
 	Session      int64     `parquet:"session"`
 	PrevIdentity string    `parquet:"prev_identity"`
 	PrevSession  int64     `parquet:"prev_session"`
+	WaitedMs     int64     `parquet:"waited_ms"`
+	TTLSeconds   int64     `parquet:"ttl_seconds"`
 	Epoch        uint32    `parquet:"epoch"`
 	Detail       string    `parquet:"detail"`
 }
@@ -39,14 +41,14 @@ type Row struct {
 func RowOf(e audit.Event) Row {
 	return Row{ClusterID: e.ClusterID, Cluster: e.Cluster, Revision: e.Revision, Key: e.Key, Kind: string(e.Kind),
 		At: e.At.UTC(), Namespace: e.Namespace, Class: e.Class, Identity: e.Identity, Instance: e.Instance,
-		Session: e.Session, PrevIdentity: e.PrevIdentity, PrevSession: e.PrevSession, Epoch: e.Epoch, Detail: e.Detail}
+		Session: e.Session, PrevIdentity: e.PrevIdentity, PrevSession: e.PrevSession, WaitedMs: e.WaitedMs, TTLSeconds: e.TTLSeconds, Epoch: e.Epoch, Detail: e.Detail}
 }
 
 // Event is the row as an audit.Event; At is in UTC.
 func (r Row) Event() audit.Event {
 	return audit.Event{ClusterID: r.ClusterID, Cluster: r.Cluster, Revision: r.Revision, Key: r.Key, Kind: audit.Kind(r.Kind),
 		At: r.At.UTC(), Namespace: r.Namespace, Class: r.Class, Identity: r.Identity, Instance: r.Instance,
-		Session: r.Session, PrevIdentity: r.PrevIdentity, PrevSession: r.PrevSession, Epoch: r.Epoch, Detail: r.Detail}
+		Session: r.Session, PrevIdentity: r.PrevIdentity, PrevSession: r.PrevSession, WaitedMs: r.WaitedMs, TTLSeconds: r.TTLSeconds, Epoch: r.Epoch, Detail: r.Detail}
 }
 
 // Object is one archived object.

@@ -19,16 +19,18 @@ func EveryKind(t0 time.Time) []audit.Event {
 			At: at(ms), Namespace: "payments", Class: "ledger", Identity: id, Instance: id + "-pod-1", Session: sess, Epoch: 3}
 	}
 	handoff := hold(11, 5, audit.Handoff, "bob", 202)
-	handoff.PrevIdentity, handoff.PrevSession = "alice", 101
+	handoff.PrevIdentity, handoff.PrevSession, handoff.WaitedMs = "alice", 101, 4
+	waited := func(e audit.Event, ms int64) audit.Event { e.WaitedMs = ms; return e }
 	return []audit.Event{
-		{ClusterID: "c0ffee", Cluster: "coord", Revision: 9, Key: "/s/0000000000000065", Kind: audit.SessionOpen,
-			At: at(0), Identity: "alice", Instance: "alice-pod-1", Session: 101, Epoch: 3},
+		// A session's events have no key, as the tailer writes them.
+		{ClusterID: "c0ffee", Cluster: "coord", Revision: 9, Kind: audit.SessionOpen,
+			At: at(0), Identity: "alice", Instance: "alice-pod-1", Session: 101, Epoch: 3, TTLSeconds: 10},
 		hold(10, 1, audit.Grant, "alice", 101),
 		handoff,
 		hold(12, 1500, audit.Expiry, "bob", 202),
-		hold(13, 1500, audit.Grant, "carol", 303), // same time: revision orders
+		waited(hold(13, 1500, audit.Grant, "carol", 303), 1200), // same time: revision orders
 		hold(14, 1600, audit.Release, "carol", 303),
-		hold(15, 1700, audit.Grant, "alice", 404),
+		waited(hold(15, 1700, audit.Grant, "alice", 404), 30),
 		hold(16, 1800, audit.SessionClose, "alice", 404),
 		hold(17, 1900, audit.Grant, "dave", 505),
 		hold(18, 2000, audit.ForceRelease, "dave", 505),

@@ -42,6 +42,18 @@ var t0 = time.Date(2026, 11, 30, 23, 59, 59, 987_000_000, time.UTC) // the next 
 // is in the next month.
 func history() []audit.Event { return audittest.EveryKind(t0) }
 
+// withClusters keeps what keep keeps and the cluster events (empty key)
+// of the clusters those are on, as ByKey and ByNamespaceClass answer.
+func withClusters(evs []audit.Event, keep func(audit.Event) bool) []audit.Event {
+	on := map[string]bool{}
+	for _, e := range filter(evs, keep) {
+		on[e.ClusterID] = true
+	}
+	return filter(evs, func(e audit.Event) bool {
+		return keep(e) || (e.Key == "" && on[e.ClusterID] && slices.Contains([]audit.Kind{audit.Gap, audit.EpochAdvance, audit.ShardMove}, e.Kind))
+	})
+}
+
 func filter(evs []audit.Event, keep func(audit.Event) bool) []audit.Event {
 	var out []audit.Event
 	for _, e := range evs {
@@ -76,7 +88,7 @@ func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audittest.Same(t, "ByKey", got, filter(all, func(e audit.Event) bool { return e.Key == "payments/ledger/42" }))
+	audittest.Same(t, "ByKey", got, withClusters(all, func(e audit.Event) bool { return e.Key == "payments/ledger/42" }))
 
 	got, err = s.ByIdentity(ctx, "bob", time.Time{}, 100)
 	if err != nil {
@@ -88,15 +100,18 @@ func TestQueriesReturnEachEventOnceInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audittest.Same(t, "ByNamespaceClass", got, filter(all, func(e audit.Event) bool { return e.Namespace == "team-a" }))
+	audittest.Same(t, "ByNamespaceClass", got, withClusters(all, func(e audit.Event) bool { return e.Namespace == "team-a" }))
 	got, err = s.ByNamespaceClass(ctx, "payments", "", t0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	audittest.Same(t, "ByNamespaceClass, every class", got, filter(all, func(e audit.Event) bool { return e.Namespace == "payments" }))
-	if got, err = s.ByNamespaceClass(ctx, "payments", "entity", t0, 100); err != nil || len(got) != 0 {
-		t.Errorf("ByNamespaceClass(payments, entity) = %d events, %v; want none", len(got), err)
+	audittest.Same(t, "ByNamespaceClass, every class", got, withClusters(all, func(e audit.Event) bool { return e.Namespace == "payments" }))
+	// No row of it: only the gaps, in which its history might be.
+	got, err = s.ByNamespaceClass(ctx, "payments", "entity", t0, 100)
+	if err != nil {
+		t.Fatal(err)
 	}
+	audittest.Same(t, "ByNamespaceClass(payments, entity)", got, filter(all, func(e audit.Event) bool { return e.Kind == audit.Gap }))
 
 	expiries := filter(all, func(e audit.Event) bool { return e.Kind == audit.Expiry })
 	got, err = s.ExpiriesList(ctx, t0, 100)
@@ -163,7 +178,8 @@ func TestLimits(t *testing.T) {
 }
 
 // Values that would break out of a naively quoted literal select nothing
-// and break nothing; a key made of them is found exactly.
+// (but the gaps any subject without rows is shown) and break nothing; a
+// key made of them is found exactly.
 func TestInjectionSelectsNothing(t *testing.T) {
 	s, ctx := store(t)
 	nasty := `x\' ) OR 1=1 -- ` + "\n'\\"
@@ -178,8 +194,9 @@ func TestInjectionSelectsNothing(t *testing.T) {
 			"ByIdentity":       func() ([]audit.Event, error) { return s.ByIdentity(ctx, attack, time.Time{}, 100) },
 			"ByNamespaceClass": func() ([]audit.Event, error) { return s.ByNamespaceClass(ctx, "payments", attack, time.Time{}, 100) },
 		} {
-			if got, err := q(); err != nil || len(got) != 0 {
-				t.Errorf("%s(%q) = %d events, %v; want none", name, attack, len(got), err)
+			got, err := q()
+			if err != nil || slices.ContainsFunc(got, func(e audit.Event) bool { return e.Kind != audit.Gap || e.Key != "" }) {
+				t.Errorf("%s(%q) = %+v, %v; want the gaps only", name, attack, got, err)
 			}
 		}
 		if rev, err := s.LastRevision(ctx, attack); err != nil || rev != 0 {
@@ -190,12 +207,12 @@ func TestInjectionSelectsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audittest.Same(t, "ByKey(nasty)", got, evs[len(evs)-1:])
-	if got, err := s.ByNamespaceClass(ctx, nasty, nasty, time.Time{}, 100); err != nil || len(got) != 1 {
-		t.Errorf("ByNamespaceClass(nasty) = %d events, %v; want 1", len(got), err)
+	audittest.Same(t, "ByKey(nasty)", got, withClusters(evs, func(e audit.Event) bool { return e.Key == nasty }))
+	if got, err := s.ByNamespaceClass(ctx, nasty, nasty, time.Time{}, 100); err != nil || len(got) != 3 {
+		t.Errorf("ByNamespaceClass(nasty) = %d events, %v; want 3 (with its cluster's advance and move)", len(got), err)
 	}
-	if got, err := s.ByKey(ctx, "payments/ledger/42", time.Time{}, 100); err != nil || len(got) != 9 {
-		t.Errorf("after the attempts, ByKey = %d events, %v; want 9", len(got), err)
+	if got, err := s.ByKey(ctx, "payments/ledger/42", time.Time{}, 100); err != nil || len(got) != 11 {
+		t.Errorf("after the attempts, ByKey = %d events, %v; want 11", len(got), err)
 	}
 }
 
@@ -236,7 +253,7 @@ func TestAReplayKeepsTheEarliestReading(t *testing.T) {
 }
 
 // Contention times each hold from its grant or handoff to its key's next
-// event; cost counts each identity's sessions, holds and writes.
+// event, and counts and times the waits its grants ended; cost counts each identity's sessions, holds and writes.
 func TestReportsContentionAndCost(t *testing.T) {
 	s, ctx := store(t)
 	if err := s.Insert(ctx, history()); err != nil {
@@ -246,16 +263,20 @@ func TestReportsContentionAndCost(t *testing.T) {
 	want := []audit.Contention{
 		// Holds of 4 ms (to the handoff), 1495 (to the expiry), and 100
 		// each to the release, the close and the force-release.
-		{Namespace: "payments", Class: "ledger", Grants: 4, Handoffs: 1, Releases: 1, Expiries: 1,
-			Holds: 5, HoldP50ms: 100, HoldP99ms: 1495, HoldMaxms: 1495},
+		// Three of them went to a request that waited: 4, 30 and 1200 ms.
+		{Namespace: "payments", Class: "ledger", Grants: 4, Handoffs: 1, Waits: 3, WaitP50ms: 30, WaitP99ms: 1200,
+			Releases: 1, Expiries: 1, Holds: 5, HoldP50ms: 100, HoldP99ms: 1495, HoldMaxms: 1495},
 		{Namespace: "team-a", Class: "entity", Expiries: 1},
 	}
 	if err != nil || !reflect.DeepEqual(rows, want) {
 		t.Fatalf("contention %+v, %v\nwant %+v", rows, err, want)
 	}
+	// alice's session (TTL 10 s) is still open at the end of the history:
+	// the one renewal a client sends on opening.
+	chstore.SetNow(s, t0.Add(2400*time.Millisecond))
 	costs, err := s.Cost(ctx, t0.Add(-time.Hour))
 	wantCost := []audit.Cost{
-		{Identity: "alice", Sessions: 1, Holds: 2, Writes: 4},
+		{Identity: "alice", Sessions: 1, Holds: 2, Writes: 4, KeepalivesEstimated: 1},
 		{Identity: "bob", Holds: 1, Writes: 3},
 		{Identity: "carol", Holds: 1, Writes: 2},
 		{Identity: "dave", Holds: 1, Writes: 2},
@@ -307,4 +328,110 @@ func TestHistoryIsInRevisionOrderWithinACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	audittest.Same(t, "ExpiriesList", got, want[5:])
+}
+
+// A key's history, and a namespace's, carries the cluster-level events
+// (compaction gaps, epoch advances, shard moves) of the clusters its rows
+// are on, in the window and in revision order: a gap in a key's history
+// shows where it is, and an advance or a move shows though it ended no
+// hold of the key. Other clusters' events, sessions' events and events
+// before the window stay out. A key the store has no row of (all of its
+// history may be in a gap) gets every cluster's gaps in the window.
+func TestAKeysHistoryShowsItsClustersGapsAdvancesAndMoves(t *testing.T) {
+	s, ctx := store(t)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const key = "payments/gappy/1"
+	hold := func(rev int64, ms int, kind audit.Kind) audit.Event {
+		return audit.Event{ClusterID: "c0ffee", Cluster: "shard-a", Revision: rev, Key: key, Kind: kind, At: at(ms),
+			Namespace: "payments", Class: "ledger", Identity: "alice", Session: 7, Epoch: 3}
+	}
+	cluster := func(id string, rev int64, ms int, kind audit.Kind) audit.Event {
+		return audit.Event{ClusterID: id, Cluster: "c-" + id, Revision: rev, Kind: kind, At: at(ms), Epoch: 3, Detail: string(kind)}
+	}
+	before := cluster("c0ffee", 5, -1000, audit.Gap) // before the window
+	grant, gap, advance := hold(10, 100, audit.Grant), cluster("c0ffee", 12, 50, audit.Gap), cluster("c0ffee", 13, 300, audit.EpochAdvance)
+	release, move := hold(14, 400, audit.Release), cluster("c0ffee", 15, 500, audit.ShardMove)
+	session := audit.Event{ClusterID: "c0ffee", Cluster: "shard-a", Revision: 11, Kind: audit.SessionOpen, At: at(150), Identity: "bob", Session: 8}
+	elsewhere := cluster("beef", 20, 200, audit.Gap) // another cluster's
+	other := audit.Event{ClusterID: "beef", Cluster: "c-beef", Revision: 21, Key: "team-a/orders/7", Kind: audit.Grant, At: at(250),
+		Namespace: "team-a", Class: "entity", Identity: "bob", Session: 9}
+	if err := s.Insert(ctx, []audit.Event{before, grant, session, gap, advance, release, move, elsewhere, other}); err != nil {
+		t.Fatal(err)
+	}
+	// Revision order within the cluster, though the gap's time is earlier
+	// than the grant's.
+	want := []audit.Event{grant, gap, advance, release, move}
+	got, err := s.ByKey(ctx, key, t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByKey", got, want)
+	got, err = s.ByNamespaceClass(ctx, "payments", "ledger", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByNamespaceClass", got, want)
+	got, err = s.ByNamespaceClass(ctx, "team-a", "", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByNamespaceClass, the other cluster's", got, []audit.Event{elsewhere, other})
+	got, err = s.ByKey(ctx, "payments/never/1", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByKey of a key without rows", got, []audit.Event{gap, elsewhere})
+	// The holder's own history has no cluster events: they are no one's.
+	got, err = s.ByIdentity(ctx, "alice", t0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.Same(t, "ByIdentity", got, []audit.Event{grant, release})
+}
+
+// Keepalives write no revision: cost estimates them from each session's
+// lifetime in the log, as the client renews (lockclient: at once, then
+// every TTL/3): to its close, to a TTL before its expiry (it had stopped
+// renewing), or to now while it is open. A session counts in the window
+// it opened in; one whose TTL the log does not give is not estimated.
+func TestCostEstimatesKeepalivesFromSessionLifetimes(t *testing.T) {
+	s, ctx := store(t)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	rev := int64(0)
+	ev := func(kind audit.Kind, ms int, id string, session, ttl int64) audit.Event {
+		rev++
+		return audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: rev, Kind: kind, At: at(ms), Identity: id,
+			Session: session, TTLSeconds: ttl, Epoch: 1}
+	}
+	evs := []audit.Event{
+		ev(audit.SessionOpen, -60000, "dave", 5, 9), // opened before the window
+		ev(audit.SessionOpen, 0, "alice", 1, 9),     // renews every 3 s
+		ev(audit.SessionOpen, 0, "carol", 4, 0),     // TTL unknown
+		ev(audit.SessionOpen, 1000, "alice", 2, 9),
+		ev(audit.SessionOpen, 2000, "bob", 3, 3), // every 1 s, still open
+		ev(audit.SessionClose, 2500, "dave", 5, 9),
+		ev(audit.SessionClose, 10000, "alice", 1, 9), // renewed at 0, 3, 6, 9 s
+		ev(audit.Expiry, 16000, "alice", 2, 9),       // at 1, 4, 7 s, then stopped
+	}
+	// Another cluster's session of the same number is another session.
+	other := ev(audit.SessionOpen, 0, "bob", 1, 30)
+	other.ClusterID = "beef"
+	if err := s.Insert(ctx, append(evs, other)); err != nil {
+		t.Fatal(err)
+	}
+	chstore.SetNow(s, at(5500)) // bob's: 2, 3, 4, 5 s; the other: at 0
+	got, err := s.Cost(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"alice": 7, "bob": 5, "carol": 0, "dave": 0}
+	for _, c := range got {
+		if c.KeepalivesEstimated != want[c.Identity] {
+			t.Errorf("%s: %d keepalives estimated, want %d", c.Identity, c.KeepalivesEstimated, want[c.Identity])
+		}
+		delete(want, c.Identity)
+	}
+	if len(want) > 0 {
+		t.Errorf("no cost row for %v: %+v", want, got)
+	}
 }

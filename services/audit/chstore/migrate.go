@@ -15,7 +15,9 @@ import (
 // A file holds statements each ending with ';' at the end of a line.
 // ClickHouse has no transactions: a file that fails halfway is applied
 // again from its start, so every statement must be idempotent (IF NOT
-// EXISTS and the like).
+// EXISTS and the like). 18.16 has no ADD COLUMN IF NOT EXISTS: a
+// statement `ALTER TABLE t ADD COLUMN c ...` is skipped when t already has
+// column c, so write columns one statement each.
 //
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -23,6 +25,7 @@ var migrations embed.FS
 var (
 	migrationName = regexp.MustCompile(`^(\d+)_[a-z0-9_]+\.sql$`)
 	identifier    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	addColumn     = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+([A-Za-z_][A-Za-z0-9_]*)\s+ADD\s+COLUMN\s+([A-Za-z_][A-Za-z0-9_]*)\s`)
 )
 
 // Migrate creates the database if it does not exist and applies, in
@@ -107,12 +110,34 @@ func (s *Store) apply(ctx context.Context, fsys fs.FS, m migration) error {
 		return err
 	}
 	for i, stmt := range statements(string(text)) {
-		if err := s.exec(ctx, stmt); err != nil {
+		done, err := s.columnAdded(ctx, stmt)
+		if err == nil && !done {
+			err = s.exec(ctx, stmt)
+		}
+		if err != nil {
 			return fmt.Errorf("statement %d: %w", i+1, err)
 		}
 	}
 	return s.exec(ctx, fmt.Sprintf("INSERT INTO schema_migrations (version, name, applied) VALUES (%d, %s, now())",
 		m.version, quote(m.name)))
+}
+
+// columnAdded reports whether stmt adds a column its table already has:
+// applied before the migration's version was recorded, the statement
+// would fail ("already exists") on every later run.
+func (s *Store) columnAdded(ctx context.Context, stmt string) (bool, error) {
+	m := addColumn.FindStringSubmatch(stmt)
+	if m == nil {
+		return false, nil
+	}
+	rows, err := query[struct {
+		N int `json:"n"`
+	}](ctx, s, fmt.Sprintf("SELECT toInt32(count()) AS n FROM system.columns WHERE database = %s AND table = %s AND name = %s",
+		quote(s.database), quote(m[1]), quote(m[2])))
+	if err != nil {
+		return false, err
+	}
+	return len(rows) == 1 && rows[0].N > 0, nil
 }
 
 // statements splits a migration at lines ending with ';', dropping

@@ -88,3 +88,64 @@ func TestStatements(t *testing.T) {
 		t.Errorf("statements = %q, want %q", got, want)
 	}
 }
+
+// A column added by a migration whose version was not recorded (the run
+// stopped between the two) is not added again: 18.16 has no ADD COLUMN IF
+// NOT EXISTS, and the ALTER would fail on every later run.
+func TestMigrateAddsAColumnOnce(t *testing.T) {
+	s, ctx := fresh(t)
+	add := "ALTER TABLE a ADD COLUMN y Int64 DEFAULT 0 AFTER x;\n"
+	fsys := fstest.MapFS{
+		"migrations/0001_a.sql": {Data: []byte("CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;\n")},
+		"migrations/0002_b.sql": {Data: []byte(add)},
+	}
+	if err := s.migrate(ctx, fsys); err != nil {
+		t.Fatal(err)
+	}
+	// The same statement again, as a version not recorded yet.
+	fsys["migrations/0003_c.sql"] = &fstest.MapFile{Data: []byte(add + "ALTER TABLE a ADD COLUMN z String DEFAULT '';\n")}
+	if err := s.migrate(ctx, fsys); err != nil {
+		t.Fatalf("a column added again: %v", err)
+	}
+	if got := versions(t, ctx, s); !reflect.DeepEqual(got, []int{1, 2, 3}) {
+		t.Errorf("applied %v; want [1 2 3]", got)
+	}
+	cols, err := query[struct {
+		Name string `json:"name"`
+	}](ctx, s, "DESCRIBE TABLE a")
+	var names []string
+	for _, c := range cols {
+		names = append(names, c.Name)
+	}
+	if err != nil || !reflect.DeepEqual(names, []string{"x", "y", "z"}) {
+		t.Errorf("columns %v, %v; want x, y, z", names, err)
+	}
+	// A statement that is no ADD COLUMN, or names another table, still runs.
+	if done, err := s.columnAdded(ctx, "ALTER TABLE b ADD COLUMN y Int64"); err != nil || done {
+		t.Errorf("another table's column: %v, %v", done, err)
+	}
+}
+
+// A store made before waits (version 1 only) keeps its rows through the
+// migration that adds waited_ms; they read as not having waited.
+func TestAStoreBeforeWaitsMigrates(t *testing.T) {
+	s, ctx := fresh(t)
+	first, err := migrations.ReadFile("migrations/0001_events.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.migrate(ctx, fstest.MapFS{"migrations/0001_events.sql": {Data: first}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.exec(ctx, `INSERT INTO events (cluster_id, cluster, revision, key, kind, at_ms, namespace, class, identity, session, ingested)
+		VALUES ('c0ffee', 'coord', 7, 'team-a/old/1', 'handoff', 1700000000000, 'team-a', 'default', 'bob', 5, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ByKey(ctx, "team-a/old/1", time.Time{}, 10)
+	if err != nil || len(got) != 1 || got[0].Kind != "handoff" || got[0].WaitedMs != 0 || got[0].Identity != "bob" {
+		t.Fatalf("the old row after the migration: %+v, %v", got, err)
+	}
+}

@@ -9,10 +9,11 @@ import (
 	"github.com/lockplane/lockplane/services/audit"
 )
 
-// ByKey returns the events of one lock key at or after since, oldest
-// first (in history order, see order.go), at most limit.
+// ByKey returns the events of one lock key at or after since, with its
+// clusters' own events (withClusterEvents), oldest first (in history
+// order, see order.go), at most limit.
 func (s *Store) ByKey(ctx context.Context, key string, since time.Time, limit int) ([]audit.Event, error) {
-	return s.since(ctx, "key = "+quote(key), since, limit)
+	return s.since(ctx, withClusterEvents("key = "+quote(key)), since, limit)
 }
 
 // ByIdentity returns the events whose holder is identity (the new holder
@@ -23,14 +24,29 @@ func (s *Store) ByIdentity(ctx context.Context, identity string, since time.Time
 }
 
 // ByNamespaceClass returns the events of namespace ns and class (every
-// class when class is empty) at or after since, oldest first, at most
-// limit.
+// class when class is empty) at or after since, with their clusters' own
+// events (withClusterEvents), oldest first, at most limit.
 func (s *Store) ByNamespaceClass(ctx context.Context, ns, class string, since time.Time, limit int) ([]audit.Event, error) {
 	where := "namespace = " + quote(ns)
 	if class != "" {
 		where += " AND class = " + quote(class)
 	}
-	return s.since(ctx, where, since, limit)
+	return s.since(ctx, withClusterEvents(where), since, limit)
+}
+
+// clusterEvents are a whole cluster's events, stored with an empty key: a
+// compaction gap, an epoch advance, a shard move.
+const clusterEvents = "key = '' AND kind IN ('gap', 'epoch_advance', 'shard_move')"
+
+// withClusterEvents selects the rows subject selects and the cluster
+// events of the clusters those rows are on (at any time: a gap can be all
+// a window holds of a key): a gap in a key's history is then in its answer,
+// and so is an advance or a move that ended none of its holds. With no row
+// of subject at all, every cluster's gaps are in it: its whole history may
+// be in one.
+func withClusterEvents(subject string) string {
+	return fmt.Sprintf(`((%[1]s) OR (%[2]s AND (cluster_id IN (SELECT cluster_id FROM events WHERE %[1]s)
+		OR (kind = 'gap' AND (SELECT count() FROM events WHERE %[1]s) = 0))))`, subject, clusterEvents)
 }
 
 // ExpiriesList returns the holds that ended by lease expiry at or after

@@ -19,7 +19,7 @@ type row struct {
 
 // columns selects a row's fields, in the table's order.
 const columns = `cluster_id, cluster, revision, key, kind, at_ms, namespace, class,
-	identity, instance, session, prev_identity, prev_session, epoch, detail`
+	identity, instance, session, prev_identity, prev_session, waited_ms, ttl_seconds, epoch, detail`
 
 func toRow(e audit.Event, ingested uint64) row {
 	return row{Event: e, AtMs: e.At.UnixMilli(), Ingested: ingested}

@@ -17,7 +17,7 @@ import (
 
 func auditCmd(g *globals) *cobra.Command {
 	var q struct {
-		since           time.Duration
+		since           since
 		limit           int32
 		holder, ns, cls string
 	}
@@ -34,7 +34,7 @@ identity lockctl calls as.)`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &adminv1.AuditRequest{Identity: q.holder, Namespace: q.ns, Class: q.cls, Limit: q.limit,
-				Since: timestamppb.New(time.Now().Add(-q.since))}
+				Since: timestamppb.New(q.since.ago())}
 			if len(args) == 1 {
 				req.Key = args[0]
 			}
@@ -52,7 +52,8 @@ identity lockctl calls as.)`,
 			})
 		},
 	}
-	c.Flags().DurationVar(&q.since, "since", 24*time.Hour, "how far back")
+	q.since = since(24 * time.Hour)
+	c.Flags().Var(&q.since, "since", "how far back: a Go duration or whole days (7d, 1d12h)")
 	c.Flags().Int32Var(&q.limit, "limit", 0, "at most this many events (default 1000, at most 10000)")
 	c.Flags().StringVar(&q.holder, "holder", "", "the events of one identity (a SPIFFE ID)")
 	c.Flags().StringVar(&q.ns, "namespace", "", "the events of one namespace")
@@ -62,7 +63,7 @@ identity lockctl calls as.)`,
 }
 
 func expiriesCmd(g *globals) *cobra.Command {
-	var since time.Duration
+	window := since(time.Hour)
 	var limit int32
 	c := &cobra.Command{
 		Use:   "expiries [--since 1h]",
@@ -71,7 +72,7 @@ func expiriesCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(func(ctx context.Context, c *lockclient.Client) error {
 				r, err := adminv1.NewAdminServiceClient(c.Conn()).AuditExpiries(ctx, &adminv1.AuditExpiriesRequest{
-					Since: timestamppb.New(time.Now().Add(-since)), Limit: limit})
+					Since: timestamppb.New(window.ago()), Limit: limit})
 				if err != nil {
 					return err
 				}
@@ -80,7 +81,7 @@ func expiriesCmd(g *globals) *cobra.Command {
 					return nil
 				}
 				if len(r.GetCounts()) == 0 {
-					fmt.Printf("no holds ended by expiry in the last %s\n", since)
+					fmt.Printf("no holds ended by expiry in the last %s\n", window)
 					return nil
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -95,7 +96,7 @@ func expiriesCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().DurationVar(&since, "since", time.Hour, "how far back")
+	c.Flags().Var(&window, "since", "how far back: a Go duration or whole days (7d, 1d12h)")
 	c.Flags().Int32Var(&limit, "limit", 0, "list at most this many expiries (default 100)")
 	return c
 }

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	resourcetest.StopPostgres()
+	resourcetest.StopClickHouse()
 	os.Exit(code)
 }
 

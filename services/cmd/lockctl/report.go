@@ -14,23 +14,26 @@ import (
 )
 
 func reportCmd(g *globals) *cobra.Command {
-	var since time.Duration
+	window := since(7 * 24 * time.Hour)
 	c := &cobra.Command{
 		Use:   "report register|contention|cost [--since 7d]",
 		Short: "Reports from audit history: the register of classes, contention per class, cost per identity",
 		Long: `report computes, from audit history in ClickHouse:
   register    every class with its enforcement (fenced or advisory), purpose,
               risk owner and waiver expiry, and the holds it began (ADR-01)
-  contention  per namespace and class: grants, handoffs to waiters, releases,
-              expiries, and hold times (p50, p99, max)
-  cost        per identity: sessions opened, holds, writes to the lock log
+  contention  per namespace and class: grants, handoffs to waiters, waits
+              (grants whose request waited, and how long: p50, p99),
+              releases, expiries, and hold times (p50, p99, max)
+  cost        per identity: sessions opened, holds, writes to the lock log, and
+              keepalives ESTIMATED from its sessions' lifetimes in the log
+              (renewed at open, then every TTL/3, as lockclient does)
 Only operators may read them.`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: []string{"register", "contention", "cost"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(func(ctx context.Context, c *lockclient.Client) error {
 				r, err := adminv1.NewAdminServiceClient(c.Conn()).Report(ctx, &adminv1.ReportRequest{
-					Kind: args[0], Since: timestamppb.New(time.Now().Add(-since))})
+					Kind: args[0], Since: timestamppb.New(window.ago())})
 				if err != nil {
 					return err
 				}
@@ -43,7 +46,7 @@ Only operators may read them.`,
 			})
 		},
 	}
-	c.Flags().DurationVar(&since, "since", 7*24*time.Hour, "how far back")
+	c.Flags().Var(&window, "since", "how far back: a Go duration or whole days (7d, 1d12h)")
 	return c
 }
 
@@ -65,20 +68,23 @@ func printReport(kind string, r *adminv1.ReportResponse) {
 				dash(x.GetPurpose()), dash(x.GetRiskOwner()), waiver, x.GetGrants())
 		}
 	case "contention":
-		fmt.Fprintln(w, "NAMESPACE\tCLASS\tGRANTS\tHANDOFFS\tRELEASES\tEXPIRIES\tHOLD P50\tHOLD P99\tHOLD MAX")
+		fmt.Fprintln(w, "NAMESPACE\tCLASS\tGRANTS\tHANDOFFS\tWAITS\tWAIT P50\tWAIT P99\tRELEASES\tEXPIRIES\tHOLD P50\tHOLD P99\tHOLD MAX")
 		for _, x := range r.GetContention() {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", x.GetNamespace(), x.GetClass(), x.GetGrants(), x.GetHandoffs(),
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.GetNamespace(), x.GetClass(), x.GetGrants(), x.GetHandoffs(),
+				x.GetWaits(), msOf(x.GetWaitP50Ms(), x.GetWaits()), msOf(x.GetWaitP99Ms(), x.GetWaits()),
 				x.GetReleases(), x.GetExpiries(), msOf(x.GetHoldP50Ms(), x.GetHolds()), msOf(x.GetHoldP99Ms(), x.GetHolds()), msOf(x.GetHoldMaxMs(), x.GetHolds()))
 		}
 	case "cost":
-		fmt.Fprintln(w, "IDENTITY\tSESSIONS\tHOLDS\tWRITES")
+		fmt.Fprintln(w, "IDENTITY\tSESSIONS\tHOLDS\tWRITES\tKEEPALIVES (ESTIMATED)")
 		for _, x := range r.GetCost() {
-			fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", x.GetIdentity(), x.GetSessions(), x.GetHolds(), x.GetWrites())
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t~%d\n", x.GetIdentity(), x.GetSessions(), x.GetHolds(), x.GetWrites(), x.GetKeepalivesEstimated())
 		}
+		w.Flush()
+		fmt.Println("(keepalives are estimated from session lifetimes: a renewal at open, then every TTL/3; lockplane_renewals_total counts them per cluster)")
 	}
 }
 
-// msOf shows a hold time, or a dash where no hold ended in the window.
+// msOf shows a hold or wait time, or a dash where none was counted.
 func msOf(ms, holds int64) string {
 	if holds == 0 {
 		return "-"

@@ -45,12 +45,12 @@ With --shards N it also starts N single-member entity shards and adds the
 class "entity" (tier entity, 15 s TTL), whose keys the arbiter routes to
 them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...
 
-When ClickHouse is installed (make clickhouse), it also starts one on
-loopback under --dir, fresh each start, and runs the audit tailers into it:
-operators read the history with bin/lockctl audit. When MinIO is built too
-(make minio), it starts one and archives the history there daily
-(docs/audit.md), its credentials in --dir/minio/credentials. --no-audit
-leaves both out.`,
+When ClickHouse is installed, it also starts one on loopback under --dir,
+fresh each start, and runs the audit tailers into it: operators read the
+history with bin/lockctl audit. When MinIO is built too, it starts one and
+archives the history there daily (docs/audit.md), its credentials in
+--dir/minio/credentials. make audit-deps installs ClickHouse and builds
+MinIO. --no-audit leaves both out.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -174,6 +174,10 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 	return nil
 }
 
+// auditDepsHint names the one make target that gets both of audit's
+// dependencies, whichever is missing.
+const auditDepsHint = "run make audit-deps (installs ClickHouse, builds MinIO)"
+
 // devAuditDatabase is the embedded default's ClickHouse database.
 const devAuditDatabase = "lockplane"
 
@@ -184,7 +188,7 @@ const devAuditDatabase = "lockplane"
 // when it does not start, the server is nil and off says why.
 func startAuditStore(ctx context.Context, dir string) (_ *chserver.Server, writer, reader *chstore.Store, off string) {
 	if !chserver.Installed() {
-		return nil, nil, nil, "ClickHouse is not installed; run make clickhouse"
+		return nil, nil, nil, "ClickHouse is not installed; " + auditDepsHint
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, nil, nil, err.Error()
@@ -224,7 +228,7 @@ func startArchive(ctx context.Context, dir string, reader *chstore.Store, log *s
 	}
 	bin := filepath.Join(filepath.Dir(self), "minio")
 	if _, err := os.Stat(bin); err != nil {
-		return nil, nil, "MinIO is not built; run make minio"
+		return nil, nil, "MinIO is not built; " + auditDepsHint
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, nil, err.Error()

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
@@ -24,6 +25,9 @@ type request struct {
 	// mapVersion is the shard map version the Router homed the key under;
 	// a grant commits only on a cluster serving that version. 0: no map.
 	mapVersion int64
+	// waitingSince is when an Acquire found the key held and began to
+	// wait (zero: it has not waited); its grant records the wait.
+	waitingSince time.Time
 }
 
 // on is r as served by the named cluster, under shard map version

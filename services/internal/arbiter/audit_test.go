@@ -2,15 +2,20 @@ package arbiter_test
 
 import (
 	"context"
+	"io"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/audittest"
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/epoch"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The log says how every hold ended, with nothing written beside it: the
@@ -105,6 +110,15 @@ func TestTheLogTellsHowEveryHoldEnded(t *testing.T) {
 	if handed.PrevSession != sa.ID() || handed.Session != sb.ID() || handed.PrevIdentity == handed.Identity {
 		t.Errorf("handoff %+v: want from session %d to %d, across identities", handed, sa.ID(), sb.ID())
 	}
+	// The handoff's waiter waited; the grants of free keys did not.
+	if handed.WaitedMs < 1 {
+		t.Errorf("handoff %+v: want the wait its hold record carries", handed)
+	}
+	for _, key := range []string{"team-a/audit/released", "team-a/audit/handed", "team-a/audit/expired"} {
+		if g := audittest.Of(evs, key)[0]; g.WaitedMs != 0 {
+			t.Errorf("grant %+v of a free key: want no wait", g)
+		}
+	}
 	expired := audittest.Of(evs, "team-a/audit/expired")[1]
 	if expired.Instance != "gone" || expired.Class != devenvtest.Fast.Name || expired.Namespace != "team-a" || expired.Session != s.GetSessionId() {
 		t.Errorf("expiry %+v: want the holder's instance, class, namespace and session", expired)
@@ -113,5 +127,122 @@ func TestTheLogTellsHowEveryHoldEnded(t *testing.T) {
 		if e.ClusterID == "" || e.Epoch == 0 || e.Revision == 0 {
 			t.Errorf("event %+v lacks its cluster ID, epoch or revision", e)
 		}
+	}
+}
+
+// An epoch advance through the Admin API with a hold open, and a shard
+// added through it (the map written on coord, the shards stamped and the
+// new one advanced), are told apart by the real tailers of each cluster:
+// the hold ends as an epoch advance, beside the advance's own event, and
+// every map write and stamp is a shard move, never an advance.
+func TestTheLogTellsEpochAdvancesAndShardMoves(t *testing.T) {
+	env := sharded(t, []string{"a", "b"}, []string{"a"})
+	ctx := ctxT(t, 90*time.Second)
+	store := audittest.New()
+	tctx, stop := context.WithCancel(ctx)
+	var tailing sync.WaitGroup
+	for name, cl := range map[string]*clientv3.Client{"coord": env.Etcd, "a": env.ShardEtcd["a"], "b": env.ShardEtcd["b"]} {
+		tailing.Add(1)
+		go func() {
+			defer tailing.Done()
+			audit.Run(tctx, audit.Config{Cluster: name, Etcd: cl, Coord: env.Etcd, Store: store, Name: "t-" + name})
+		}()
+	}
+	t.Cleanup(func() { stop(); tailing.Wait() })
+	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+
+	// A coord-tier hold open across an advance of the coord cluster.
+	const key = "team-a/audit/advanced"
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
+	if _, err := s.TryLock(ctx, key, noFence); err != nil {
+		t.Fatal(err)
+	}
+	st, err := admin.Status(ctx, &adminv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv, err := admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: st.GetEpoch(), Reason: "test: audit"})
+	if err != nil || adv.GetDeletedHolds() != 1 {
+		t.Fatalf("advance: %v (err %v), want the one hold deleted", adv, err)
+	}
+	// Shard b joins the map: map versions 2 (adding) and 3 on coord.
+	before, _, _ := epoch.Read(ctx, env.ShardEtcd["a"])
+	stream, err := admin.AddShard(ctx, &adminv1.AddShardRequest{Shard: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("add shard b: %v", err)
+		}
+	}
+	after, _, _ := epoch.Read(ctx, env.ShardEtcd["a"])
+	if after.Epoch != before.Epoch || after.MapVersion != 3 {
+		t.Fatalf("shard a went from %+v to %+v: want the same epoch stamped with map version 3", before, after)
+	}
+
+	// The last revisions of each cluster as the tailers read them.
+	cluster := func(evs []audit.Event, name string) []audit.Event {
+		var out []audit.Event
+		for _, e := range evs {
+			if e.Cluster == name && e.Key == "" && (e.Kind == audit.EpochAdvance || e.Kind == audit.ShardMove) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	stampedV3 := func(evs []audit.Event) bool {
+		for _, e := range cluster(evs, "a") {
+			if rec, err := epoch.Decode([]byte(e.Detail), 0); err == nil && rec.MapVersion == 3 {
+				return true
+			}
+		}
+		return false
+	}
+	err = store.Await(ctx, func(evs []audit.Event) bool {
+		return len(audittest.Of(evs, key)) == 2 && len(cluster(evs, "coord")) >= 3 && len(cluster(evs, "b")) >= 2 && stampedV3(evs)
+	})
+	evs := store.Events()
+	if err != nil {
+		for _, name := range []string{"coord", "a", "b"} {
+			t.Logf("%s: %v", name, audittest.Kinds(cluster(evs, name)))
+		}
+		t.Fatalf("key %s: %v; want the tailers to have read the advance and the add", key, audittest.Kinds(audittest.Of(evs, key)))
+	}
+	held := audittest.Of(evs, key)
+	if got := audittest.Kinds(held); !slices.Equal(got, []audit.Kind{audit.Grant, audit.EpochAdvance}) {
+		t.Fatalf("%s: %v, want a grant ended by the epoch advance", key, got)
+	}
+	var advanced *audit.Event
+	for _, e := range cluster(evs, "coord") {
+		if e.Revision == held[1].Revision {
+			advanced = &e
+		}
+	}
+	if advanced == nil || advanced.Kind != audit.EpochAdvance || advanced.Epoch != adv.GetEpoch() || held[1].Session != s.ID() {
+		t.Fatalf("the hold's end %+v: want at the revision of the coord's own epoch advance to %d (%+v), naming the session",
+			held[1], adv.GetEpoch(), advanced)
+	}
+	// coord: the advance, then the two map writes (adding b, then with b).
+	coord := cluster(evs, "coord")
+	if got := audittest.Kinds(coord[len(coord)-3:]); !slices.Equal(got, []audit.Kind{audit.EpochAdvance, audit.ShardMove, audit.ShardMove}) {
+		t.Errorf("coord: %v, want the advance then two shard moves", audittest.Kinds(coord))
+	}
+	// a: stamped with versions 2 and 3, its epoch kept: moves, not advances.
+	a := cluster(evs, "a")
+	if got := audittest.Kinds(a[len(a)-2:]); !slices.Equal(got, []audit.Kind{audit.ShardMove, audit.ShardMove}) {
+		t.Errorf("shard a: %v, want its last two writes (the stamps) shard moves", audittest.Kinds(a))
+	}
+	for _, e := range a[len(a)-2:] {
+		if e.Epoch != before.Epoch {
+			t.Errorf("shard a's stamp %+v: want its epoch %d", e, before.Epoch)
+		}
+	}
+	// b: advanced above every source to receive ranges, then stamped.
+	b := cluster(evs, "b")
+	if got := audittest.Kinds(b[len(b)-2:]); !slices.Equal(got, []audit.Kind{audit.EpochAdvance, audit.ShardMove}) {
+		t.Errorf("shard b: %v, want an advance then a shard move last", audittest.Kinds(b))
 	}
 }

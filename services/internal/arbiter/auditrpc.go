@@ -193,7 +193,8 @@ func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*
 		for _, c := range rows {
 			out.Contention = append(out.Contention, &adminv1.ContentionRow{Namespace: c.Namespace, Class: c.Class,
 				Grants: c.Grants, Handoffs: c.Handoffs, Releases: c.Releases, Expiries: c.Expiries,
-				Holds: c.Holds, HoldP50Ms: c.HoldP50ms, HoldP99Ms: c.HoldP99ms, HoldMaxMs: c.HoldMaxms})
+				Holds: c.Holds, HoldP50Ms: c.HoldP50ms, HoldP99Ms: c.HoldP99ms, HoldMaxMs: c.HoldMaxms,
+				Waits: c.Waits, WaitP50Ms: c.WaitP50ms, WaitP99Ms: c.WaitP99ms})
 		}
 	case "cost":
 		rows, err := r.Cost(ctx, since)
@@ -201,7 +202,8 @@ func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*
 			return nil, s.auditFailure(err)
 		}
 		for _, c := range rows {
-			out.Cost = append(out.Cost, &adminv1.CostRow{Identity: c.Identity, Sessions: c.Sessions, Holds: c.Holds, Writes: c.Writes})
+			out.Cost = append(out.Cost, &adminv1.CostRow{Identity: c.Identity, Sessions: c.Sessions, Holds: c.Holds, Writes: c.Writes,
+				KeepalivesEstimated: c.KeepalivesEstimated})
 		}
 	default:
 		return nil, invalidArgument("kind", "must be register, contention or cost")

@@ -70,6 +70,10 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 		if !wait {
 			return grant{}, c.err
 		}
+		if r.waitingSince.IsZero() {
+			// The first refusal starts the wait its grant records.
+			r.waitingSince = time.Now()
+		}
 		p := placeIn(c.resp, r.key, session, mine)
 		if mine == 0 || p.lost {
 			if mine, err = a.enqueue(wctx, r, session); err != nil {

@@ -158,6 +158,9 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 			return g, err
 		}
 	}
+	// The wait starts here; its grant (a handoff, which carries r, or its
+	// own attempt) records how long it lasted.
+	r.waitingSince = time.Now()
 	g, err := a.wait(wctx, r, session, rev)
 	if err != nil {
 		return grant{}, a.waitEnded(ctx, wctx, r, err)

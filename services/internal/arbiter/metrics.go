@@ -58,6 +58,7 @@ type metrics struct {
 	grants         *prometheus.CounterVec
 	releases       *prometheus.CounterVec
 	sessionsOpened *prometheus.CounterVec
+	renewals       *prometheus.CounterVec
 	renewalsFailed *prometheus.CounterVec
 	attempts       *prometheus.CounterVec
 	waits          *prometheus.CounterVec
@@ -79,6 +80,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		grants:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_grants_total", Help: "Grants made."}, AllowedLabels),
 		releases:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_releases_total", Help: "Holds released by their holder."}, AllowedLabels),
 		sessionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_sessions_opened_total", Help: "Sessions opened."}, AllowedLabels),
+		// By cluster only: a renewal names a session, whose class the
+		// arbiter does not read to renew it.
+		renewals:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_renewals_total", Help: "Keepalives (lease renewals) the cluster confirmed, answered with a TTL."}, []string{"cluster"}),
 		renewalsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_renewals_failed_total", Help: "Keepalives no quorum confirmed."}, []string{"cluster"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_grant_attempts_total",
 			Help: "Grant transactions sent to etcd; attempts per grant is the contention cost."}, AllowedLabels),
@@ -91,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
 		live:     &liveCollector{},
 	}
-	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
+	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue
@@ -128,6 +132,8 @@ func (m *metrics) waited(l labels) { m.waits.WithLabelValues(l.values()...).Inc(
 func (m *metrics) released(l labels) { m.releases.WithLabelValues(l.values()...).Inc() }
 
 func (m *metrics) sessionOpened(l labels) { m.sessionsOpened.WithLabelValues(l.values()...).Inc() }
+
+func (m *metrics) renewed(cluster string) { m.renewals.WithLabelValues(cluster).Inc() }
 
 func (m *metrics) renewalFailed(cluster string) { m.renewalsFailed.WithLabelValues(cluster).Inc() }
 

@@ -10,16 +10,21 @@ import (
 )
 
 // holdRecord is the value of a hold key: who holds it, on which session, in
-// which class, since when. Never the token: the token is the revision of
-// the hold's last write (only grants write holds: a plain grant creates the
-// key, a handoff overwrites it with the next holder's), so it need not be
-// stored.
+// which class, since when, and how long its request waited for it. Never
+// the token: the token is the revision of the hold's last write (only
+// grants write holds: a plain grant creates the key, a handoff overwrites
+// it with the next holder's), so it need not be stored.
 type holdRecord struct {
 	Identity string    `json:"identity"`
 	Instance string    `json:"instance,omitempty"`
 	Session  int64     `json:"session"`
 	Class    string    `json:"class"`
 	Since    time.Time `json:"since"`
+	// WaitedMs is how long the request waited before this grant, in ms,
+	// at least 1; absent when it did not wait (and in records written
+	// before waits were recorded). It rides in the grant's own write, so
+	// audit sees waits without a second write (services/audit).
+	WaitedMs int64 `json:"waited_ms,omitempty"`
 }
 
 // sessionRecord is the value of a session key, on the session's lease.
@@ -40,7 +45,12 @@ func (r sessionRecord) encode() string {
 }
 
 func holdFor(r request, session int64) holdRecord {
-	return holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
+	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
+	if !r.waitingSince.IsZero() {
+		// Monotonic, and at least 1 ms: 0 would read as no wait.
+		h.WaitedMs = max(time.Since(r.waitingSince).Milliseconds(), 1)
+	}
+	return h
 }
 
 func (h holdRecord) encode() string {

@@ -201,6 +201,7 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	if a.observeHeader(ka.ResponseHeader) {
 		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
 	}
+	a.metrics.renewed(a.cfg.Cluster)
 	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ka.TTL)), Ended: a.forced.of(session)}
 }
 

@@ -1195,10 +1195,15 @@ type ContentionRow struct {
 	Releases int64 `protobuf:"varint,5,opt,name=releases,proto3" json:"releases,omitempty"`
 	Expiries int64 `protobuf:"varint,6,opt,name=expiries,proto3" json:"expiries,omitempty"`
 	// Holds that ended in the window, and how long they were held.
-	Holds         int64 `protobuf:"varint,7,opt,name=holds,proto3" json:"holds,omitempty"`
-	HoldP50Ms     int64 `protobuf:"varint,8,opt,name=hold_p50_ms,json=holdP50Ms,proto3" json:"hold_p50_ms,omitempty"`
-	HoldP99Ms     int64 `protobuf:"varint,9,opt,name=hold_p99_ms,json=holdP99Ms,proto3" json:"hold_p99_ms,omitempty"`
-	HoldMaxMs     int64 `protobuf:"varint,10,opt,name=hold_max_ms,json=holdMaxMs,proto3" json:"hold_max_ms,omitempty"`
+	Holds     int64 `protobuf:"varint,7,opt,name=holds,proto3" json:"holds,omitempty"`
+	HoldP50Ms int64 `protobuf:"varint,8,opt,name=hold_p50_ms,json=holdP50Ms,proto3" json:"hold_p50_ms,omitempty"`
+	HoldP99Ms int64 `protobuf:"varint,9,opt,name=hold_p99_ms,json=holdP99Ms,proto3" json:"hold_p99_ms,omitempty"`
+	HoldMaxMs int64 `protobuf:"varint,10,opt,name=hold_max_ms,json=holdMaxMs,proto3" json:"hold_max_ms,omitempty"`
+	// Holds (grants and handoffs) whose request waited for the key, and how
+	// long it waited: the hold record's waited_ms, written by the grant.
+	Waits         int64 `protobuf:"varint,11,opt,name=waits,proto3" json:"waits,omitempty"`
+	WaitP50Ms     int64 `protobuf:"varint,12,opt,name=wait_p50_ms,json=waitP50Ms,proto3" json:"wait_p50_ms,omitempty"`
+	WaitP99Ms     int64 `protobuf:"varint,13,opt,name=wait_p99_ms,json=waitP99Ms,proto3" json:"wait_p99_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1303,16 +1308,44 @@ func (x *ContentionRow) GetHoldMaxMs() int64 {
 	return 0
 }
 
+func (x *ContentionRow) GetWaits() int64 {
+	if x != nil {
+		return x.Waits
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetWaitP50Ms() int64 {
+	if x != nil {
+		return x.WaitP50Ms
+	}
+	return 0
+}
+
+func (x *ContentionRow) GetWaitP99Ms() int64 {
+	if x != nil {
+		return x.WaitP99Ms
+	}
+	return 0
+}
+
 type CostRow struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Sessions int64                  `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	Holds    int64                  `protobuf:"varint,3,opt,name=holds,proto3" json:"holds,omitempty"`
-	// Revisions its locks wrote. Keepalives write none: the arbiter's
-	// lockplane_renewals_total counts them.
-	Writes        int64 `protobuf:"varint,4,opt,name=writes,proto3" json:"writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Revisions its locks wrote. Keepalives write none: see
+	// keepalives_estimated.
+	Writes int64 `protobuf:"varint,4,opt,name=writes,proto3" json:"writes,omitempty"`
+	// Keepalives ESTIMATED, not counted, from the lifetimes in the log of
+	// the sessions it opened in the window: each lease renewed as the client
+	// library does, at once and then every TTL/3, to its close, to a TTL
+	// before its expiry, or to now while open. The arbiter's
+	// lockplane_renewals_total counts renewals, per cluster, without
+	// identities.
+	KeepalivesEstimated int64 `protobuf:"varint,5,opt,name=keepalives_estimated,json=keepalivesEstimated,proto3" json:"keepalives_estimated,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CostRow) Reset() {
@@ -1369,6 +1402,13 @@ func (x *CostRow) GetHolds() int64 {
 func (x *CostRow) GetWrites() int64 {
 	if x != nil {
 		return x.Writes
+	}
+	return 0
+}
+
+func (x *CostRow) GetKeepalivesEstimated() int64 {
+	if x != nil {
+		return x.KeepalivesEstimated
 	}
 	return 0
 }
@@ -2660,7 +2700,7 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"risk_owner\x18\x05 \x01(\tR\triskOwner\x12A\n" +
 	"\x0ewaiver_expires\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rwaiverExpires\x12\x16\n" +
-	"\x06grants\x18\a \x01(\x03R\x06grants\"\xa5\x02\n" +
+	"\x06grants\x18\a \x01(\x03R\x06grants\"\xfb\x02\n" +
 	"\rContentionRow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05class\x18\x02 \x01(\tR\x05class\x12\x16\n" +
@@ -2672,12 +2712,16 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\vhold_p50_ms\x18\b \x01(\x03R\tholdP50Ms\x12\x1e\n" +
 	"\vhold_p99_ms\x18\t \x01(\x03R\tholdP99Ms\x12\x1e\n" +
 	"\vhold_max_ms\x18\n" +
-	" \x01(\x03R\tholdMaxMs\"o\n" +
+	" \x01(\x03R\tholdMaxMs\x12\x14\n" +
+	"\x05waits\x18\v \x01(\x03R\x05waits\x12\x1e\n" +
+	"\vwait_p50_ms\x18\f \x01(\x03R\twaitP50Ms\x12\x1e\n" +
+	"\vwait_p99_ms\x18\r \x01(\x03R\twaitP99Ms\"\xa2\x01\n" +
 	"\aCostRow\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
 	"\bsessions\x18\x02 \x01(\x03R\bsessions\x12\x14\n" +
 	"\x05holds\x18\x03 \x01(\x03R\x05holds\x12\x16\n" +
-	"\x06writes\x18\x04 \x01(\x03R\x06writes\"\xc1\x01\n" +
+	"\x06writes\x18\x04 \x01(\x03R\x06writes\x121\n" +
+	"\x14keepalives_estimated\x18\x05 \x01(\x03R\x13keepalivesEstimated\"\xc1\x01\n" +
 	"\x0eReportResponse\x12;\n" +
 	"\bregister\x18\x01 \x03(\v2\x1f.lockplane.admin.v1.RegisterRowR\bregister\x12A\n" +
 	"\n" +

@@ -68,9 +68,11 @@ type AdminServiceClient interface {
 	// operators may call it.
 	AddShard(ctx context.Context, in *AddShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AddShardResponse], error)
 	// Audit reads the history of holds from the audit store: every event of
-	// one key, one identity, or one namespace (and class), oldest first.
-	// Only operators may call it; FAILED_PRECONDITION when the arbiter has
-	// no audit store.
+	// one key, one identity, or one namespace (and class), oldest first. A
+	// key's or namespace's answer also has the cluster events (gaps, epoch
+	// advances, shard moves: no key) of the clusters its events are on, so
+	// a gap in its history shows. Only operators may call it;
+	// FAILED_PRECONDITION when the arbiter has no audit store.
 	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error)
 	// AuditExpiries reports the holds that ended by lease expiry rather than
 	// release, per namespace and class, and the latest of them: holders that
@@ -290,9 +292,11 @@ type AdminServiceServer interface {
 	// operators may call it.
 	AddShard(*AddShardRequest, grpc.ServerStreamingServer[AddShardResponse]) error
 	// Audit reads the history of holds from the audit store: every event of
-	// one key, one identity, or one namespace (and class), oldest first.
-	// Only operators may call it; FAILED_PRECONDITION when the arbiter has
-	// no audit store.
+	// one key, one identity, or one namespace (and class), oldest first. A
+	// key's or namespace's answer also has the cluster events (gaps, epoch
+	// advances, shard moves: no key) of the clusters its events are on, so
+	// a gap in its history shows. Only operators may call it;
+	// FAILED_PRECONDITION when the arbiter has no audit store.
 	Audit(context.Context, *AuditRequest) (*AuditResponse, error)
 	// AuditExpiries reports the holds that ended by lease expiry rather than
 	// release, per namespace and class, and the latest of them: holders that
