@@ -63,9 +63,13 @@ type Options struct {
 	Listen, MetricsListen string
 	// Classes overrides the class registry (tests use short TTLs).
 	Classes class.Registry
-	// Authorizer overrides who may lock what (every workload of the trust
-	// domain may lock any key when nil).
+	// Authorizer decides who may lock what. One of it and
+	// AllowAnyWorkload is required, as for the arbiter (Config.Authorizer).
 	Authorizer arbiter.Authorizer
+	// AllowAnyWorkload lets every workload of the trust domain lock every
+	// key, logged and exported as lockplane_authorization_open: `lockplane
+	// dev`, the benchmarks and tests that test no policy say so.
+	AllowAnyWorkload bool
 	// OpTimeout overrides the arbiter's bound on each etcd call.
 	OpTimeout time.Duration
 	// PollInterval overrides a waiter's fallback poll period.
@@ -296,7 +300,7 @@ func (e *Env) StartArbiter() error {
 		Etcd: etcd, AdminEtcd: adminEtcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
-		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL,
+		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL, AllowAnyWorkload: e.opts.AllowAnyWorkload,
 		// The embedded default without operator sign-in keeps the direct
 		// advance: tests and a trial restore must be able to unseal.
 		OnePersonEpochAdvance: e.opts.Operators == nil,

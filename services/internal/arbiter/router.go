@@ -137,7 +137,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		return nil, err
 	}
 	cfg.Config = base
-	m, err := newMetrics(cfg.Metrics)
+	m, err := starting(cfg.Config)
 	if err != nil {
 		return nil, err
 	}

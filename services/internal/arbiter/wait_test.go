@@ -110,7 +110,7 @@ func secondArbiter(t *testing.T, env *devenv.Env, poll time.Duration) *peer {
 		t.Fatal(err)
 	}
 	a, err := arbiter.New(arbiter.Config{
-		Etcd: cli, Cluster: "embedded", Self: self, Classes: class.NewStatic(devenvtest.Fast),
+		Etcd: cli, Cluster: "embedded", Self: self, Classes: class.NewStatic(devenvtest.Fast), AllowAnyWorkload: true,
 		IsOperator:   arbiter.OperatorPathPrefix(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), "/operator/"),
 		OpTimeout:    time.Second,
 		PollInterval: poll,
