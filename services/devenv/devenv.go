@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
@@ -31,6 +30,7 @@ import (
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
+	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
