@@ -121,10 +121,13 @@ gate-short: $(BIN)/gate
 gate: $(BIN)/gate
 	$(BIN)/gate -count $(COUNT) -seed $(SEED) -etcd $(BIN)/etcd -arbiter $(BIN)/arbiter -artifacts artifacts/gate
 
-# Fails on any tracked compiled executable (ELF): build outputs are never
-# committed; a fresh machine builds them.
+# Fails on any tracked compiled executable: build outputs are never
+# committed; a fresh machine builds them. An executable is told by its
+# first bytes: ELF, Mach-O (either byte order, 32 or 64 bit, universal)
+# and PE ("MZ").
 hygiene:
-	@bad=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] && [ "$$(head -c4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] && echo "$$f"; done' sh); \
+	@bad=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] || continue; \
+		case "$$(head -c4 "$$f" | od -An -tx1 | tr -d " \n")" in 7f454c46|cffaedfe|cefaedfe|feedfacf|feedface|cafebabe|4d5a*) echo "$$f";; esac; done' sh); \
 	if [ -n "$$bad" ]; then echo "tracked executables (remove them; build outputs are ignored):"; echo "$$bad"; exit 1; fi
 
 clean:

@@ -73,7 +73,8 @@ func main() {
 		log.Fatal(err)
 	}
 	defer ch.Stop()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: filepath.Join(dir, "dev")})
+	// Open authorisation: the benchmark measures the audit path, not a policy.
+	env, err := devenv.Start(ctx, devenv.Options{Dir: filepath.Join(dir, "dev"), AllowAnyWorkload: true})
 	if err != nil {
 		log.Fatal(err)
 	}

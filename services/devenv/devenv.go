@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
@@ -31,6 +30,7 @@ import (
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
+	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,9 +63,13 @@ type Options struct {
 	Listen, MetricsListen string
 	// Classes overrides the class registry (tests use short TTLs).
 	Classes class.Registry
-	// Authorizer overrides who may lock what (every workload of the trust
-	// domain may lock any key when nil).
+	// Authorizer decides who may lock what. One of it and
+	// AllowAnyWorkload is required, as for the arbiter (Config.Authorizer).
 	Authorizer arbiter.Authorizer
+	// AllowAnyWorkload lets every workload of the trust domain lock every
+	// key, logged and exported as lockplane_authorization_open: `lockplane
+	// dev`, the benchmarks and tests that test no policy say so.
+	AllowAnyWorkload bool
 	// OpTimeout overrides the arbiter's bound on each etcd call.
 	OpTimeout time.Duration
 	// PollInterval overrides a waiter's fallback poll period.
@@ -138,7 +142,9 @@ type Env struct {
 	Cluster *etcdembed.Cluster
 	// Etcd is the coord cluster as etcd's root user, for tests and the
 	// bootstrap; the services never use it.
-	Etcd        *clientv3.Client
+	Etcd *clientv3.Client
+	// Arbiter serves the lock service when no Router does; nil behind a
+	// Router, whose arbiters are its own.
 	Arbiter     *arbiter.Arbiter
 	Addr        string
 	MetricsAddr string
@@ -148,8 +154,8 @@ type Env struct {
 	// AuditRegistry has the audit tailers' series (Options.Audit), which
 	// outlive an arbiter's restart; /metrics serves both registries.
 	AuditRegistry *prometheus.Registry
-	// Router serves the lock service when Options.Shards is set; Arbiter is
-	// then its coord cluster's arbiter.
+	// Router serves the lock service when Options.Shards or Options.Homes
+	// is set; nil otherwise.
 	Router *arbiter.Router
 	// ShardClusters and ShardEtcd (as root) are the entity shards by name.
 	ShardClusters map[string]*etcdembed.Cluster
@@ -161,9 +167,11 @@ type Env struct {
 	// path's, the Admin API's and the tailers' etcd users.
 	lockPath, adminPath, tailerPath signedIn
 
-	opts    Options
-	cancel  context.CancelFunc
-	server  *grpc.Server
+	opts   Options
+	cancel context.CancelFunc
+	server *grpc.Server
+	// served is what server serves: the Arbiter or the Router.
+	served  server
 	metrics *http.Server
 	lis     net.Listener
 	// stopAudit stops the tailers and returns once they have ended.
@@ -296,7 +304,7 @@ func (e *Env) StartArbiter() error {
 		Etcd: etcd, AdminEtcd: adminEtcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
 		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
-		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL,
+		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL, AllowAnyWorkload: e.opts.AllowAnyWorkload,
 		// The embedded default without operator sign-in keeps the direct
 		// advance: tests and a trial restore must be able to unseal.
 		OnePersonEpochAdvance: e.opts.Operators == nil,
@@ -318,15 +326,14 @@ func (e *Env) StartArbiter() error {
 		if err != nil {
 			return err
 		}
-		e.Router, srv = ro, routed{ro}
+		e.Router, srv = ro, ro
 	} else {
 		a, err := arbiter.New(cfg)
 		if err != nil {
 			return err
 		}
-		srv = plain{a}
+		e.Arbiter, srv = a, a
 	}
-	a := srv.coordArbiter()
 	creds, err := identity.ServerCredentials(src)
 	if err != nil {
 		return err
@@ -343,7 +350,7 @@ func (e *Env) StartArbiter() error {
 		return fmt.Errorf("devenv: arbiter listen %s: %w", listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel, e.lis, e.Arbiter, e.Addr = cancel, lis, a, lis.Addr().String()
+	e.cancel, e.lis, e.Addr = cancel, lis, lis.Addr().String()
 	go srv.Run(ctx)
 	// A sealed cluster (restored, or its record lost) is its state, not a
 	// start failure: the arbiter serves, refusing grants, until the advance.
@@ -353,6 +360,7 @@ func (e *Env) StartArbiter() error {
 		return fmt.Errorf("devenv: arbiter not ready: %w", err)
 	}
 	e.server = grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()))
+	e.served = srv
 	srv.Register(e.server)
 	go e.server.Serve(lis)
 	if e.metrics == nil {
@@ -385,11 +393,7 @@ func (e *Env) StopArbiter() {
 	if e.server == nil {
 		return
 	}
-	if e.Router != nil {
-		e.Router.Drain()
-	} else {
-		e.Arbiter.Drain()
-	}
+	e.served.Drain()
 	e.server.Stop()
 	e.cancel()
 	e.server = nil
@@ -430,16 +434,8 @@ type server interface {
 	Ready(context.Context) error
 	Register(*grpc.Server)
 	UnaryInterceptor() grpc.UnaryServerInterceptor
-	coordArbiter() *arbiter.Arbiter
+	Drain()
 }
-
-type plain struct{ *arbiter.Arbiter }
-
-func (p plain) coordArbiter() *arbiter.Arbiter { return p.Arbiter }
-
-type routed struct{ *arbiter.Router }
-
-func (r routed) coordArbiter() *arbiter.Arbiter { return r.Coord() }
 
 // startAudit runs the tailers of Options.Audit until Close.
 func (e *Env) startAudit() {

@@ -21,10 +21,10 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/chstore"
-	"github.com/lockplane/lockplane/services/audit/tailers"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -191,14 +191,6 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	open := 0.0
-	if f.allowAnyWorkload {
-		open = 1
-		log.Warn("authorisation is open: every workload of the trust domain may lock every key (--allow-any-workload); give --policies in production")
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_authorization_open",
-		Help: "1 when the arbiter runs without prefix grants (--allow-any-workload): any workload of the trust domain may lock any key."},
-		func() float64 { return open }))
 	authOff := 0.0
 	if accounts == nil {
 		authOff = 1
@@ -213,6 +205,9 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.
 		Operators: operators, OnePersonEpochAdvance: f.onePersonEpochAdvance,
+		// The library logs open authorisation and exports it as
+		// lockplane_authorization_open.
+		AllowAnyWorkload: f.allowAnyWorkload,
 	}
 	if f.policies != "" {
 		if len(f.classes) > 0 {

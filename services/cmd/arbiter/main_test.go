@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,6 +46,31 @@ func TestAnArbiterWithoutAPolicySetRefusesToStart(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Fatalf("%+v: %v, want it to name %q", tc.f, err, w)
 			}
+		}
+	}
+}
+
+// The same, as an operator meets it: the built binary exits non-zero and
+// its log names both ways to start it.
+func TestTheArbiterBinaryWithoutAPolicySetExitsNamingBothOptions(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "arbiter")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build the arbiter: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stderr strings.Builder
+	c := exec.CommandContext(ctx, bin, "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-without-auth",
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	c.Stderr = &stderr
+	err := c.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("the arbiter without --policies or --allow-any-workload: %v, want a non-zero exit\n%s", err, stderr.String())
+	}
+	for _, w := range []string{"--policies", "--allow-any-workload"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr does not name %s:\n%s", w, stderr.String())
 		}
 	}
 }

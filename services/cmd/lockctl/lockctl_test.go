@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -177,6 +179,41 @@ func TestAcquireContendedInspectAndStatusJSON(t *testing.T) {
 	out, _ = cmd(env, "inspect", "team-a/../x", "-o", "json").Output()
 	if !strings.Contains(string(out), `"INVALID_KEY"`) || !strings.Contains(string(out), `"no-dot-segment"`) {
 		t.Fatalf("bad key: %s", out)
+	}
+}
+
+// inspect names the holder's process (its instance), in text and JSON: a
+// user tells a replica's hold from a leak of their own by it.
+func TestInspectPrintsTheHoldersInstance(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := "team-a/orders/46"
+	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
+	if _, err := s.TryLock(ctx, key, func(*lockclient.Hold) {}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Instance() == "" {
+		t.Fatal("the client drew no instance")
+	}
+	out, err := cmd(env, "inspect", key).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*instance\s+` + regexp.QuoteMeta(s.Instance()) + `$`).Match(out) {
+		t.Fatalf("inspect does not name the holder's instance %s:\n%s", s.Instance(), out)
+	}
+	out, err = cmd(env, "inspect", key, "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var insp struct {
+		Holder struct {
+			Instance string `json:"instance"`
+		} `json:"holder"`
+	}
+	if err := json.Unmarshal(out, &insp); err != nil || insp.Holder.Instance != s.Instance() {
+		t.Fatalf("inspect -o json: %s (%v), want holder instance %s", out, err, s.Instance())
 	}
 }
 

@@ -98,7 +98,9 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 	defer stop()
 	say("lockplane dev: starting a 3-member etcd 3.6 cluster (logs: %s)", filepath.Join(dir, "etcd.log"))
 	start := time.Now()
-	opts := devenv.Options{Dir: dir, Listen: listen, MetricsListen: metrics, Logger: logger, EtcdLogger: etcdLog}
+	// The dev environment is for trying the service: any of its workloads
+	// may lock any key, which the arbiter logs.
+	opts := devenv.Options{Dir: dir, Listen: listen, MetricsListen: metrics, Logger: logger, EtcdLogger: etcdLog, AllowAnyWorkload: true}
 	for i := range shards {
 		opts.Shards = append(opts.Shards, fmt.Sprintf("entity-%d", i))
 	}

@@ -18,9 +18,14 @@ import (
 // timeout allows with room to spare, so expiry tests run in seconds.
 var Fast = class.Class{Name: "fast", TTL: 3 * time.Second, Tier: class.TierCoord}
 
-// Start runs an environment with the default and Fast classes.
+// Start runs an environment with the default and Fast classes. Without
+// an Authorizer it runs open (AllowAnyWorkload): the tests that test
+// authorisation give one.
 func Start(t testing.TB, opts devenv.Options) *devenv.Env {
 	t.Helper()
+	if opts.Authorizer == nil {
+		opts.AllowAnyWorkload = true
+	}
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}

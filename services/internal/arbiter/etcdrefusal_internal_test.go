@@ -42,7 +42,7 @@ func TestAnArbiterEtcdRefusesIsStoreAuthNotNoQuorum(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	a, err := New(Config{Etcd: cli})
+	a, err := New(Config{Etcd: cli, AllowAnyWorkload: true})
 	if err != nil {
 		t.Fatal(err)
 	}

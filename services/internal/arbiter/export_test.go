@@ -36,6 +36,14 @@ type TestHooks = testHooks
 // SetTestHooks installs h on a; nil removes them.
 func (a *Arbiter) SetTestHooks(h *TestHooks) { a.hooks.Store(h) }
 
+// SetTestHooks installs h on every cluster's arbiter of ro; nil removes
+// them.
+func (ro *Router) SetTestHooks(h *TestHooks) {
+	for _, c := range ro.all() {
+		c.(*Arbiter).SetTestHooks(h)
+	}
+}
+
 // ActionKey is the coord cluster's etcd key of a two-person request.
 func ActionKey(id string) string { return actionKey(id) }
 

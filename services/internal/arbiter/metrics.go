@@ -71,7 +71,9 @@ type metrics struct {
 	namespaces namespaces
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics makes the metrics and registers them with reg, if any. open
+// is whether any workload of the trust domain may lock any key.
+func newMetrics(reg prometheus.Registerer, open bool) (*metrics, error) {
 	m := &metrics{
 		grantSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockplane_grant_seconds", Help: "Time from Acquire to grant, including any wait.",
@@ -95,7 +97,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
 		live:     &liveCollector{},
 	}
-	cs := []prometheus.Collector{m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
+	authOpen := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_authorization_open",
+		Help: "1 when the arbiter runs without an authorizer (--allow-any-workload): any workload of the trust domain may lock any key."})
+	if open {
+		authOpen.Set(1)
+	}
+	cs := []prometheus.Collector{authOpen, m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue

@@ -137,7 +137,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		return nil, err
 	}
 	cfg.Config = base
-	m, err := newMetrics(cfg.Metrics)
+	m, err := starting(cfg.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -162,18 +162,6 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	ro.admin = newAdminServer(coord, arbiters, table)
 	return ro, nil
-}
-
-// Coord is the coord cluster's arbiter (admin RPCs, epoch, health).
-func (ro *Router) Coord() *Arbiter {
-	a, _ := ro.coord.(*Arbiter)
-	return a
-}
-
-// Shard is the named entity shard's arbiter, or nil.
-func (ro *Router) Shard(name string) *Arbiter {
-	a, _ := ro.shards[name].(*Arbiter)
-	return a
 }
 
 // Register adds the routed lock service and the coord cluster's admin,
@@ -325,10 +313,51 @@ func (ro *Router) acquire(ctx context.Context, r request, req *lockv1.AcquireReq
 	sreq.SessionId = lease
 	resp, err := c.acquireAdmitted(ctx, rr, sreq)
 	if err != nil {
-		return nil, err
+		return nil, ro.leakedAsSession(ctx, rr, req, shard, err)
 	}
 	resp.SessionId = req.GetSessionId()
 	return resp, nil
+}
+
+// leakedAsSession is a shard's answer err as the caller knows its
+// sessions: a shard's LEAKED names the holding session's lease there,
+// which the client cannot match to the session it holds the key with
+// (and, for an ended session, would not treat as contention), so it names
+// the session that lease belongs to, as Inspect does.
+func (ro *Router) leakedAsSession(ctx context.Context, r request, req *lockv1.AcquireRequest, shard string, err error) error {
+	why, meta := reason.Info(err)
+	if why != lockv1.ErrorReason_LEAKED {
+		return err
+	}
+	lease, perr := strconv.ParseInt(meta["holder_session"], 10, 64)
+	if perr != nil {
+		return err
+	}
+	session, found, lerr := ro.sessionOfLease(ctx, shard, lease)
+	if lerr != nil {
+		return lerr
+	}
+	if !found {
+		return err
+	}
+	r.instance = req.GetInstance()
+	return leaked(r, session)
+}
+
+// sessionOfLease is the coord session whose lease on shard is lease, as
+// its record on the coord cluster says; found is false without a record.
+func (ro *Router) sessionOfLease(ctx context.Context, shard string, lease int64) (session int64, found bool, _ error) {
+	octx, cancel := ro.opCtx(ctx)
+	defer cancel()
+	owner, err := ro.coordEtcd.Get(octx, lockkey.ShardLeaseOwner(shard, lease))
+	if err != nil {
+		return 0, false, ro.etcdFailure(ctx, err)
+	}
+	if len(owner.Kvs) == 0 {
+		return 0, false, nil
+	}
+	session, err = strconv.ParseInt(string(owner.Kvs[0].Value), 10, 64)
+	return session, err == nil, nil
 }
 
 // Release implements lockv1.LockServiceServer. On a shard it releases
@@ -378,15 +407,12 @@ func (ro *Router) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	if err != nil || shard == "" || resp.GetHolder() == nil {
 		return resp, err
 	}
-	octx, cancel := ro.opCtx(ctx)
-	defer cancel()
-	owner, err := ro.coordEtcd.Get(octx, lockkey.ShardLeaseOwner(shard, resp.GetHolder().GetSessionId()))
+	session, found, err := ro.sessionOfLease(ctx, shard, resp.GetHolder().GetSessionId())
 	if err != nil {
-		return nil, ro.etcdFailure(ctx, err)
+		return nil, err
 	}
-	if len(owner.Kvs) > 0 {
-		s, _ := strconv.ParseInt(string(owner.Kvs[0].Value), 10, 64)
-		resp.Holder.SessionId = s
+	if found {
+		resp.Holder.SessionId = session
 	}
 	return resp, nil
 }

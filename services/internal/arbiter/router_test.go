@@ -128,6 +128,78 @@ func TestASessionAcrossShardsIsRenewedAndClosedEverywhere(t *testing.T) {
 	}
 }
 
+// Behind a Router, on the entity tier, replicas contend and a leak is
+// named as on the coord cluster: two clients of one identity (two
+// instances) get CONTENDED and queue; a second session of the process
+// that holds the key is LEAKED, naming the session the process knows, not
+// its lease on the shard.
+func TestARouterTellsALeakFromAReplicaOnTheEntityTier(t *testing.T) {
+	env := sharded(t, []string{"a"}, nil)
+	ctx := ctxT(t, time.Minute)
+	const key = "team-a/leak-entity/1"
+
+	// As users meet it: two clients of one identity, one key.
+	s1 := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), entity.Name)
+	s2 := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), entity.Name)
+	h, err := s1.TryLock(ctx, key, noFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on := heldOn(t, ctx, env, key); len(on) != 1 || on[0] != "a" {
+		t.Fatalf("%s is held on %v, want the shard [a]", key, on)
+	}
+	_, err = s2.TryLock(ctx, key, noFence)
+	wantReason(t, err, lockv1.ErrorReason_CONTENDED)
+	queued := queuedOn(t, env)
+	waited := make(chan error, 1)
+	go func() {
+		h2, err := s2.Lock(ctx, key, noFence)
+		if err == nil {
+			err = h2.Release(ctx)
+		}
+		waited <- err
+	}()
+	awaitQueued(t, ctx, queued, key)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the same identity's other client, queued: %v", err)
+	}
+
+	// As the service tells them apart: by the instance of each session.
+	api := raw(devenvtest.Client(t, env, "demo"))
+	open := func(instance string) int64 {
+		t.Helper()
+		r, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Class: entity.Name, Instance: instance})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetSessionId()
+	}
+	try := func(session int64, instance string) error {
+		_, err := api.Acquire(ctx, &lockv1.AcquireRequest{Key: key, Class: entity.Name, SessionId: session, Instance: instance})
+		return err
+	}
+	holder := open("p1")
+	if err := try(holder, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	in, err := api.Inspect(ctx, &lockv1.InspectRequest{Key: key, Class: entity.Name})
+	if err != nil || in.GetHolder().GetInstance() != "p1" || in.GetHolder().GetSessionId() != holder {
+		t.Fatalf("inspect: holder %v, %v; want session %d of instance p1", in.GetHolder(), err, holder)
+	}
+	err = try(open("p1"), "p1")
+	wantReason(t, err, lockv1.ErrorReason_LEAKED)
+	if _, meta := reason.Info(err); meta["holder_session"] != fmt.Sprint(holder) {
+		t.Fatalf("LEAKED names holder_session %q, want the holding session %d (not its shard lease): %v", meta["holder_session"], holder, err)
+	}
+	wantReason(t, try(open("p2"), "p2"), lockv1.ErrorReason_CONTENDED)
+	if _, err := api.Release(ctx, &lockv1.ReleaseRequest{Key: key, Class: entity.Name, SessionId: holder, AnyToken: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // staticHomes homes namespaces to regions.
 type staticHomes map[string]string
 

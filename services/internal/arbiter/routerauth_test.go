@@ -42,7 +42,7 @@ func TestARouterInitialisesTheShardMapAsTheAdminUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro, err := arbiter.NewRouter(arbiter.RouterConfig{
-		Config: arbiter.Config{Etcd: as(coordC, etcdauth.Arbiter), AdminEtcd: as(coordC, etcdauth.Admin), Cluster: "coord"},
+		Config: arbiter.Config{Etcd: as(coordC, etcdauth.Arbiter), AdminEtcd: as(coordC, etcdauth.Admin), Cluster: "coord", AllowAnyWorkload: true},
 		Shards: map[string]arbiter.Etcd{"a": as(shardC, etcdauth.Arbiter)}, AdminShards: map[string]arbiter.Etcd{"a": as(shardC, etcdauth.Admin)},
 	})
 	if err != nil {
@@ -65,7 +65,7 @@ func TestARouterInitialisesTheShardMapAsTheAdminUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockOnly, err := arbiter.NewRouter(arbiter.RouterConfig{
-		Config: arbiter.Config{Etcd: as(coordC, etcdauth.Arbiter), Cluster: "coord"},
+		Config: arbiter.Config{Etcd: as(coordC, etcdauth.Arbiter), Cluster: "coord", AllowAnyWorkload: true},
 		Shards: map[string]arbiter.Etcd{"a": as(shardC, etcdauth.Arbiter)},
 	})
 	if err != nil {

@@ -50,8 +50,15 @@ type Config struct {
 	Self spiffeid.ID
 	// Classes resolves lock classes; class.NewStatic() when nil.
 	Classes class.Registry
-	// Authorizer decides who may lock what; AllowTrustDomain when nil.
+	// Authorizer decides who may lock what: a policy set's grants
+	// (policy.Live). Nil is an error unless AllowAnyWorkload is set: an
+	// arbiter must not fail open on authorisation by omission.
 	Authorizer Authorizer
+	// AllowAnyWorkload, with no Authorizer, lets every workload of the
+	// trust domain lock every key (AllowTrustDomain): for trials and tests.
+	// Open authorisation is logged at start and exported as
+	// lockplane_authorization_open.
+	AllowAnyWorkload bool
 	// IsOperator decides who may call the admin RPCs that change state,
 	// and read audit history.
 	IsOperator func(spiffeid.ID) bool
@@ -142,11 +149,27 @@ func New(cfg Config) (*Arbiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Metrics)
+	m, err := starting(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return newArbiter(cfg, collaborators{metrics: m, usage: newUsage()}), nil
+}
+
+// starting is what is done once per server, an Arbiter alone or a Router
+// for all its clusters: its metrics are made and, if authorisation is
+// open, that is logged and exported, so an open arbiter is never silent.
+func starting(cfg Config) (*metrics, error) {
+	_, open := cfg.Authorizer.(AllowTrustDomain)
+	m, err := newMetrics(cfg.Metrics, open)
+	if err != nil {
+		return nil, err
+	}
+	if open {
+		cfg.Logger.Warn("authorisation is open: every workload of the trust domain may lock every key " +
+			"(AllowAnyWorkload, the arbiter's --allow-any-workload); give a policy set (--policies) in production")
+	}
+	return m, nil
 }
 
 // withDefaults checks cfg and fills in the defaults Config documents.
@@ -163,7 +186,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Classes == nil {
 		cfg.Classes = class.NewStatic()
 	}
-	if cfg.Authorizer == nil {
+	switch {
+	case cfg.Authorizer == nil && !cfg.AllowAnyWorkload:
+		return cfg, errors.New("arbiter: Config.Authorizer or Config.AllowAnyWorkload is required: without an Authorizer " +
+			"every workload of the trust domain could lock every key; give a policy set's grants, or set AllowAnyWorkload for a trial")
+	case cfg.Authorizer != nil && cfg.AllowAnyWorkload:
+		return cfg, errors.New("arbiter: Config.Authorizer and Config.AllowAnyWorkload: choose one; the Authorizer decides who may lock what")
+	case cfg.AllowAnyWorkload:
 		cfg.Authorizer = AllowTrustDomain{}
 	}
 	if cfg.IsOperator == nil {

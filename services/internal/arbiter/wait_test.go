@@ -110,7 +110,7 @@ func secondArbiter(t *testing.T, env *devenv.Env, poll time.Duration) *peer {
 		t.Fatal(err)
 	}
 	a, err := arbiter.New(arbiter.Config{
-		Etcd: cli, Cluster: "embedded", Self: self, Classes: class.NewStatic(devenvtest.Fast),
+		Etcd: cli, Cluster: "embedded", Self: self, Classes: class.NewStatic(devenvtest.Fast), AllowAnyWorkload: true,
 		IsOperator:   arbiter.OperatorPathPrefix(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), "/operator/"),
 		OpTimeout:    time.Second,
 		PollInterval: poll,
@@ -161,14 +161,18 @@ func (p *peer) client(t *testing.T, name string) *lockclient.Client {
 }
 
 // queuedOn returns a channel that receives the key of each waiter that
-// joins a queue on env's arbiter from now on: the arbiter's Queued hook,
-// which fires once per waiting Acquire, after its refused attempt.
+// joins a queue on env's arbiter (behind a Router, any cluster's) from now
+// on: the arbiter's Queued hook, which fires once per waiting Acquire,
+// after its refused attempt.
 func queuedOn(t *testing.T, env *devenv.Env) <-chan string {
 	t.Helper()
 	ch := make(chan string, 64)
-	a := env.Arbiter
-	a.SetTestHooks(&arbiter.TestHooks{Queued: func(key string, _ int64) { ch <- key }})
-	t.Cleanup(func() { a.SetTestHooks(nil) })
+	var hooked interface{ SetTestHooks(*arbiter.TestHooks) } = env.Arbiter
+	if env.Router != nil {
+		hooked = env.Router
+	}
+	hooked.SetTestHooks(&arbiter.TestHooks{Queued: func(key string, _ int64) { ch <- key }})
+	t.Cleanup(func() { hooked.SetTestHooks(nil) })
 	return ch
 }
 

@@ -28,7 +28,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
-	"github.com/lockplane/lockplane/services/operator/issuertrust"
+	"github.com/lockplane/lockplane/services/internal/issuertrust"
 )
 
 // Config says which tokens are operators' tokens.
