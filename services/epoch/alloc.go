@@ -73,15 +73,24 @@ type Recorded struct {
 // ReadRecorded reads every allocation record of the coord cluster in one
 // transaction, so the result is one revision's view.
 func ReadRecorded(ctx context.Context, coord clientv3.KV) (Recorded, error) {
+	return ReadRecordedAt(ctx, coord, 0)
+}
+
+// ReadRecordedAt is ReadRecorded as of revision rev (the current one when
+// 0): what a snapshot taken at rev holds.
+func ReadRecordedAt(ctx context.Context, coord clientv3.KV, rev int64) (Recorded, error) {
 	resp, err := coord.Txn(ctx).Then(
-		clientv3.OpGet(AllocKey),
-		clientv3.OpGet(HighestPrefix, clientv3.WithPrefix()),
-		clientv3.OpGet(lockkey.EpochKey),
+		clientv3.OpGet(AllocKey, clientv3.WithRev(rev)),
+		clientv3.OpGet(HighestPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev)),
+		clientv3.OpGet(lockkey.EpochKey, clientv3.WithRev(rev)),
 	).Commit()
 	if err != nil {
 		return Recorded{}, err
 	}
 	r := Recorded{Revision: resp.Header.Revision, ClusterID: FormatID(resp.Header.ClusterId)}
+	if rev > 0 {
+		r.Revision = rev
+	}
 	note := func(e uint32) { r.Highest, r.Initialised = max(r.Highest, e), true }
 	allocFound := false
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {

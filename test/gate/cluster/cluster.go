@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -104,7 +105,13 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 // form starts every member as a new cluster (a new token, so a new cluster
 // ID), waits for a leader and learns the members' IDs.
 func (c *Cluster) form(ctx context.Context) error {
-	token := fmt.Sprintf("gate-%d", time.Now().UnixNano())
+	return c.start(ctx, fmt.Sprintf("gate-%d", time.Now().UnixNano()))
+}
+
+// start starts every member under token (a member whose data directory
+// a restore wrote ignores the initial-cluster flags), waits for a leader
+// and learns the members' IDs.
+func (c *Cluster) start(ctx context.Context, token string) error {
 	for _, m := range c.Members {
 		m.args = []string{
 			"--name", m.Name, "--data-dir", filepath.Join(c.cfg.Dir, m.Name),
@@ -155,6 +162,28 @@ func (c *Cluster) Wipe(ctx context.Context) error {
 	}
 	c.Heal()
 	return c.form(ctx)
+}
+
+// Restore stops every member, removes their data and starts them again
+// from the snapshot at path, as a new cluster (a new token, so a new
+// cluster ID) on the same endpoints: a disaster recovery done behind the
+// clients' backs. Network faults are lifted.
+func (c *Cluster) Restore(ctx context.Context, path string) error {
+	token := fmt.Sprintf("gate-restored-%d", time.Now().UnixNano())
+	rc := restore.Cluster{Snapshot: path, Token: token}
+	for i, m := range c.Members {
+		c.Kill(i)
+		dir := filepath.Join(c.cfg.Dir, m.Name)
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		rc.Members = append(rc.Members, restore.Member{Name: m.Name, DataDir: dir, PeerURL: "http://" + m.peerProxy.Addr()})
+	}
+	c.Heal()
+	if err := rc.All(); err != nil {
+		return err
+	}
+	return c.start(ctx, token)
 }
 
 func (c *Cluster) startProcess(m *Member) error {
