@@ -175,16 +175,3 @@ func (m Manifest) Verify(path string) error {
 	}
 	return nil
 }
-
-// Floor is the highest epoch any of the manifests shows: the least an
-// operator's anchor after a restore of them may name.
-func Floor(ms ...Manifest) uint32 {
-	var f uint32
-	for _, m := range ms {
-		f = max(f, m.HighestAllocated)
-		if m.Epoch != nil {
-			f = max(f, m.Epoch.Epoch)
-		}
-	}
-	return f
-}
