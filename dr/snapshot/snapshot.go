@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnap "go.etcd.io/etcd/client/v3/snapshot"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -98,6 +100,17 @@ func Take(ctx context.Context, src Source, path string) (Manifest, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	// The cluster ID is read first, from the member snapshotted: a
+	// snapshot carries no cluster ID of its own.
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot %s/%s: %w", src.Region, src.Cluster, err)
+	}
+	defer cli.Close()
+	status, err := cli.Status(ctx, cfg.Endpoints[0])
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot %s/%s: status of %s: %w", src.Region, src.Cluster, cfg.Endpoints[0], err)
+	}
 	taken := time.Now().UTC()
 	version, err := clientsnap.SaveWithVersion(ctx, cfg.Logger, cfg, path)
 	if err != nil {
@@ -107,39 +120,42 @@ func Take(ctx context.Context, src Source, path string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot %s/%s: read the file's status: %w", src.Region, src.Cluster, err)
 	}
-	m := Manifest{Format: FormatVersion, Region: src.Region, Cluster: src.Cluster, Endpoint: cfg.Endpoints[0],
-		Revision: st.Revision, TakenAt: taken, EtcdVersion: version}
+	m := Manifest{Format: FormatVersion, Region: src.Region, Cluster: src.Cluster, ClusterID: epoch.FormatID(status.Header.ClusterId),
+		Endpoint: cfg.Endpoints[0], Revision: st.Revision, TakenAt: taken, EtcdVersion: version}
 	if m.Size, m.SHA256, err = Digest(path); err != nil {
 		return Manifest{}, err
 	}
-	if err := describe(ctx, cfg, &m); err != nil {
-		return Manifest{}, fmt.Errorf("snapshot %s/%s: read the records at revision %d: %w", src.Region, src.Cluster, m.Revision, err)
+	if err := describe(path, status.Header.ClusterId, &m); err != nil {
+		return Manifest{}, fmt.Errorf("snapshot %s/%s: %w", src.Region, src.Cluster, err)
 	}
 	return m, nil
 }
 
-// describe reads the cluster ID and the epoch records as of m.Revision,
-// the state the snapshot holds.
-func describe(ctx context.Context, cfg clientv3.Config, m *Manifest) error {
-	cli, err := clientv3.New(cfg)
+// describe reads the epoch records from the snapshot file itself: what a
+// restore of it holds, whatever the live cluster compacted or wrote since.
+func describe(path string, clusterID uint64, m *Manifest) error {
+	kvs, err := ReadKeys(path, func(k string) bool {
+		return k == lockkey.EpochKey || k == epoch.AllocKey || strings.HasPrefix(k, epoch.HighestPrefix)
+	})
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	resp, err := cli.Get(ctx, lockkey.EpochKey, clientv3.WithRev(m.Revision))
-	if err != nil {
-		return err
-	}
-	m.ClusterID = epoch.FormatID(resp.Header.ClusterId)
-	if len(resp.Kvs) > 0 {
-		st, err := epoch.Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	own := kvs[lockkey.EpochKey]
+	if own != nil {
+		st, err := epoch.Decode(own.Value, own.ModRevision)
 		if err != nil {
 			return err
 		}
 		m.Epoch = &st.Record
 	}
 	if m.Cluster == CoordCluster {
-		rec, err := epoch.ReadRecordedAt(ctx, cli, m.Revision)
+		var highest []*mvccpb.KeyValue
+		for k, kv := range kvs {
+			if strings.HasPrefix(k, epoch.HighestPrefix) {
+				highest = append(highest, kv)
+			}
+		}
+		rec, err := epoch.RecordedFrom(clusterID, m.Revision, kvs[epoch.AllocKey], highest, own)
 		if err != nil {
 			return err
 		}

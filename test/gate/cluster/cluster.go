@@ -38,8 +38,9 @@ type Member struct {
 	Name string
 	// ID is the member ID in hex, as etcd's peer traffic names it.
 	ID string
-	// Client is the member's client URL, through its proxy.
-	Client string
+	// Client is the member's client URL, and Peer its advertised peer
+	// URL, both through its proxies.
+	Client, Peer string
 
 	args        []string
 	ports       [2]int // client, peer: where etcd itself listens
@@ -55,7 +56,12 @@ type Cluster struct {
 	mu      sync.Mutex
 	Members []*Member
 	initial []string // --initial-cluster entries
+	token   string   // the running cluster's --initial-cluster-token
 }
+
+// Token is the --initial-cluster-token the cluster was formed or last
+// restored with.
+func (c *Cluster) Token() string { return c.token }
 
 // Start creates the proxies, starts every member and waits until the
 // cluster has a leader.
@@ -88,7 +94,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if m.peerProxy, err = faultproxy.New("127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", ports[i][1])); err != nil {
 			return nil, err
 		}
-		m.Client = "http://" + m.clientProxy.Addr()
+		m.Client, m.Peer = "http://"+m.clientProxy.Addr(), "http://"+m.peerProxy.Addr()
 		initial = append(initial, fmt.Sprintf("%s=http://%s", m.Name, m.peerProxy.Addr()))
 		c.Members = append(c.Members, m)
 	}
@@ -112,11 +118,12 @@ func (c *Cluster) form(ctx context.Context) error {
 // a restore wrote ignores the initial-cluster flags), waits for a leader
 // and learns the members' IDs.
 func (c *Cluster) start(ctx context.Context, token string) error {
+	c.token = token
 	for _, m := range c.Members {
 		m.args = []string{
 			"--name", m.Name, "--data-dir", filepath.Join(c.cfg.Dir, m.Name),
 			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[0]), "--advertise-client-urls", m.Client,
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), "--initial-advertise-peer-urls", "http://" + m.peerProxy.Addr(),
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), "--initial-advertise-peer-urls", m.Peer,
 			"--initial-cluster", strings.Join(c.initial, ","), "--initial-cluster-token", token, "--initial-cluster-state", "new",
 			"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
 			"--log-level", "warn", "--log-outputs", filepath.Join(c.cfg.Dir, m.Name+".log"),
@@ -177,7 +184,7 @@ func (c *Cluster) Restore(ctx context.Context, path string) error {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		rc.Members = append(rc.Members, restore.Member{Name: m.Name, DataDir: dir, PeerURL: "http://" + m.peerProxy.Addr()})
+		rc.Members = append(rc.Members, restore.Member{Name: m.Name, DataDir: dir, PeerURL: m.Peer})
 	}
 	c.Heal()
 	if err := rc.All(); err != nil {
