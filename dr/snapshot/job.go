@@ -45,7 +45,14 @@ type Job struct {
 	// OpTimeout bounds each etcd call and the election lease's; 5 s when
 	// zero. The election's TTL is 10 s.
 	OpTimeout time.Duration
-	Logger    *slog.Logger
+	// StoreTimeout bounds storing one snapshot in the vault; 30 minutes
+	// when zero. A vault that stalls must not hold the election forever.
+	StoreTimeout time.Duration
+	// Resign is how many snapshots in a row may fail before this
+	// instance gives up the election, so another member's host (whose
+	// member may be healthy) takes over; 3 when zero.
+	Resign int
+	Logger *slog.Logger
 	// Taken, when set, is called with each stored snapshot's manifest, or
 	// the error of a failed attempt (metrics, tests).
 	Taken func(Manifest, error)
@@ -58,11 +65,24 @@ type Job struct {
 // retried after a tenth of Every (at least 10 s), never silently skipped:
 // each attempt's outcome reaches Taken and the log.
 func (j Job) Run(ctx context.Context) error {
-	if j.Every <= 0 || j.Store == nil || j.Etcd == nil || j.Dir == "" {
-		return errors.New("snapshot job: every, store, etcd and dir are required")
+	switch {
+	case j.Every <= 0:
+		return errors.New("snapshot job: every: a period above zero is required")
+	case j.Store == nil:
+		return errors.New("snapshot job: store: a vault is required")
+	case j.Etcd == nil:
+		return errors.New("snapshot job: etcd: a client of the cluster is required")
+	case j.Dir == "":
+		return errors.New("snapshot job: dir: a directory for the snapshot file is required")
 	}
 	if j.OpTimeout == 0 {
 		j.OpTimeout = 5 * time.Second
+	}
+	if j.StoreTimeout == 0 {
+		j.StoreTimeout = 30 * time.Minute
+	}
+	if j.Resign == 0 {
+		j.Resign = 3
 	}
 	if j.Logger == nil {
 		j.Logger = slog.New(slog.DiscardHandler)
@@ -74,7 +94,7 @@ func (j Job) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		err := el.Lead(ctx, j.lead)
 		if err != nil && ctx.Err() == nil {
-			j.Logger.Warn("snapshot job: election", "cluster", j.Source.Cluster, "err", err)
+			j.Logger.Warn("snapshot job: stepped down or could not campaign; campaigning again", "cluster", j.Source.Cluster, "err", err)
 			select {
 			case <-ctx.Done():
 			case <-j.After(j.OpTimeout):
@@ -86,12 +106,19 @@ func (j Job) Run(ctx context.Context) error {
 
 // lead is the elected instance's loop.
 func (j Job) lead(ctx context.Context, leader clientv3.Cmp) error {
+	failed := 0
 	for {
 		last, err := j.last(ctx)
 		if err != nil {
 			return err
 		}
 		wait := time.Until(last.Add(j.Every))
+		if wait > j.Every {
+			// A clock ahead (here or where the last one was taken) must
+			// not stop the schedule: wait one period at most.
+			j.Logger.Warn("snapshot job: the last snapshot is recorded in the future; waiting one period", "cluster", j.Source.Cluster, "last", last)
+			wait = j.Every
+		}
 		if wait > 0 {
 			select {
 			case <-ctx.Done():
@@ -107,8 +134,11 @@ func (j Job) lead(ctx context.Context, leader clientv3.Cmp) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if failed++; failed >= j.Resign {
+				return fmt.Errorf("snapshot job: %d snapshots in a row failed; stepping down for another member's host: %w", failed, err)
+			}
 			retry := max(j.Every/10, 10*time.Second)
-			j.Logger.Error("snapshot job: snapshot failed; trying again", "cluster", j.Source.Cluster, "in", retry, "err", err)
+			j.Logger.Error("snapshot job: snapshot failed; trying again", "cluster", j.Source.Cluster, "in", retry, "failed", failed, "err", err)
 			select {
 			case <-ctx.Done():
 				return nil
@@ -116,6 +146,7 @@ func (j Job) lead(ctx context.Context, leader clientv3.Cmp) error {
 			}
 			continue
 		}
+		failed = 0
 		j.Logger.Info("snapshot stored", "cluster", m.Cluster, "revision", m.Revision, "object", m.Object, "bytes", m.Size)
 		if err := j.record(ctx, leader, m.TakenAt); err != nil {
 			return err
@@ -134,7 +165,13 @@ func (j Job) Once(ctx context.Context) (Manifest, error) {
 	if err != nil {
 		return m, err
 	}
-	return j.Store.Put(ctx, m, file)
+	timeout := j.StoreTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Minute
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return j.Store.Put(pctx, m, file)
 }
 
 // last is when the last snapshot was stored, by any instance; the zero
@@ -151,7 +188,8 @@ func (j Job) last(ctx context.Context) (time.Time, error) {
 	}
 	ns, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
 	if err != nil {
-		return time.Time{}, nil // unreadable: snapshot now, and write it again
+		j.Logger.Warn("snapshot job: the schedule record is unreadable; snapshotting now", "cluster", j.Source.Cluster, "value", strconv.Quote(string(resp.Kvs[0].Value)))
+		return time.Time{}, nil
 	}
 	return time.Unix(0, ns), nil
 }

@@ -2,6 +2,7 @@ package vault_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,6 +42,18 @@ func (t *timer) next(tb testing.TB, ctx context.Context, what string) wait {
 	return wait{}
 }
 
+func receive[T any](tb testing.TB, ctx context.Context, ch <-chan T, what string) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		tb.Fatalf("not received: %s", what)
+	}
+	var zero T
+	return zero
+}
+
 // Two instances of the snapshot job on one cluster take one snapshot per
 // period between them: the elected one snapshots at once (none taken
 // yet) and then waits a period; the other waits in the election and,
@@ -73,7 +86,7 @@ func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 	ctxA, stopA := context.WithCancel(ctx)
 	doneA := make(chan struct{})
 	go func() { defer close(doneA); job("member-a", clockA).Run(ctxA) }()
-	first := <-taken
+	first := receive(t, ctx, taken, "member-a's first snapshot")
 	if w := clockA.next(t, ctx, "a period after the first snapshot"); w.d < every-time.Minute {
 		t.Fatalf("after a snapshot the job waits %s, want about %s", w.d, every)
 	}
@@ -93,12 +106,80 @@ func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 	default:
 	}
 	w.fire <- time.Now()
-	second := <-taken
-	ms, err := v.List(ctx, snapshot.CoordCluster)
-	if err != nil {
-		t.Fatal(err)
+	second := receive(t, ctx, taken, "member-b's snapshot once its wait fired")
+	ms, skipped, err := v.List(ctx, snapshot.CoordCluster)
+	if err != nil || len(skipped) > 0 {
+		t.Fatal(err, skipped)
 	}
 	if len(ms) != 2 || ms[0].Object != first.Object || ms[1].Object != second.Object || second.Revision < first.Revision {
 		t.Fatalf("vault holds %+v, want the two snapshots in order", ms)
+	}
+}
+
+// failing is a vault that refuses every snapshot until healed.
+type failing struct {
+	vault.Vault
+	down chan struct{} // closed when healed
+}
+
+func (f *failing) Put(ctx context.Context, m snapshot.Manifest, file string) (snapshot.Manifest, error) {
+	select {
+	case <-f.down:
+		return f.Vault.Put(ctx, m, file)
+	default:
+		return m, errors.New("vault unreachable")
+	}
+}
+
+// A leader whose snapshots keep failing steps down after Resign of them,
+// so another member's host, whose vault path may work, takes over; each
+// failure is reported and retried, never skipped silently.
+func TestALeaderWhoseSnapshotsKeepFailingStepsDown(t *testing.T) {
+	ctx, c, cli := region(t)
+	mio := resourcetest.StartMinIO(t)
+	v := vault.Vault{Client: mio.Client(t), Region: "step-down"}
+	if err := v.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	broken := &failing{Vault: v, down: make(chan struct{})}
+	healthy := &failing{Vault: v, down: make(chan struct{})}
+	close(healthy.down)
+	type outcome struct {
+		who string
+		m   snapshot.Manifest
+		err error
+	}
+	taken := make(chan outcome, 16)
+	job := func(name string, store snapshot.Store, clock *timer) snapshot.Job {
+		return snapshot.Job{
+			Source: snapshot.Source{Region: "step-down", Cluster: snapshot.CoordCluster,
+				Config: clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}},
+			Etcd: cli, Store: store, Name: name, Every: time.Hour, Dir: filepath.Join(t.TempDir(), name), After: clock.After, Resign: 3,
+			Taken: func(m snapshot.Manifest, err error) { taken <- outcome{name, m, err} },
+		}
+	}
+	clockA, clockB := newTimer(), newTimer()
+	go job("member-a", broken, clockA).Run(ctx)
+	if o := receive(t, ctx, taken, "member-a's first attempt"); o.who != "member-a" || o.err == nil {
+		t.Fatalf("first attempt %+v, want member-a's failure", o)
+	}
+	go job("member-b", healthy, clockB).Run(ctx)
+	for i := 2; i <= 3; i++ {
+		w := clockA.next(t, ctx, "member-a's retry")
+		if w.d < 10*time.Second {
+			t.Fatalf("retry after %s, want at least 10 s", w.d)
+		}
+		w.fire <- time.Now()
+		if o := receive(t, ctx, taken, "member-a's retry"); o.who != "member-a" || o.err == nil {
+			t.Fatalf("attempt %d: %+v, want member-a's failure", i, o)
+		}
+	}
+	// Third failure: member-a steps down; member-b, waiting in the
+	// election, is elected and snapshots (none is recorded yet).
+	if o := receive(t, ctx, taken, "member-b's snapshot after member-a stepped down"); o.who != "member-b" || o.err != nil {
+		t.Fatalf("after member-a stepped down: %+v, want member-b's snapshot", o)
+	}
+	if ms, _, err := v.List(ctx, snapshot.CoordCluster); err != nil || len(ms) != 1 {
+		t.Fatalf("vault holds %d snapshots (%v), want member-b's one", len(ms), err)
 	}
 }

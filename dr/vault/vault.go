@@ -16,10 +16,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
 	"github.com/minio/minio-go/v7"
@@ -52,7 +53,24 @@ type Vault struct {
 	Client *minio.Client
 	Region string
 	// KeepDays is how long a snapshot is kept; DefaultKeepDays when 0.
+	// On a versioned bucket an expired snapshot is first hidden behind a
+	// delete marker and its data removed KeepDays later, so data lives up
+	// to twice as long. Expiry is by age alone: alert on the age of the
+	// newest snapshot (a job failing for KeepDays leaves none).
 	KeepDays int
+	// OpTimeout bounds each call that moves no snapshot file (bucket
+	// settings, listing, a manifest); a minute when zero. Put and Fetch
+	// move the file and are bounded by the caller's context.
+	OpTimeout time.Duration
+}
+
+// op is a context for one call that moves no snapshot file.
+func (v Vault) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := v.OpTimeout
+	if d <= 0 {
+		d = time.Minute
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 func (v Vault) bucket() string { return Bucket(v.Region) }
@@ -71,6 +89,8 @@ func (v Vault) Ensure(ctx context.Context) error {
 	if err := v.check(); err != nil {
 		return err
 	}
+	ctx, cancel := v.op(ctx)
+	defer cancel()
 	ok, err := v.Client.BucketExists(ctx, v.bucket())
 	if err != nil {
 		return fmt.Errorf("vault: bucket %s: %w", v.bucket(), err)
@@ -93,6 +113,10 @@ func (v Vault) Ensure(ctx context.Context) error {
 		ID: ExpireRuleID, Status: "Enabled",
 		Expiration:                  lifecycle.Expiration{Days: lifecycle.ExpirationDays(days)},
 		NoncurrentVersionExpiration: lifecycle.NoncurrentVersionExpiration{NoncurrentDays: lifecycle.ExpirationDays(days)},
+	}, {
+		// Delete markers left once their versions are gone would pile up.
+		ID: ExpireRuleID + "-markers", Status: "Enabled",
+		Expiration: lifecycle.Expiration{DeleteMarker: true},
 	}}
 	if err := v.Client.SetBucketLifecycle(ctx, v.bucket(), rules); err != nil {
 		return fmt.Errorf("vault: lifecycle of %s: %w", v.bucket(), err)
@@ -100,10 +124,15 @@ func (v Vault) Ensure(ctx context.Context) error {
 	return nil
 }
 
-// objectName is where a snapshot of m's cluster goes: sortable by time.
+// objectName is where a snapshot of m's cluster goes: sortable by time,
+// and two snapshots of one millisecond and revision (from two members)
+// told apart by their digests.
 func objectName(m snapshot.Manifest) string {
-	return fmt.Sprintf("%s/%s-r%d", m.Cluster, m.TakenAt.UTC().Format("20060102T150405.000Z"), m.Revision)
+	return fmt.Sprintf("%s/%s-r%d-%s", m.Cluster, m.TakenAt.UTC().Format("20060102T150405.000Z"), m.Revision, m.SHA256[:12])
 }
+
+// tailRule is an object name's part after the cluster.
+var tailRule = regexp.MustCompile(`^\d{8}T\d{6}\.\d{3}Z-r\d+-[0-9a-f]{12}$`)
 
 // Put stores the snapshot at file, described by m, and returns m with its
 // object name. The file is checked against m first.
@@ -118,6 +147,9 @@ func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snaps
 		return m, err
 	}
 	if err := m.Verify(file); err != nil {
+		return m, err
+	}
+	if err := check(m); err != nil {
 		return m, err
 	}
 	m.Object = objectName(m) + ".db"
@@ -137,43 +169,52 @@ func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snaps
 }
 
 // List returns the manifests of cluster's snapshots (every cluster's when
-// cluster is ""), oldest first.
-func (v Vault) List(ctx context.Context, cluster string) ([]snapshot.Manifest, error) {
+// cluster is ""), oldest first. A manifest that cannot be read or does
+// not describe its own object is left out and named in skipped, so one
+// bad object (a newer format, a tampered one) hides nothing else.
+func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest, skipped []error, err error) {
 	if err := v.check(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prefix := ""
 	if cluster != "" {
 		if err := CheckName("cluster", cluster); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		prefix = cluster + "/"
 	}
-	var out []snapshot.Manifest
-	for obj := range v.Client.ListObjects(ctx, v.bucket(), minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+	lctx, cancel := v.op(ctx)
+	defer cancel()
+	var names []string
+	for obj := range v.Client.ListObjects(lctx, v.bucket(), minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
-			return nil, fmt.Errorf("vault: list %s: %w", v.bucket(), obj.Err)
+			return nil, nil, fmt.Errorf("vault: list %s: %w", v.bucket(), obj.Err)
 		}
-		if !strings.HasSuffix(obj.Key, ".json") {
+		if strings.HasSuffix(obj.Key, ".json") {
+			names = append(names, obj.Key)
+		}
+	}
+	for _, name := range names {
+		m, err := v.manifest(ctx, name)
+		if err != nil {
+			skipped = append(skipped, err)
 			continue
 		}
-		m, err := v.manifest(ctx, obj.Key)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
+		ms = append(ms, m)
 	}
-	slices.SortFunc(out, func(a, b snapshot.Manifest) int {
+	slices.SortFunc(ms, func(a, b snapshot.Manifest) int {
 		if c := a.TakenAt.Compare(b.TakenAt); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Cluster, b.Cluster)
+		return strings.Compare(a.Object, b.Object)
 	})
-	return out, nil
+	return ms, skipped, nil
 }
 
-// manifest reads and checks one manifest object.
+// manifest reads one manifest object and checks it describes that object.
 func (v Vault) manifest(ctx context.Context, name string) (snapshot.Manifest, error) {
+	ctx, cancel := v.op(ctx)
+	defer cancel()
 	obj, err := v.Client.GetObject(ctx, v.bucket(), name, minio.GetObjectOptions{})
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("vault: get %s: %w", name, err)
@@ -187,18 +228,51 @@ func (v Vault) manifest(ctx context.Context, name string) (snapshot.Manifest, er
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("vault: %s is not a manifest: %w", name, err)
 	}
-	if m.Format != snapshot.FormatVersion || m.Region != v.Region || m.Object != strings.TrimSuffix(name, ".json")+".db" {
-		return snapshot.Manifest{}, fmt.Errorf("vault: %s is not a manifest of this vault (format %d, region %q, object %q)", name, m.Format, m.Region, m.Object)
+	bad := func(field string, got any, want string) error {
+		return fmt.Errorf("vault: manifest %s: %s is %v, want %s", name, field, got, want)
+	}
+	cluster, _, _ := strings.Cut(name, "/")
+	switch {
+	case m.Format != snapshot.FormatVersion:
+		return m, bad("format", m.Format, fmt.Sprint(snapshot.FormatVersion))
+	case m.Region != v.Region:
+		return m, bad("region", strconv.Quote(m.Region), strconv.Quote(v.Region))
+	case m.Cluster != cluster:
+		return m, bad("cluster", strconv.Quote(m.Cluster), fmt.Sprintf("%q, the prefix it is stored under", cluster))
+	case m.Object != strings.TrimSuffix(name, ".json")+".db":
+		return m, bad("object", strconv.Quote(m.Object), "the snapshot beside it, "+strings.TrimSuffix(name, ".json")+".db")
+	}
+	if err := check(m); err != nil {
+		return m, fmt.Errorf("vault: manifest %s: %w", name, err)
 	}
 	return m, nil
 }
 
+// check refuses a manifest with a field no snapshot can have.
+func check(m snapshot.Manifest) error {
+	switch {
+	case m.Revision <= 0:
+		return fmt.Errorf("revision is %d, want above 0", m.Revision)
+	case m.Size <= 0:
+		return fmt.Errorf("size is %d, want above 0", m.Size)
+	case !sha256Rule.MatchString(m.SHA256):
+		return fmt.Errorf("sha256 is %q, want 64 lower-case hex digits", m.SHA256)
+	case m.ClusterID == "":
+		return errors.New("cluster_id is empty, want the etcd cluster ID snapshotted")
+	case m.TakenAt.IsZero():
+		return errors.New("taken_at is empty, want when the snapshot was read")
+	}
+	return nil
+}
+
+var sha256Rule = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
 // ErrNone means the vault holds no snapshot of a cluster.
 var ErrNone = errors.New("vault: no snapshot")
 
-// Latest is the newest snapshot of cluster.
+// Latest is the newest readable snapshot of cluster.
 func (v Vault) Latest(ctx context.Context, cluster string) (snapshot.Manifest, error) {
-	ms, err := v.List(ctx, cluster)
+	ms, _, err := v.List(ctx, cluster)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -215,8 +289,9 @@ func (v Vault) Find(ctx context.Context, name string) (snapshot.Manifest, error)
 		return snapshot.Manifest{}, err
 	}
 	base := strings.TrimSuffix(strings.TrimSuffix(name, ".json"), ".db")
-	if path.Clean(base) != base || strings.HasPrefix(base, "/") || strings.Count(base, "/") != 1 {
-		return snapshot.Manifest{}, fmt.Errorf("vault: %q is not a snapshot name (CLUSTER/TIME-rREVISION)", name)
+	cluster, tail, _ := strings.Cut(base, "/")
+	if CheckName("cluster", cluster) != nil || !tailRule.MatchString(tail) {
+		return snapshot.Manifest{}, fmt.Errorf("vault: %q is not a snapshot name: want CLUSTER/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST, as list shows", name)
 	}
 	return v.manifest(ctx, base+".json")
 }

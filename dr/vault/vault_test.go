@@ -129,7 +129,7 @@ func TestASnapshotInTheVaultRestoresToANewSealedCluster(t *testing.T) {
 	if err := v.Fetch(ctx, latest, fetched); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Restore(ctx, fetched); err != nil {
+	if err := c.Restore(ctx, fetched, nil); err != nil {
 		t.Fatal(err)
 	}
 	rcli, err := c.Client()
@@ -198,7 +198,7 @@ func TestATamperedSnapshotIsRefused(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("a refused fetch left %s behind", out)
 	}
-	if _, err := (vault.Vault{Client: mio.Client(t), Region: "EU_West"}).List(ctx, ""); err == nil || !strings.Contains(err.Error(), "vault region") {
+	if _, _, err := (vault.Vault{Client: mio.Client(t), Region: "EU_West"}).List(ctx, ""); err == nil || !strings.Contains(err.Error(), "vault region") {
 		t.Fatalf("a bad region name: %v", err)
 	}
 	if _, err := v.Find(ctx, "../coord/x"); err == nil {

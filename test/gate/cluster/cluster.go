@@ -159,10 +159,11 @@ func (c *Cluster) start(ctx context.Context, token string) error {
 // Wipe stops every member, removes their data and starts them again as a
 // new, empty cluster with a new cluster ID on the same endpoints: a cluster
 // rebuilt behind its clients' backs. Network faults are lifted (they name
-// the old member IDs).
-func (c *Cluster) Wipe(ctx context.Context) error {
-	for i, m := range c.Members {
-		c.Kill(i)
+// the old member IDs). down, when set, is called once every member is
+// stopped: from then on the old cluster serves nothing.
+func (c *Cluster) Wipe(ctx context.Context, down func()) error {
+	c.stopAll(down)
+	for _, m := range c.Members {
 		if err := os.RemoveAll(filepath.Join(c.cfg.Dir, m.Name)); err != nil {
 			return err
 		}
@@ -174,12 +175,12 @@ func (c *Cluster) Wipe(ctx context.Context) error {
 // Restore stops every member, removes their data and starts them again
 // from the snapshot at path, as a new cluster (a new token, so a new
 // cluster ID) on the same endpoints: a disaster recovery done behind the
-// clients' backs. Network faults are lifted.
-func (c *Cluster) Restore(ctx context.Context, path string) error {
+// clients' backs. Network faults are lifted. down is as Wipe's.
+func (c *Cluster) Restore(ctx context.Context, path string, down func()) error {
 	token := fmt.Sprintf("gate-restored-%d", time.Now().UnixNano())
 	rc := restore.Cluster{Snapshot: path, Token: token}
-	for i, m := range c.Members {
-		c.Kill(i)
+	c.stopAll(down)
+	for _, m := range c.Members {
 		dir := filepath.Join(c.cfg.Dir, m.Name)
 		if err := os.RemoveAll(dir); err != nil {
 			return err
@@ -191,6 +192,16 @@ func (c *Cluster) Restore(ctx context.Context, path string) error {
 		return err
 	}
 	return c.start(ctx, token)
+}
+
+// stopAll kills every member, then calls down if set.
+func (c *Cluster) stopAll(down func()) {
+	for i := range c.Members {
+		c.Kill(i)
+	}
+	if down != nil {
+		down()
+	}
 }
 
 func (c *Cluster) startProcess(m *Member) error {

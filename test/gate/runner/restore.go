@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -40,8 +41,9 @@ func (h *history) restoreShard(ctx context.Context) func() error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := h.sh.clusters[shardFrom].Restore(rctx, h.restore.path)
-	h.sealedFrom = ghistory.Now()
+	// Sealed from the moment the old shard is gone: a grant by the
+	// restored shard before the advance, even during its start, counts.
+	err := h.sh.clusters[shardFrom].Restore(rctx, h.restore.path, func() { h.sealedFrom = ghistory.Now() })
 	return func() error {
 		if err != nil {
 			return fmt.Errorf("restore shard %s: %w", shardFrom, err)
@@ -62,16 +64,30 @@ func (r *restored) errOrNone() error {
 	return r.err
 }
 
-// restoreProves checks that the history could have caught a token
-// regression: some grant on the restored shard, made after the snapshot
-// and before the restore, carried a revision above the snapshot's (a token
-// the restored shard would issue again if it served unsealed).
+// restoreProves checks that the history could have caught what the fault
+// is about: some grant on the restored shard, made after the snapshot and
+// before the restore, carried a revision above the snapshot's (a token
+// the restored shard would issue again if it served unsealed); and some
+// acquire on it was refused SEALED between the restore and the advance
+// (else granted-while-sealed would pass with nothing asked of it).
 func (h *history) restoreProves(ops []ghistory.Op) error {
+	repeatable, refused := false, false
 	for _, op := range ops {
-		if op.Kind == ghistory.Acquire && op.Result == ghistory.OK && op.Return < h.faultAt && h.clusterOf[op.Key] == shardFrom &&
-			token.Token(op.Token).Revision() > h.restore.manifest.Revision {
-			return nil
+		if op.Kind != ghistory.Acquire || h.clusterOf[op.Key] != shardFrom {
+			continue
+		}
+		if op.Result == ghistory.OK && op.Return < h.faultAt && token.Token(op.Token).Revision() > h.restore.manifest.Revision {
+			repeatable = true
+		}
+		if op.Result == ghistory.Refused && op.Reason == "SEALED" && op.Call >= h.sealedFrom && op.Return <= h.sealedTo {
+			refused = true
 		}
 	}
-	return fmt.Errorf("no grant between the snapshot (revision %d) and the restore: the history proves nothing about tokens after it", h.restore.manifest.Revision)
+	switch {
+	case !repeatable:
+		return fmt.Errorf("no grant between the snapshot (revision %d) and the restore: the history proves nothing about tokens after it", h.restore.manifest.Revision)
+	case !refused:
+		return errors.New("no acquire was refused SEALED between the restore and the advance: the history proves nothing about the seal")
+	}
+	return nil
 }

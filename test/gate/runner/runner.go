@@ -593,8 +593,7 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 func (h *history) wipeShard(ctx context.Context) func() error {
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := h.sh.clusters[shardFrom].Wipe(wctx)
-	h.sealedFrom = ghistory.Now()
+	err := h.sh.clusters[shardFrom].Wipe(wctx, func() { h.sealedFrom = ghistory.Now() })
 	return func() error {
 		if err != nil {
 			return fmt.Errorf("wipe shard %s: %w", shardFrom, err)
