@@ -31,7 +31,7 @@ func (e Election) Lead(ctx context.Context, f func(ctx context.Context, leader c
 	lease, err := e.Coord.Grant(gctx, int64(e.TTL/time.Second))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("audit: election lease: %w", err)
+		return fmt.Errorf("election: lease: %w", err)
 	}
 	// The session's keepalive lives only as long as this call: if the
 	// revoke below fails, the lease (and any candidate key a failed
@@ -41,7 +41,7 @@ func (e Election) Lead(ctx context.Context, f func(ctx context.Context, leader c
 	defer stopKeepAlive()
 	sess, err := concurrency.NewSession(e.Coord, concurrency.WithLease(lease.ID), concurrency.WithContext(sctx))
 	if err != nil {
-		return fmt.Errorf("audit: election session: %w", err)
+		return fmt.Errorf("election: session: %w", err)
 	}
 	defer func() {
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.OpTimeout)
@@ -53,7 +53,7 @@ func (e Election) Lead(ctx context.Context, f func(ctx context.Context, leader c
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("audit: campaign for %s: %w", e.Prefix, err)
+		return fmt.Errorf("election: campaign for %s: %w", e.Prefix, err)
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -81,32 +82,46 @@ func ReadRecorded(ctx context.Context, coord clientv3.KV) (Recorded, error) {
 	if err != nil {
 		return Recorded{}, err
 	}
-	r := Recorded{Revision: resp.Header.Revision, ClusterID: FormatID(resp.Header.ClusterId)}
+	first := func(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+		if len(kvs) == 0 {
+			return nil
+		}
+		return kvs[0]
+	}
+	return RecordedFrom(resp.Header.ClusterId, resp.Header.Revision, first(resp.Responses[0].GetResponseRange().Kvs),
+		resp.Responses[1].GetResponseRange().Kvs, first(resp.Responses[2].GetResponseRange().Kvs))
+}
+
+// RecordedFrom is what the coord cluster clusterID had recorded at rev,
+// given its allocation record, its clusters' highest records and its own
+// epoch record (nil when absent): read live, or from a snapshot.
+func RecordedFrom(clusterID uint64, rev int64, alloc *mvccpb.KeyValue, highest []*mvccpb.KeyValue, own *mvccpb.KeyValue) (Recorded, error) {
+	r := Recorded{Revision: rev, ClusterID: FormatID(clusterID)}
 	note := func(e uint32) { r.Highest, r.Initialised = max(r.Highest, e), true }
 	allocFound := false
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+	if alloc != nil {
 		var a allocRecord
-		if err := json.Unmarshal(kvs[0].Value, &a); err != nil || a.Epoch > token.MaxEpoch {
-			return Recorded{}, fmt.Errorf("%w: %s is not an allocation record (%q)", ErrInvalid, AllocKey, kvs[0].Value)
+		if err := json.Unmarshal(alloc.Value, &a); err != nil || a.Epoch > token.MaxEpoch {
+			return Recorded{}, fmt.Errorf("%w: %s is not an allocation record (%q)", ErrInvalid, AllocKey, alloc.Value)
 		}
 		note(a.Epoch)
-		r.allocRev, allocFound = kvs[0].ModRevision, true
+		r.allocRev, allocFound = alloc.ModRevision, true
 		r.Anchored = a.ClusterID == r.ClusterID
 	}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+	for _, kv := range highest {
 		e, err := parseEpoch(string(kv.Key), kv.Value)
 		if err != nil {
 			return Recorded{}, err
 		}
 		note(e)
 	}
-	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
-		if st, err := Decode(kvs[0].Value, kvs[0].ModRevision); err == nil {
+	if own != nil {
+		if st, err := Decode(own.Value, own.ModRevision); err == nil {
 			note(st.Epoch)
 			// Records from before the allocation record existed: trusted
 			// when the coord cluster's own record is this cluster's.
 			if !allocFound {
-				r.Anchored = !st.Sealed(resp.Header.ClusterId)
+				r.Anchored = !st.Sealed(clusterID)
 			}
 		}
 	}

@@ -16,10 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnap "go.etcd.io/etcd/client/v3/snapshot"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/features"
 	"go.uber.org/zap"
@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			ec.AuthToken = authToken
 		}
 		if cfg.RestoreFrom != "" {
-			if err := restore(cfg, ec, initial[i], strings.Join(initial, ","), token); err != nil {
+			if err := restoreMember(cfg, ec, initial, token); err != nil {
 				return nil, err
 			}
 		}
@@ -321,18 +321,20 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func restore(cfg Config, ec *embed.Config, self, initial, token string) error {
-	lg := cfg.Logger
-	if lg == nil {
-		lg = zap.NewNop()
+// restoreMember writes ec's data directory from cfg.RestoreFrom, as a member
+// of the cluster initial names, under the new token.
+func restoreMember(cfg Config, ec *embed.Config, initial []string, token string) error {
+	rc := restore.Cluster{Snapshot: cfg.RestoreFrom, Token: token, Logger: cfg.Logger}
+	for _, entry := range initial {
+		name, peer, _ := strings.Cut(entry, "=")
+		m := restore.Member{Name: name, PeerURL: peer}
+		if name == ec.Name {
+			m.DataDir = ec.Dir // the others' are written by their own calls
+		}
+		rc.Members = append(rc.Members, m)
 	}
-	_, peer, _ := strings.Cut(self, "=")
-	err := snapshot.NewV3(lg).Restore(snapshot.RestoreConfig{
-		SnapshotPath: cfg.RestoreFrom, Name: ec.Name, OutputDataDir: ec.Dir,
-		PeerURLs: []string{peer}, InitialCluster: initial, InitialClusterToken: token,
-	})
-	if err != nil {
-		return fmt.Errorf("etcdembed: restore %s from %s: %w", ec.Name, cfg.RestoreFrom, err)
+	if err := rc.Member(ec.Name); err != nil {
+		return fmt.Errorf("etcdembed: %w", err)
 	}
 	return nil
 }

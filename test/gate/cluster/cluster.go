@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -37,8 +38,9 @@ type Member struct {
 	Name string
 	// ID is the member ID in hex, as etcd's peer traffic names it.
 	ID string
-	// Client is the member's client URL, through its proxy.
-	Client string
+	// Client is the member's client URL, and Peer its advertised peer
+	// URL, both through its proxies.
+	Client, Peer string
 
 	args        []string
 	ports       [2]int // client, peer: where etcd itself listens
@@ -54,7 +56,12 @@ type Cluster struct {
 	mu      sync.Mutex
 	Members []*Member
 	initial []string // --initial-cluster entries
+	token   string   // the running cluster's --initial-cluster-token
 }
+
+// Token is the --initial-cluster-token the cluster was formed or last
+// restored with.
+func (c *Cluster) Token() string { return c.token }
 
 // Start creates the proxies, starts every member and waits until the
 // cluster has a leader.
@@ -87,7 +94,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if m.peerProxy, err = faultproxy.New("127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", ports[i][1])); err != nil {
 			return nil, err
 		}
-		m.Client = "http://" + m.clientProxy.Addr()
+		m.Client, m.Peer = "http://"+m.clientProxy.Addr(), "http://"+m.peerProxy.Addr()
 		initial = append(initial, fmt.Sprintf("%s=http://%s", m.Name, m.peerProxy.Addr()))
 		c.Members = append(c.Members, m)
 	}
@@ -104,12 +111,19 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 // form starts every member as a new cluster (a new token, so a new cluster
 // ID), waits for a leader and learns the members' IDs.
 func (c *Cluster) form(ctx context.Context) error {
-	token := fmt.Sprintf("gate-%d", time.Now().UnixNano())
+	return c.start(ctx, fmt.Sprintf("gate-%d", time.Now().UnixNano()))
+}
+
+// start starts every member under token (a member whose data directory
+// a restore wrote ignores the initial-cluster flags), waits for a leader
+// and learns the members' IDs.
+func (c *Cluster) start(ctx context.Context, token string) error {
+	c.token = token
 	for _, m := range c.Members {
 		m.args = []string{
 			"--name", m.Name, "--data-dir", filepath.Join(c.cfg.Dir, m.Name),
 			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[0]), "--advertise-client-urls", m.Client,
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), "--initial-advertise-peer-urls", "http://" + m.peerProxy.Addr(),
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), "--initial-advertise-peer-urls", m.Peer,
 			"--initial-cluster", strings.Join(c.initial, ","), "--initial-cluster-token", token, "--initial-cluster-state", "new",
 			"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
 			"--log-level", "warn", "--log-outputs", filepath.Join(c.cfg.Dir, m.Name+".log"),
@@ -145,16 +159,49 @@ func (c *Cluster) form(ctx context.Context) error {
 // Wipe stops every member, removes their data and starts them again as a
 // new, empty cluster with a new cluster ID on the same endpoints: a cluster
 // rebuilt behind its clients' backs. Network faults are lifted (they name
-// the old member IDs).
-func (c *Cluster) Wipe(ctx context.Context) error {
-	for i, m := range c.Members {
-		c.Kill(i)
+// the old member IDs). down, when set, is called once every member is
+// stopped: from then on the old cluster serves nothing.
+func (c *Cluster) Wipe(ctx context.Context, down func()) error {
+	c.stopAll(down)
+	for _, m := range c.Members {
 		if err := os.RemoveAll(filepath.Join(c.cfg.Dir, m.Name)); err != nil {
 			return err
 		}
 	}
 	c.Heal()
 	return c.form(ctx)
+}
+
+// Restore stops every member, removes their data and starts them again
+// from the snapshot at path, as a new cluster (a new token, so a new
+// cluster ID) on the same endpoints: a disaster recovery done behind the
+// clients' backs. Network faults are lifted. down is as Wipe's.
+func (c *Cluster) Restore(ctx context.Context, path string, down func()) error {
+	token := fmt.Sprintf("gate-restored-%d", time.Now().UnixNano())
+	rc := restore.Cluster{Snapshot: path, Token: token}
+	c.stopAll(down)
+	for _, m := range c.Members {
+		dir := filepath.Join(c.cfg.Dir, m.Name)
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		rc.Members = append(rc.Members, restore.Member{Name: m.Name, DataDir: dir, PeerURL: m.Peer})
+	}
+	c.Heal()
+	if err := rc.All(); err != nil {
+		return err
+	}
+	return c.start(ctx, token)
+}
+
+// stopAll kills every member, then calls down if set.
+func (c *Cluster) stopAll(down func()) {
+	for i := range c.Members {
+		c.Kill(i)
+	}
+	if down != nil {
+		down()
+	}
 }
 
 func (c *Cluster) startProcess(m *Member) error {

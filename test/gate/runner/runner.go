@@ -83,11 +83,17 @@ const (
 	// write; the overlap of its window with the next holder's is excused
 	// for that grant alone (checker.Overlaps).
 	ForceRelease Fault = "force-release"
+	// Restore replaces the entity shard every key is on with a restore of
+	// a snapshot taken earlier in the history (restore.go): a new cluster
+	// ID, its revisions back at the snapshot's. No grant may be made
+	// while it is sealed, and no token after the operators' advance may
+	// be below one granted before the restore.
+	Restore Fault = "restore"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease}
+	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease, Restore}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -192,13 +198,15 @@ type history struct {
 	// moves), for the token floor.
 	clusterOf map[string]string
 	faultAt   int64
-	// healedAt is when epoch-delete's or shard-wipe's operator advance
+	// healedAt is when epoch-delete's, shard-wipe's or restore's operator advance
 	// returned.
 	healedAt int64
-	// sealedFrom and sealedTo bound when epoch-delete's or shard-wipe's
+	// sealedFrom and sealedTo bound when epoch-delete's, shard-wipe's or restore's
 	// cluster must grant nothing new: from the fault's end to the start of
 	// the operator's advance.
 	sealedFrom, sealedTo int64
+	// restore is the restore fault's snapshot.
+	restore *restored
 }
 
 // Run runs and checks one history.
@@ -257,6 +265,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		h.keys = h.sh.keys(cfg.Keys)
 		for _, k := range h.keys {
 			h.clusterOf[k] = h.sh.stays(k)
+			if !cfg.Fault.adds() {
+				h.clusterOf[k] = shardFrom // no shard is added: every key stays
+			}
 		}
 	} else {
 		for _, k := range h.keys {
@@ -313,8 +324,16 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	h.paths = paths
 
-	// Inject at a quarter of the run, heal at two thirds.
-	sleep(ctx, duration/4)
+	// Inject at a quarter of the run, heal at two thirds. The restore
+	// fault's snapshot is taken at an eighth, so the grants between it
+	// and the fault are ones the restored shard could issue again.
+	if cfg.Fault == Restore {
+		sleep(ctx, duration/8)
+		h.snapshotShard(ctx)
+		sleep(ctx, duration/4-duration/8)
+	} else {
+		sleep(ctx, duration/4)
+	}
 	h.faultAt = ghistory.Now()
 	heal := h.inject(ctx)
 	sleep(ctx, duration*2/3-duration/4)
@@ -339,7 +358,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if healErr != nil {
 		return nil, fmt.Errorf("%s: heal: %w", cfg.Fault, healErr)
 	}
-	if h.sh != nil {
+	if h.sh != nil && cfg.Fault.adds() {
 		if err := h.sh.err(); err != nil {
 			return nil, err
 		}
@@ -355,6 +374,14 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Fault == ShardWipe && !h.grantedAfter(ops, h.healedAt, shardFrom) {
 		return nil, fmt.Errorf("%s: no grant on the wiped shard %s after the heal: the history proves nothing about its tokens", cfg.Fault, shardFrom)
 	}
+	if cfg.Fault == Restore {
+		if !h.grantedAfter(ops, h.healedAt, shardFrom) {
+			return nil, fmt.Errorf("%s: no grant on the restored shard %s after the heal: the history proves nothing about its tokens", cfg.Fault, shardFrom)
+		}
+		if err := h.restoreProves(ops); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Fault, err)
+		}
+	}
 	if cfg.Fault == ForceRelease {
 		if err := forceProves(ops); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Fault, err)
@@ -365,7 +392,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	switch cfg.Fault {
 	case EpochDelete:
 		report.Add(checker.GrantedWhileSealed(ops, func(k string) bool { return h.clusterOf[k] == "coord" }, h.sealedFrom, h.sealedTo)...)
-	case ShardWipe:
+	case ShardWipe, Restore:
 		report.Add(checker.GrantedWhileSealed(ops, func(k string) bool { return h.clusterOf[k] == shardFrom }, h.sealedFrom, h.sealedTo)...)
 	}
 	report.Add(checker.ForceLearned(ops, ForceGrace)...)
@@ -384,11 +411,16 @@ const (
 
 // entity reports whether the fault runs the gate class on the entity tier
 // over etcd process shards.
-func (f Fault) entity() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
+func (f Fault) entity() bool { return f.adds() || f == Restore }
+
+// adds reports whether the fault's history adds the second shard.
+func (f Fault) adds() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
 
 // operators reports whether the fault needs the operators signed in: an
 // epoch advance or a force-release, each two-person.
-func (f Fault) operators() bool { return f == EpochDelete || f == ShardWipe || f == ForceRelease }
+func (f Fault) operators() bool {
+	return f == EpochDelete || f == ShardWipe || f == ForceRelease || f == Restore
+}
 
 // duration is the traffic time of a history of f: shard-roll's restart
 // must be followed by a lease's lapse and a grant before its heal, and
@@ -517,6 +549,8 @@ func (h *history) inject(ctx context.Context) func() error {
 		return h.deleteEpoch(ctx)
 	case ShardWipe:
 		return h.wipeShard(ctx)
+	case Restore:
+		return h.restoreShard(ctx)
 	case ShardRoll:
 		return h.roll(ctx)
 	case HandoffDeadline:
@@ -559,8 +593,7 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 func (h *history) wipeShard(ctx context.Context) func() error {
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := h.sh.clusters[shardFrom].Wipe(wctx)
-	h.sealedFrom = ghistory.Now()
+	err := h.sh.clusters[shardFrom].Wipe(wctx, func() { h.sealedFrom = ghistory.Now() })
 	return func() error {
 		if err != nil {
 			return fmt.Errorf("wipe shard %s: %w", shardFrom, err)

@@ -163,3 +163,19 @@ func TestForceReleaseNegativeControlsAreCaught(t *testing.T) {
 		})
 	}
 }
+
+// The restore fault: the shard every key is on is replaced by a restore of
+// a snapshot taken earlier in the history. The history must show grants
+// above the snapshot's revision before the restore (tokens the restored
+// shard could issue again) and grants after the operators' advance, and
+// pass: nothing granted while sealed, no token below one granted before.
+// (An arbiter that does not seal a cluster whose ID differs from its
+// epoch record's fails this history with granted-while-sealed and
+// token-floor: docs/dr.md.)
+func TestRestoreHistoryPasses(t *testing.T) {
+	out := history(t, runner.Restore, 1, nil)
+	if !out.Report.OK() {
+		t.Fatalf("violations: %+v", out.Report.Violations)
+	}
+	t.Logf("%d grants", out.Report.Grants)
+}
