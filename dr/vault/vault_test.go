@@ -3,9 +3,7 @@ package vault_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,9 +26,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	etcdBin = filepath.Join(dir, "etcd")
-	if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/lockplane/lockplane/services/cmd/etcd").CombinedOutput(); err != nil {
-		panic(fmt.Sprintf("build etcd: %v\n%s", err, out))
+	if etcdBin, err = cluster.BuildEtcd(dir); err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	resourcetest.StopMinIO()

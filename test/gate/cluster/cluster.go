@@ -432,3 +432,13 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// BuildEtcd builds this module's etcd into dir and returns its path: what
+// a test of process clusters runs (Config.Bin).
+func BuildEtcd(dir string) (string, error) {
+	bin := filepath.Join(dir, "etcd")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lockplane/lockplane/services/cmd/etcd").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build etcd: %v\n%s", err, out)
+	}
+	return bin, nil
+}

@@ -2,10 +2,7 @@ package cluster_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,9 +18,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	etcdBin = filepath.Join(dir, "etcd")
-	if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/lockplane/lockplane/services/cmd/etcd").CombinedOutput(); err != nil {
-		panic(fmt.Sprintf("build etcd: %v\n%s", err, out))
+	if etcdBin, err = cluster.BuildEtcd(dir); err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

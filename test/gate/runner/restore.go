@@ -39,22 +39,9 @@ func (h *history) restoreShard(ctx context.Context) func() error {
 	if h.restore == nil || h.restore.err != nil {
 		return func() error { return fmt.Errorf("restore: the snapshot before the fault: %v", h.restore.errOrNone()) }
 	}
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	// Sealed from the moment the old shard is gone: a grant by the
-	// restored shard before the advance, even during its start, counts.
-	err := h.sh.clusters[shardFrom].Restore(rctx, h.restore.path, func() { h.sealedFrom = ghistory.Now() })
-	return func() error {
-		if err != nil {
-			return fmt.Errorf("restore shard %s: %w", shardFrom, err)
-		}
-		h.sealedTo = ghistory.Now()
-		if err := h.operatorAdvance(ctx, shardFrom); err != nil {
-			return err
-		}
-		h.healedAt = ghistory.Now()
-		return nil
-	}
+	return h.replaceShard(ctx, "restore", func(ctx context.Context, down func()) error {
+		return h.sh.clusters[shardFrom].Restore(ctx, h.restore.path, down)
+	}, nil)
 }
 
 func (r *restored) errOrNone() error {

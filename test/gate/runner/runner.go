@@ -591,23 +591,37 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 // the map compares the stamp, so a record recreated without one refuses
 // until a change stamps it; after that, whatever epoch it holds is served.
 func (h *history) wipeShard(ctx context.Context) func() error {
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	return h.replaceShard(ctx, "wipe", h.sh.clusters[shardFrom].Wipe, func() error {
+		h.sh.add(ctx, h.profiles[0])()
+		if err := h.sh.err(); err != nil {
+			return err
+		}
+		return h.operatorAdvance(ctx, shardFrom)
+	})
+}
+
+// replaceShard replaces the shard every key is on with replace (a wipe or
+// a restore) under traffic. The shard is sealed from the moment its old
+// members are gone: a grant before the advance, even while the new one
+// starts, counts. The heal is the operators' advance of that shard, then
+// after when set.
+func (h *history) replaceShard(ctx context.Context, what string, replace func(context.Context, func()) error, after func() error) func() error {
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := h.sh.clusters[shardFrom].Wipe(wctx, func() { h.sealedFrom = ghistory.Now() })
+	err := replace(rctx, func() { h.sealedFrom = ghistory.Now() })
 	return func() error {
 		if err != nil {
-			return fmt.Errorf("wipe shard %s: %w", shardFrom, err)
+			return fmt.Errorf("%s shard %s: %w", what, shardFrom, err)
 		}
 		h.sealedTo = ghistory.Now()
 		if err := h.operatorAdvance(ctx, shardFrom); err != nil {
 			return err
 		}
 		h.healedAt = ghistory.Now()
-		h.sh.add(ctx, h.profiles[0])()
-		if err := h.sh.err(); err != nil {
-			return err
+		if after == nil {
+			return nil
 		}
-		return h.operatorAdvance(ctx, shardFrom)
+		return after()
 	}
 }
 
