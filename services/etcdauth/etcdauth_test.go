@@ -14,11 +14,13 @@ import (
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"io"
+
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-var passwords = map[string]string{"arbiter": "arbiter-pw", "admin": "admin-pw", "tailer": "tailer-pw"}
+var passwords = map[string]string{"arbiter": "arbiter-pw", "admin": "admin-pw", "tailer": "tailer-pw", "snapshot": "snapshot-pw"}
 
 // testSpec is the default spec plus two users the tests need: "nobody",
 // with no role, and "admin-narrow", the Admin API's role without
@@ -497,10 +499,11 @@ func TestApplyConverges(t *testing.T) {
 // applied.
 func TestAnInvalidSpecIsRefused(t *testing.T) {
 	s := testSpec()
-	s.Users = append(s.Users, etcdauth.User{Name: "x", Password: "p", Roles: []string{"missing"}}, etcdauth.User{Name: "root", Password: "p"})
+	s.Users = append(s.Users, etcdauth.User{Name: "x", Password: "p", Roles: []string{"missing"}}, etcdauth.User{Name: "root", Password: "p"},
+		etcdauth.User{Name: "y", Password: "p", Roles: []string{etcdauth.RootRole}})
 	s.RootPassword = ""
 	err := s.Validate()
-	for _, want := range []string{"root password is required", `role "missing" is not defined`, `user "root"`} {
+	for _, want := range []string{"root password is required", `role "missing" is not defined`, `user "root"`, "user y: only the snapshot user may have etcd's root role"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want it to say %q", err, want)
 		}
@@ -530,5 +533,28 @@ func TestEmbeddedSnapshotAndRebuildKeepAuth(t *testing.T) {
 	}
 	if _, err := client(t, c, "").Get(ctx, lockkey.HoldKey("ns/k")); !denied(err) {
 		t.Errorf("after the rebuild, an anonymous read: %v, want refused", err)
+	}
+}
+
+// The snapshot job's user takes a snapshot; no service's user can.
+func TestOnlyTheSnapshotUserTakesSnapshots(t *testing.T) {
+	c := start(t, testSpec())
+	ctx := bounded(t)
+	for _, c2 := range []struct {
+		user string
+		ok   bool
+	}{{etcdauth.Snapshotter, true}, {etcdauth.Arbiter, false}, {etcdauth.Admin, false}, {etcdauth.Tailer, false}} {
+		cli := client(t, c, c2.user)
+		rc, err := cli.Snapshot(ctx)
+		if err == nil {
+			_, err = io.Copy(io.Discard, rc)
+			rc.Close()
+		}
+		if c2.ok && err != nil {
+			t.Errorf("a snapshot as %s: %v", c2.user, err)
+		}
+		if !c2.ok && !denied(err) {
+			t.Errorf("a snapshot as %s: %v, want refused", c2.user, err)
+		}
 	}
 }

@@ -138,6 +138,11 @@ const (
 	Admin         = "admin"
 	AdminSessions = "admin-sessions"
 	Tailer        = "tailer"
+	// Snapshotter is the snapshot job's user (dr/snapshot). etcd serves a
+	// snapshot only to the root role, so it has that role: its password
+	// lives only on the cluster's own member hosts, which hold the data
+	// already, never on an arbiter.
+	Snapshotter = "snapshot"
 )
 
 // Key prefixes that have no constant of their own elsewhere, or whose
@@ -198,9 +203,10 @@ func Roles() []Role {
 }
 
 // DefaultSpec is Lockplane's roles with one user each, the given
-// passwords by user name (arbiter, admin, tailer), and root's.
+// passwords by user name (arbiter, admin, tailer, and snapshot when given
+// one), and root's.
 func DefaultSpec(root string, passwords map[string]string) Spec {
-	return Spec{
+	s := Spec{
 		Roles: Roles(),
 		Users: []User{
 			{Name: Arbiter, Password: passwords[Arbiter], Roles: []string{Arbiter}},
@@ -209,6 +215,10 @@ func DefaultSpec(root string, passwords map[string]string) Spec {
 		},
 		RootPassword: root,
 	}
+	if pw := passwords[Snapshotter]; pw != "" {
+		s.Users = append(s.Users, User{Name: Snapshotter, Password: pw, Roles: []string{RootRole}})
+	}
+	return s
 }
 
 // Validate checks a spec before anything is applied.
@@ -252,7 +262,10 @@ func (s Spec) Validate() error {
 		}
 		users[u.Name] = true
 		for _, r := range u.Roles {
-			if !roles[r] {
+			switch {
+			case r == RootRole && u.Name != Snapshotter:
+				errs = append(errs, fmt.Errorf("etcdauth: user %s: only the %s user may have etcd's root role (a snapshot needs it)", u.Name, Snapshotter))
+			case r != RootRole && !roles[r]:
 				errs = append(errs, fmt.Errorf("etcdauth: user %s: role %q is not defined", u.Name, r))
 			}
 		}
@@ -283,5 +296,5 @@ func (s Spec) Credentials() map[string]string {
 // whose etcd data is new each start (`lockplane dev`, tests) and whose
 // credentials no person needs to know.
 func Generated() Spec {
-	return DefaultSpec(rand.Text(), map[string]string{Arbiter: rand.Text(), Admin: rand.Text(), Tailer: rand.Text()})
+	return DefaultSpec(rand.Text(), map[string]string{Arbiter: rand.Text(), Admin: rand.Text(), Tailer: rand.Text(), Snapshotter: rand.Text()})
 }
