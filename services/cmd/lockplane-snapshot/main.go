@@ -1,0 +1,236 @@
+// Command lockplane-snapshot is the snapshot job of one etcd cluster
+// (dr/snapshot.Job). It runs on every member host of the cluster; the
+// instances elect one on the cluster itself, which snapshots its member on
+// a schedule into the region's vault (docs/dr.md). It signs in as etcd's
+// snapshot user, whose root role a snapshot needs, so it belongs on the
+// cluster's own hosts, never on an arbiter's.
+//
+// With --once it takes one snapshot now, stores it and exits: what an
+// operator runs on a member host before a risky change.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/lockplane/lockplane/dr/snapshot"
+	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/credfile"
+	"github.com/lockplane/lockplane/services/internal/tlsfiles"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "lockplane-snapshot:", err)
+		os.Exit(1)
+	}
+}
+
+// flags are the command line.
+type flags struct {
+	region, cluster, endpoint, name, dir         string
+	etcdCA, etcdCert, etcdKey, etcdCredentials   string
+	etcdWithoutAuth                              bool
+	vaultURL, vaultCA, vaultCredentials, metrics string
+	every                                        time.Duration
+	once                                         bool
+}
+
+func parse(args []string, stderr io.Writer) (flags, error) {
+	var f flags
+	host, _ := os.Hostname()
+	fs := flag.NewFlagSet("lockplane-snapshot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.region, "region", "", "the region: the vault bucket is lockplane-snapshots-REGION")
+	fs.StringVar(&f.cluster, "cluster", "", "the cluster snapshotted: coord, or the entity shard's name")
+	fs.StringVar(&f.endpoint, "endpoint", "", "this host's member's client URL, e.g. https://10.0.0.5:2379: the member snapshotted")
+	fs.StringVar(&f.name, "name", host, "this instance's name in the election (this host)")
+	fs.StringVar(&f.dir, "dir", "/var/lib/lockplane/snapshots", "where the snapshot file is kept while it is stored")
+	fs.StringVar(&f.etcdCA, "etcd-ca", "", "CA bundle that signed etcd's serving certificates (PEM)")
+	fs.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for etcd (PEM)")
+	fs.StringVar(&f.etcdKey, "etcd-key", "", "client key for etcd (PEM)")
+	fs.StringVar(&f.etcdCredentials, "etcd-credentials", "", "etcd's snapshot user: "+credfile.Rule("snapshot"))
+	fs.BoolVar(&f.etcdWithoutAuth, "etcd-without-auth", false, "the cluster has etcd authentication off (trials and tests only)")
+	fs.StringVar(&f.vaultURL, "vault", "", "the vault's MinIO (S3) base URL, e.g. https://vault:9000")
+	fs.StringVar(&f.vaultCA, "vault-ca", "", "CA bundle that signed the vault's serving certificate (PEM), for an https --vault")
+	fs.StringVar(&f.vaultCredentials, "vault-credentials", "", "the vault user that puts this region's snapshots: "+credfile.Rule("vault")+" (the access key, then the secret key)")
+	fs.DurationVar(&f.every, "every", time.Hour, "the schedule: a snapshot every this long (1m to 168h)")
+	fs.StringVar(&f.metrics, "metrics", "", "address to serve Prometheus metrics on, e.g. 10.0.0.5:9470 (off when empty)")
+	fs.BoolVar(&f.once, "once", false, "take one snapshot now, store it and exit")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	switch {
+	case vault.CheckName("--region", f.region) != nil:
+		return f, vault.CheckName("--region", f.region)
+	case vault.CheckName("--cluster", f.cluster) != nil:
+		return f, vault.CheckName("--cluster", f.cluster)
+	case f.endpoint == "":
+		return f, errors.New("--endpoint: this host's member's client URL is required")
+	case f.vaultURL == "":
+		return f, errors.New("--vault: the vault's base URL is required")
+	case f.vaultCredentials == "":
+		return f, errors.New("--vault-credentials: required: " + credfile.Rule("vault"))
+	case f.etcdCredentials != "" && f.etcdWithoutAuth:
+		return f, errors.New("--etcd-credentials and --etcd-without-auth: choose one")
+	case f.etcdCredentials == "" && !f.etcdWithoutAuth:
+		return f, errors.New("--etcd-credentials FILE is required (" + credfile.Rule("snapshot") + "), or --etcd-without-auth for a cluster with authentication off")
+	case f.every < time.Minute || f.every > 168*time.Hour:
+		return f, fmt.Errorf("--every: %s must be between 1m and 168h", f.every)
+	case f.name == "":
+		return f, errors.New("--name: this instance's name is required (the host name could not be read)")
+	}
+	if u, err := url.Parse(f.endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return f, fmt.Errorf("--endpoint: want a client URL such as https://10.0.0.5:2379, got %q", f.endpoint)
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	etcdTLS, err := tlsfiles.Files{CA: f.etcdCA, CAFlag: "--etcd-ca", Cert: f.etcdCert, Key: f.etcdKey, CertFlag: "--etcd-cert", KeyFlag: "--etcd-key"}.Client()
+	if err != nil {
+		return err
+	}
+	cfg := clientv3.Config{Endpoints: []string{f.endpoint}, TLS: etcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if f.etcdCredentials != "" {
+		c, err := credfile.Read("--etcd-credentials", f.etcdCredentials, "snapshot")
+		if err != nil {
+			return err
+		}
+		cfg.Username, cfg.Password = c["snapshot"].User, c["snapshot"].Password
+	}
+	v, err := openVault(f)
+	if err != nil {
+		return err
+	}
+	etcd, err := etcdauth.New(cfg)
+	if err != nil {
+		return fmt.Errorf("--endpoint: %w", err)
+	}
+	defer etcd.Close()
+
+	m := newMetrics(f.cluster)
+	job := snapshot.Job{Source: snapshot.Source{Region: f.region, Cluster: f.cluster, Config: cfg}, Etcd: etcd, Store: v,
+		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.taken}
+	if f.once {
+		got, err := job.Once(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "stored %s (%s/%s, revision %d, %d bytes) in %s\n", got.Object, got.Region, got.Cluster, got.Revision, got.Size, vault.Bucket(f.region))
+		return nil
+	}
+	if f.metrics != "" {
+		if err := m.serve(ctx, f.metrics); err != nil {
+			return err
+		}
+	}
+	log.Info("snapshot job started", "region", f.region, "cluster", f.cluster, "every", f.every.String(), "name", f.name)
+	return job.Run(ctx)
+}
+
+// openVault is the region's vault at --vault as --vault-credentials' user.
+func openVault(f flags) (vault.Vault, error) {
+	u, err := url.Parse(f.vaultURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil {
+		return vault.Vault{}, fmt.Errorf("--vault: want MinIO's base URL without a path or credentials, e.g. https://vault:9000, got %q", f.vaultURL)
+	}
+	c, err := credfile.Read("--vault-credentials", f.vaultCredentials, "vault")
+	if err != nil {
+		return vault.Vault{}, err
+	}
+	opts := &minio.Options{Creds: credentials.NewStaticV4(c["vault"].User, c["vault"].Password, ""), Secure: u.Scheme == "https"}
+	if f.vaultCA != "" {
+		if u.Scheme != "https" {
+			return vault.Vault{}, errors.New("--vault-ca: only with an https --vault")
+		}
+		tlsCfg, err := tlsfiles.Files{CA: f.vaultCA, CAFlag: "--vault-ca"}.Client()
+		if err != nil {
+			return vault.Vault{}, err
+		}
+		tr, err := minio.DefaultTransport(true)
+		if err != nil {
+			return vault.Vault{}, err
+		}
+		tr.TLSClientConfig = tlsCfg
+		opts.Transport = tr
+	}
+	cli, err := minio.New(u.Host, opts)
+	if err != nil {
+		return vault.Vault{}, fmt.Errorf("--vault: %w", err)
+	}
+	return vault.Vault{Client: cli, Region: f.region}, nil
+}
+
+// metrics are the job's, labelled by cluster only.
+type metrics struct {
+	reg                *prometheus.Registry
+	lastSuccess, bytes prometheus.Gauge
+	failures           prometheus.Counter
+}
+
+func newMetrics(cluster string) *metrics {
+	labels := prometheus.Labels{"cluster": cluster}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
+			Help: "When the last snapshot this instance took was stored in the vault (Unix seconds); alert on its age."}),
+		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_bytes", ConstLabels: labels,
+			Help: "The size of the last snapshot stored."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,
+			Help: "Snapshots that could not be taken or stored."}),
+	}
+	m.reg.MustRegister(m.lastSuccess, m.bytes, m.failures)
+	return m
+}
+
+func (m *metrics) taken(got snapshot.Manifest, err error) {
+	if err != nil {
+		m.failures.Inc()
+		return
+	}
+	m.lastSuccess.Set(float64(got.TakenAt.Unix()))
+	m.bytes.Set(float64(got.Size))
+}
+
+// serve serves the metrics until ctx ends.
+func (m *metrics) serve(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics: %w", err)
+	}
+	srv := &http.Server{Handler: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	return nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/dr/snapshot"
+	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/etcdembed"
+	"github.com/lockplane/lockplane/services/resourcetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	resourcetest.StopMinIO()
+	os.Exit(code)
+}
+
+func credentialsFile(t *testing.T, line string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(p, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Every refusal names its flag and the rule, before anything is reached.
+func TestBadFlagsAreRefusedByName(t *testing.T) {
+	vaultCreds := credentialsFile(t, "vault a:b")
+	good := []string{"--region", "eu-west", "--cluster", "coord", "--endpoint", "https://10.0.0.5:2379", "--vault", "https://vault:9000",
+		"--vault-credentials", vaultCreds, "--etcd-without-auth"}
+	with := func(kv ...string) []string {
+		out := append([]string(nil), good...)
+		for i := 0; i < len(kv); i += 2 {
+			found := false
+			for j := 0; j < len(out); j++ {
+				if out[j] == kv[i] {
+					out[j+1], found = kv[i+1], true
+				}
+			}
+			if !found {
+				out = append(out, kv[i], kv[i+1])
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{with("--region", "EU_West"), "--region"},
+		{with("--cluster", ""), "--cluster"},
+		{with("--endpoint", ""), "--endpoint: this host's member's client URL is required"},
+		{with("--endpoint", "10.0.0.5:2379"), "--endpoint: want a client URL"},
+		{with("--vault", ""), "--vault: the vault's base URL is required"},
+		{with("--every", "10s"), "--every: 10s must be between 1m and 168h"},
+		{with("--etcd-credentials", vaultCreds), "--etcd-credentials and --etcd-without-auth: choose one"},
+		{good[: len(good)-1 : len(good)-1], "--etcd-credentials FILE is required"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parse(c.args, &stderr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want it to say %q", c.args, err, c.want)
+		}
+	}
+	if _, err := parse(good, &bytes.Buffer{}); err != nil {
+		t.Errorf("good flags: %v", err)
+	}
+}
+
+// --once against a cluster with authentication on, as its snapshot user,
+// stores one snapshot in the region's vault whose manifest names the
+// cluster and its epoch.
+func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := etcdauth.Generated()
+	c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1, Auth: &spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	root, err := clientv3.New(c.ClientConfig(etcdauth.RootUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := epoch.BootstrapRegion(ctx, root, snapshot.CoordCluster, nil, 4); err != nil {
+		t.Fatal(err)
+	}
+	mio := resourcetest.StartMinIO(t)
+	v := vault.Vault{Client: mio.Client(t), Region: "once"}
+	if err := v.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--region", "once", "--cluster", snapshot.CoordCluster, "--endpoint", c.Endpoints()[0],
+		"--vault", "http://" + mio.Endpoint, "--vault-credentials", credentialsFile(t, "vault "+resourcetest.MinIOUser+":"+resourcetest.MinIOPassword),
+		"--dir", t.TempDir(), "--once"}
+
+	// The arbiter's user may not take a snapshot: etcd refuses it.
+	arbiter := credentialsFile(t, "snapshot "+etcdauth.Arbiter+":"+spec.Credentials()[etcdauth.Arbiter])
+	if err := run(ctx, append(args, "--etcd-credentials", arbiter), &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
+		t.Fatal("a snapshot as the arbiter's user was stored")
+	}
+	snap := credentialsFile(t, "snapshot "+etcdauth.Snapshotter+":"+spec.Credentials()[etcdauth.Snapshotter])
+	var stdout bytes.Buffer
+	if err := run(ctx, append(args, "--etcd-credentials", snap), &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := v.Latest(ctx, snapshot.CoordCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Epoch == nil || m.Epoch.Epoch != 5 || m.HighestAllocated != 5 || !strings.Contains(stdout.String(), m.Object) {
+		t.Fatalf("stored %+v, printed %q: want epoch 5 and the object named", m, stdout.String())
+	}
+}
