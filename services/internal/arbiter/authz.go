@@ -16,12 +16,12 @@ type Authorizer interface {
 	MayLock(id spiffeid.ID, key string) bool
 }
 
-// AllowTrustDomain lets every authenticated workload of the trust domain
+// allowTrustDomain lets every authenticated workload of the trust domain
 // lock every key: the posture until prefix grants are configured.
-type AllowTrustDomain struct{}
+type allowTrustDomain struct{}
 
 // MayLock implements Authorizer.
-func (AllowTrustDomain) MayLock(spiffeid.ID, string) bool { return true }
+func (allowTrustDomain) MayLock(spiffeid.ID, string) bool { return true }
 
 // OperatorPathPrefix returns an IsOperator that accepts IDs of the trust
 // domain whose path starts with prefix, e.g. "/operator/".

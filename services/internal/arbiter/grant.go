@@ -397,6 +397,10 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 // leaked is the answer to a process asking for a key it holds under
 // another session: waiting would wait on itself (ADR-13).
 func leaked(r request, holder int64) error {
+	if holder == 0 { // not known as a session of the caller's: name none
+		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+			fmt.Sprintf("key %s is held by this process (instance %s) under another of its sessions; release it there or close that session", r.key, r.instance))
+	}
 	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
 		fmt.Sprintf("key %s is held by this process (instance %s) under its session %d; release it there or close that session", r.key, r.instance, holder),
 		"holder_session", strconv.FormatInt(holder, 10))

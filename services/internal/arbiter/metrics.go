@@ -20,7 +20,7 @@ type labels struct{ namespace, class, tier, cluster string }
 
 // maxNamespaceLabels caps the namespace label's values. A namespace is
 // named by an authorised caller's key, and only a policy set's grants
-// bound how many there are (AllowTrustDomain does not): past the cap,
+// bound how many there are (AllowAnyWorkload does not): past the cap,
 // further namespaces are counted together as otherNamespace.
 const maxNamespaceLabels = 256
 

@@ -329,18 +329,19 @@ func (ro *Router) leakedAsSession(ctx context.Context, r request, req *lockv1.Ac
 	if why != lockv1.ErrorReason_LEAKED {
 		return err
 	}
+	r.instance = req.GetInstance()
+	// The shard's lease ID is never passed on: it names no session the
+	// caller knows. When the session it belongs to cannot be read (its
+	// owner record ended with the coord session, or coord did not answer)
+	// the shard's definite refusal stands, naming no session.
 	lease, perr := strconv.ParseInt(meta["holder_session"], 10, 64)
 	if perr != nil {
-		return err
+		return leaked(r, 0)
 	}
 	session, found, lerr := ro.sessionOfLease(ctx, shard, lease)
-	if lerr != nil {
-		return lerr
+	if lerr != nil || !found {
+		return leaked(r, 0)
 	}
-	if !found {
-		return err
-	}
-	r.instance = req.GetInstance()
 	return leaked(r, session)
 }
 

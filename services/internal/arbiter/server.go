@@ -160,7 +160,7 @@ func New(cfg Config) (*Arbiter, error) {
 // for all its clusters: its metrics are made and, if authorisation is
 // open, that is logged and exported, so an open arbiter is never silent.
 func starting(cfg Config) (*metrics, error) {
-	_, open := cfg.Authorizer.(AllowTrustDomain)
+	open := cfg.AllowAnyWorkload // the flag alone decides: no Authorizer can pass for open
 	m, err := newMetrics(cfg.Metrics, open)
 	if err != nil {
 		return nil, err
@@ -192,8 +192,6 @@ func (cfg Config) withDefaults() (Config, error) {
 			"every workload of the trust domain could lock every key; give a policy set's grants, or set AllowAnyWorkload for a trial")
 	case cfg.Authorizer != nil && cfg.AllowAnyWorkload:
 		return cfg, errors.New("arbiter: Config.Authorizer and Config.AllowAnyWorkload: choose one; the Authorizer decides who may lock what")
-	case cfg.AllowAnyWorkload:
-		cfg.Authorizer = AllowTrustDomain{}
 	}
 	if cfg.IsOperator == nil {
 		cfg.IsOperator = func(spiffeid.ID) bool { return false }
