@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -159,7 +158,13 @@ func (j Job) Once(ctx context.Context) (Manifest, error) {
 	if err := os.MkdirAll(j.Dir, 0o700); err != nil {
 		return Manifest{}, err
 	}
-	file := filepath.Join(j.Dir, j.Source.Cluster+".db")
+	// A file of its own: a --once beside the running job must not share it.
+	f, err := os.CreateTemp(j.Dir, j.Source.Cluster+"-*.db")
+	if err != nil {
+		return Manifest{}, err
+	}
+	file := f.Name()
+	f.Close() // etcd's client writes FILE.part, then renames it over this
 	defer os.Remove(file)
 	m, err := Take(ctx, j.Source, file)
 	if err != nil {

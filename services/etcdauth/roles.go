@@ -122,7 +122,7 @@ type Spec struct {
 	Roles []Role
 	Users []User
 	// RootPassword is the root user's: the bootstrap's credential (Apply,
-	// the epoch bootstrap, snapshots), never a service's or a person's.
+	// the epoch bootstrap), never a service's or a person's.
 	RootPassword string
 }
 
@@ -296,5 +296,5 @@ func (s Spec) Credentials() map[string]string {
 // whose etcd data is new each start (`lockplane dev`, tests) and whose
 // credentials no person needs to know.
 func Generated() Spec {
-	return DefaultSpec(rand.Text(), map[string]string{Arbiter: rand.Text(), Admin: rand.Text(), Tailer: rand.Text(), Snapshotter: rand.Text()})
+	return DefaultSpec(rand.Text(), map[string]string{Arbiter: rand.Text(), Admin: rand.Text(), Tailer: rand.Text()})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/credfile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -37,17 +38,17 @@ func (u etcdUsers) close() {
 // --etcd-without-auth opts out. One of the two is required: an arbiter
 // whose clusters let any certificate of the CA write the lock log would
 // have no etcd-side line between the lock path and force-release.
-func (f flags) etcdAccounts() (map[string]account, error) {
+func (f flags) etcdAccounts() (map[string]credfile.Account, error) {
 	switch {
 	case f.etcdCredentials != "" && f.etcdWithoutAuth:
 		return nil, errors.New("--etcd-credentials and --etcd-without-auth: choose one")
 	case f.etcdWithoutAuth:
 		return nil, nil
 	case f.etcdCredentials == "":
-		return nil, errors.New("--etcd-credentials FILE is required (" + credentialsRule(etcdRoles...) +
+		return nil, errors.New("--etcd-credentials FILE is required (" + credfile.Rule(etcdRoles...) +
 			"), or --etcd-without-auth for clusters with etcd authentication off (trials and tests only)")
 	}
-	accounts, err := readCredentials("--etcd-credentials", f.etcdCredentials, etcdRoles...)
+	accounts, err := credfile.Read("--etcd-credentials", f.etcdCredentials, etcdRoles...)
 	if err != nil {
 		return nil, err
 	}
@@ -55,10 +56,11 @@ func (f flags) etcdAccounts() (map[string]account, error) {
 	// roles, or root, gives etcd nothing to keep apart.
 	seen := map[string]string{}
 	for _, role := range etcdRoles {
-		u := accounts[role].user
+		u := accounts[role].User
 		switch {
-		case u == "root":
-			return nil, fmt.Errorf("--etcd-credentials: %s: the %s line names root; each line must name its own etcd user (see docs/etcd-roles.md)", f.etcdCredentials, role)
+		case u == etcdauth.RootUser || u == etcdauth.Snapshotter:
+			// Both have etcd's root role: an arbiter never holds it.
+			return nil, fmt.Errorf("--etcd-credentials: %s: the %s line names %s, a user of etcd's root role; each line must name its own etcd user (see docs/etcd-roles.md)", f.etcdCredentials, role, u)
 		case seen[u] != "":
 			return nil, fmt.Errorf("--etcd-credentials: %s: the %s and %s lines name one user; each line must name its own etcd user (see docs/etcd-roles.md)", f.etcdCredentials, seen[u], role)
 		}
@@ -88,13 +90,13 @@ func requireAuth(ctx context.Context, name string, u etcdUsers, log *slog.Logger
 
 // openEtcd signs in to the cluster at the comma-separated endpoints as
 // each user of accounts (one client, no user, when accounts is nil).
-func openEtcd(endpoints string, tlsCfg *tls.Config, accounts map[string]account) (etcdUsers, error) {
-	dial := func(a account) (*clientv3.Client, error) {
+func openEtcd(endpoints string, tlsCfg *tls.Config, accounts map[string]credfile.Account) (etcdUsers, error) {
+	dial := func(a credfile.Account) (*clientv3.Client, error) {
 		return etcdauth.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), TLS: tlsCfg, DialTimeout: 5 * time.Second,
-			Logger: zap.NewNop(), Username: a.user, Password: a.password})
+			Logger: zap.NewNop(), Username: a.User, Password: a.Password})
 	}
 	if accounts == nil {
-		c, err := dial(account{})
+		c, err := dial(credfile.Account{})
 		return etcdUsers{c, c, c}, err
 	}
 	var u etcdUsers

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,7 +23,9 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/credfile"
 	"github.com/lockplane/lockplane/services/internal/tailers"
+	"github.com/lockplane/lockplane/services/internal/tlsfiles"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -65,7 +66,7 @@ func main() {
 	flag.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for etcd (PEM)")
 	flag.StringVar(&f.etcdKey, "etcd-key", "", "client key for etcd (PEM)")
 	flag.StringVar(&f.etcdCA, "etcd-ca", "", "CA bundle that signed etcd's serving certificates (PEM)")
-	flag.StringVar(&f.etcdCredentials, "etcd-credentials", "", "the etcd users of every cluster (coord and each --shard): "+credentialsRule(etcdRoles...)+
+	flag.StringVar(&f.etcdCredentials, "etcd-credentials", "", "the etcd users of every cluster (coord and each --shard): "+credfile.Rule(etcdRoles...)+
 		"; the lock path, the Admin API and the audit tailers sign in as their own user, so etcd refuses each outside its key space; this or --etcd-without-auth is required")
 	flag.BoolVar(&f.etcdWithoutAuth, "etcd-without-auth", false, "use the clusters without etcd users (authentication off): for trials and tests only; logged at start and exported as lockplane_etcd_auth_off")
 	flag.BoolVar(&f.onePersonEpochAdvance, "allow-one-person-epoch-advance", false, "without --oidc-issuer, let one SPIFFE operator advance an epoch alone (lockctl epoch advance --direct): for trials only; with sign-in configured it is always two-person")
@@ -112,7 +113,7 @@ func main() {
 	})
 	flag.StringVar(&f.auditStore, "audit-store", "", "ClickHouse HTTP base URL of the audit store (e.g. http://clickhouse:8123): tail every cluster of this arbiter into it and answer the admin API's audit queries from it; an unreachable store is logged and retried, never fatal")
 	flag.StringVar(&f.auditDatabase, "audit-database", "lockplane", "the audit store's ClickHouse database (created by the migrations)")
-	flag.StringVar(&f.auditCredentials, "audit-credentials", "", "the audit store's users: "+credentialsRule(auditRoles...)+
+	flag.StringVar(&f.auditCredentials, "audit-credentials", "", "the audit store's users: "+credfile.Rule(auditRoles...)+
 		"; the tailers write as the writer, audit queries read as the reader. Without it the store is used with no credentials (a store without passwords: trials only)")
 	f.archive.register(flag.CommandLine)
 	f.oidc.register(flag.CommandLine)
@@ -359,29 +360,7 @@ func redacted(raw string) string {
 }
 
 func etcdTLS(f flags) (*tls.Config, error) {
-	if f.etcdCert == "" && f.etcdCA == "" {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.etcdCert != "" {
-		pair, err := tls.LoadX509KeyPair(f.etcdCert, f.etcdKey)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	if f.etcdCA != "" {
-		pem, err := os.ReadFile(f.etcdCA)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--etcd-ca: no certificates in %s", f.etcdCA)
-		}
-		cfg.RootCAs = pool
-	}
-	return cfg, nil
+	return tlsfiles.Files{CA: f.etcdCA, CAFlag: "--etcd-ca", Cert: f.etcdCert, Key: f.etcdKey, CertFlag: "--etcd-cert", KeyFlag: "--etcd-key"}.Client()
 }
 
 // authorization refuses to start an arbiter that would let every workload

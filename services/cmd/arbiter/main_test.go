@@ -22,6 +22,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/credfile"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"google.golang.org/grpc/codes"
@@ -181,6 +182,7 @@ func TestTheProductionArbitersEtcdUsersAndOnePersonAdvance(t *testing.T) {
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\n", 0o600)}, []string{"--etcd-credentials", "no admin line"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\nadmin c:d\ntailer a:e\n", 0o600)}, []string{"--etcd-credentials", "the arbiter and tailer lines name one user"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter a:b\nadmin root:d\ntailer c:e\n", 0o600)}, []string{"--etcd-credentials", "the admin line names root"}},
+		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdCredentials: writeCredentials(t, "arbiter snapshot:b\nadmin a:d\ntailer c:e\n", 0o600)}, []string{"--etcd-credentials", "the arbiter line names snapshot, a user of etcd's root role"}},
 		{flags{endpoints: "http://127.0.0.1:1", allowAnyWorkload: true, etcdWithoutAuth: true, actionTTL: time.Second}, []string{"--action-ttl", "between 1m and 168h"}},
 	} {
 		err := run(context.Background(), tc.f, log)
@@ -344,11 +346,11 @@ func TestMain(m *testing.M) {
 // The file the region program writes (components.AuditCredentials) is the
 // one this flag reads, with chserver's users.
 func TestTheProgramsCredentialsFileIsReadable(t *testing.T) {
-	c, err := readCredentials("--audit-credentials", writeCredentials(t, components.AuditCredentials("w-0123456789abcdef", "r-0123456789abcdef"), 0o600), auditRoles...)
+	c, err := credfile.Read("--audit-credentials", writeCredentials(t, components.AuditCredentials("w-0123456789abcdef", "r-0123456789abcdef"), 0o600), auditRoles...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c["writer"] != (account{chserver.WriterUser, "w-0123456789abcdef"}) || c["reader"] != (account{chserver.ReaderUser, "r-0123456789abcdef"}) || len(c) != 2 {
+	if c["writer"] != (credfile.Account{User: chserver.WriterUser, Password: "w-0123456789abcdef"}) || c["reader"] != (credfile.Account{User: chserver.ReaderUser, Password: "r-0123456789abcdef"}) || len(c) != 2 {
 		t.Fatalf("read %+v", c)
 	}
 }

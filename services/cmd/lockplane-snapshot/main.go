@@ -28,9 +28,8 @@ import (
 	"github.com/lockplane/lockplane/dr/vault"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/credfile"
+	"github.com/lockplane/lockplane/services/internal/s3client"
 	"github.com/lockplane/lockplane/services/internal/tlsfiles"
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -100,8 +99,25 @@ func parse(args []string, stderr io.Writer) (flags, error) {
 	case f.name == "":
 		return f, errors.New("--name: this instance's name is required (the host name could not be read)")
 	}
-	if u, err := url.Parse(f.endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, err := url.Parse(f.endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return f, fmt.Errorf("--endpoint: want a client URL such as https://10.0.0.5:2379, got %q", f.endpoint)
+	}
+	// The snapshot user has etcd's root role: its password never crosses
+	// a network in clear, and TLS flags are never quietly dropped.
+	loopback := false
+	if ip := net.ParseIP(u.Hostname()); ip != nil {
+		loopback = ip.IsLoopback()
+	}
+	switch {
+	case u.Scheme == "http" && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != ""):
+		return f, errors.New("--endpoint: an http URL would drop --etcd-ca, --etcd-cert and --etcd-key; use https")
+	case u.Scheme == "http" && f.etcdCredentials != "" && !loopback:
+		return f, errors.New("--endpoint: an http URL would send the snapshot user's password in clear; use https (http only on loopback)")
+	case u.Scheme == "https" && f.etcdCA == "":
+		return f, errors.New("--etcd-ca: required with an https --endpoint: the CA that signed the member's certificate")
+	case f.dir == "":
+		return f, errors.New("--dir: a directory for the snapshot file is required")
 	}
 	return f, nil
 }
@@ -123,19 +139,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		cfg.Username, cfg.Password = c["snapshot"].User, c["snapshot"].Password
+		if cfg.Username == etcdauth.RootUser {
+			return fmt.Errorf("--etcd-credentials: %s: the snapshot line names root; it must name the %s user, whose only use is snapshots (docs/etcd-roles.md)", f.etcdCredentials, etcdauth.Snapshotter)
+		}
 	}
 	v, err := openVault(f)
 	if err != nil {
 		return err
 	}
-	etcd, err := etcdauth.New(cfg)
-	if err != nil {
-		return fmt.Errorf("--endpoint: %w", err)
-	}
-	defer etcd.Close()
-
 	m := newMetrics(f.cluster)
-	job := snapshot.Job{Source: snapshot.Source{Region: f.region, Cluster: f.cluster, Config: cfg}, Etcd: etcd, Store: v,
+	job := snapshot.Job{Source: snapshot.Source{Region: f.region, Cluster: f.cluster, Config: cfg}, Store: v,
 		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.taken}
 	if f.once {
 		got, err := job.Once(ctx)
@@ -146,43 +159,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	if f.metrics != "" {
-		if err := m.serve(ctx, f.metrics); err != nil {
+		if err := m.serve(ctx, f.metrics, log); err != nil {
 			return err
 		}
 	}
+	etcd, err := etcdauth.New(cfg)
+	if err != nil {
+		return fmt.Errorf("--endpoint: %w", err)
+	}
+	defer etcd.Close()
+	job.Etcd = etcd
 	log.Info("snapshot job started", "region", f.region, "cluster", f.cluster, "every", f.every.String(), "name", f.name)
 	return job.Run(ctx)
 }
 
 // openVault is the region's vault at --vault as --vault-credentials' user.
 func openVault(f flags) (vault.Vault, error) {
-	u, err := url.Parse(f.vaultURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil {
-		return vault.Vault{}, fmt.Errorf("--vault: want MinIO's base URL without a path or credentials, e.g. https://vault:9000, got %q", f.vaultURL)
-	}
 	c, err := credfile.Read("--vault-credentials", f.vaultCredentials, "vault")
 	if err != nil {
 		return vault.Vault{}, err
 	}
-	opts := &minio.Options{Creds: credentials.NewStaticV4(c["vault"].User, c["vault"].Password, ""), Secure: u.Scheme == "https"}
-	if f.vaultCA != "" {
-		if u.Scheme != "https" {
-			return vault.Vault{}, errors.New("--vault-ca: only with an https --vault")
-		}
-		tlsCfg, err := tlsfiles.Files{CA: f.vaultCA, CAFlag: "--vault-ca"}.Client()
-		if err != nil {
-			return vault.Vault{}, err
-		}
-		tr, err := minio.DefaultTransport(true)
-		if err != nil {
-			return vault.Vault{}, err
-		}
-		tr.TLSClientConfig = tlsCfg
-		opts.Transport = tr
-	}
-	cli, err := minio.New(u.Host, opts)
+	cli, err := s3client.Endpoint{URL: f.vaultURL, URLFlag: "--vault", CA: f.vaultCA, CAFlag: "--vault-ca", User: c["vault"]}.Client()
 	if err != nil {
-		return vault.Vault{}, fmt.Errorf("--vault: %w", err)
+		return vault.Vault{}, err
 	}
 	return vault.Vault{Client: cli, Region: f.region}, nil
 }
@@ -199,7 +198,7 @@ func newMetrics(cluster string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
-			Help: "When the last snapshot this instance took was stored in the vault (Unix seconds); alert on its age."}),
+			Help: "When the last snapshot this instance took was stored in the vault (Unix seconds; 0 until it has taken one). Only the elected instance takes them: alert on the age of max by (cluster)."}),
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_bytes", ConstLabels: labels,
 			Help: "The size of the last snapshot stored."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,
@@ -219,13 +218,18 @@ func (m *metrics) taken(got snapshot.Manifest, err error) {
 }
 
 // serve serves the metrics until ctx ends.
-func (m *metrics) serve(ctx context.Context, addr string) error {
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--metrics: %w", err)
 	}
-	srv := &http.Server{Handler: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	srv := &http.Server{Handler: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}),
+		ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", addr, "err", err)
+		}
+	}()
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

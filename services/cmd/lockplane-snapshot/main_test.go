@@ -36,11 +36,15 @@ func credentialsFile(t *testing.T, line string) string {
 // Every refusal names its flag and the rule, before anything is reached.
 func TestBadFlagsAreRefusedByName(t *testing.T) {
 	vaultCreds := credentialsFile(t, "vault a:b")
-	good := []string{"--region", "eu-west", "--cluster", "coord", "--endpoint", "https://10.0.0.5:2379", "--vault", "https://vault:9000",
-		"--vault-credentials", vaultCreds, "--etcd-without-auth"}
+	good := []string{"--region", "eu-west", "--cluster", "coord", "--endpoint", "https://10.0.0.5:2379", "--etcd-ca", vaultCreds,
+		"--vault", "https://vault:9000", "--vault-credentials", vaultCreds, "--etcd-without-auth=true"}
 	with := func(kv ...string) []string {
 		out := append([]string(nil), good...)
 		for i := 0; i < len(kv); i += 2 {
+			if kv[i] == "--etcd-without-auth" { // a bool flag: one token
+				out[len(out)-1] = "--etcd-without-auth=" + kv[i+1]
+				continue
+			}
 			found := false
 			for j := 0; j < len(out); j++ {
 				if out[j] == kv[i] {
@@ -61,6 +65,9 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 		{with("--cluster", ""), "--cluster"},
 		{with("--endpoint", ""), "--endpoint: this host's member's client URL is required"},
 		{with("--endpoint", "10.0.0.5:2379"), "--endpoint: want a client URL"},
+		{with("--endpoint", "http://10.0.0.5:2379", "--etcd-ca", vaultCreds), "--endpoint: an http URL would drop --etcd-ca"},
+		{with("--etcd-without-auth", "false", "--etcd-credentials", vaultCreds, "--endpoint", "http://10.0.0.5:2379", "--etcd-ca", ""), "password in clear"},
+		{with("--dir", ""), "--dir: a directory"},
 		{with("--vault", ""), "--vault: the vault's base URL is required"},
 		{with("--every", "10s"), "--every: 10s must be between 1m and 168h"},
 		{with("--etcd-credentials", vaultCreds), "--etcd-credentials and --etcd-without-auth: choose one"},
@@ -83,7 +90,8 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	spec := etcdauth.Generated()
+	spec := etcdauth.DefaultSpec("root-pw", map[string]string{etcdauth.Arbiter: "arbiter-pw", etcdauth.Admin: "admin-pw",
+		etcdauth.Tailer: "tailer-pw", etcdauth.Snapshotter: "snapshot-pw"})
 	c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1, Auth: &spec})
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +116,14 @@ func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
 
 	// The arbiter's user may not take a snapshot: etcd refuses it.
 	arbiter := credentialsFile(t, "snapshot "+etcdauth.Arbiter+":"+spec.Credentials()[etcdauth.Arbiter])
-	if err := run(ctx, append(args, "--etcd-credentials", arbiter), &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
-		t.Fatal("a snapshot as the arbiter's user was stored")
+	if err := run(ctx, append(args, "--etcd-credentials", arbiter), &bytes.Buffer{}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(strings.ToLower(err.Error()), "permission denied") {
+		t.Fatalf("a snapshot as the arbiter's user: %v, want etcd's permission denied", err)
+	}
+	rootLine := credentialsFile(t, "snapshot root:root-pw")
+	if err := run(ctx, append(args, "--etcd-credentials", rootLine), &bytes.Buffer{}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "names root") {
+		t.Fatalf("a snapshot as root: %v, want refused by name", err)
 	}
 	snap := credentialsFile(t, "snapshot "+etcdauth.Snapshotter+":"+spec.Credentials()[etcdauth.Snapshotter])
 	var stdout bytes.Buffer
