@@ -57,7 +57,7 @@ type admitter struct {
 }
 
 func newAdmitter(cfg Config, m *metrics) admitter {
-	return admitter{classes: cfg.Classes, authorizer: cfg.Authorizer, metrics: m, cluster: cfg.Cluster}
+	return admitter{classes: cfg.Classes, authorizer: cfg.authorizer(), metrics: m, cluster: cfg.Cluster}
 }
 
 // admit is the request a call for key in className makes, or the refusal.
