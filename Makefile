@@ -122,12 +122,20 @@ gate: $(BIN)/gate
 	$(BIN)/gate -count $(COUNT) -seed $(SEED) -etcd $(BIN)/etcd -arbiter $(BIN)/arbiter -artifacts artifacts/gate
 
 # Fails on any tracked compiled executable: build outputs are never
-# committed; a fresh machine builds them. An executable is told by its
-# first bytes: ELF, Mach-O (either byte order, 32 or 64 bit, universal)
-# and PE ("MZ").
+# committed; a fresh machine builds them. One is told by its first bytes:
+# ELF; Mach-O, either byte order, 32 or 64 bit, universal (cafebabe,
+# cafebabf), where cafebabe also starts Java .class files, which are build
+# outputs too; and PE, whose "MZ" a text file may start with, so only with
+# "PE\0\0" at the little-endian offset at 0x3c (e_lfanew).
+# test/hygiene checks this recipe, and that every main package's build
+# output is in .gitignore.
 hygiene:
 	@bad=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] || continue; \
-		case "$$(head -c4 "$$f" | od -An -tx1 | tr -d " \n")" in 7f454c46|cffaedfe|cefaedfe|feedfacf|feedface|cafebabe|4d5a*) echo "$$f";; esac; done' sh); \
+		case "$$(head -c4 "$$f" | od -An -tx1 | tr -d " \n")" in \
+		7f454c46|cffaedfe|cefaedfe|feedfacf|feedface|cafebabe|cafebabf) echo "$$f";; \
+		4d5a*) off=$$(set -- $$(od -An -tu1 -j60 -N4 "$$f"); [ $$# -eq 4 ] && echo $$(($$1 + 256*$$2 + 65536*$$3 + 16777216*$$4))); \
+			[ -n "$$off" ] && [ "$$(od -An -tx1 -j"$$off" -N4 "$$f" | tr -d " \n")" = 50450000 ] && echo "$$f";; \
+		esac; done' sh); \
 	if [ -n "$$bad" ]; then echo "tracked executables (remove them; build outputs are ignored):"; echo "$$bad"; exit 1; fi
 
 clean:

@@ -63,12 +63,14 @@ type Options struct {
 	Listen, MetricsListen string
 	// Classes overrides the class registry (tests use short TTLs).
 	Classes class.Registry
-	// Authorizer decides who may lock what. One of it and
-	// AllowAnyWorkload is required, as for the arbiter (Config.Authorizer).
+	// Authorizer decides who may lock what. Exactly one of it and
+	// AllowAnyWorkload is required, as for the arbiter
+	// (arbiter.CheckAuthorization); Start refuses neither or both.
 	Authorizer arbiter.Authorizer
 	// AllowAnyWorkload lets every workload of the trust domain lock every
 	// key, logged and exported as lockplane_authorization_open: `lockplane
-	// dev`, the benchmarks and tests that test no policy say so.
+	// dev` and the benchmarks set it; devenvtest.Start sets it for every
+	// test that gives no Authorizer.
 	AllowAnyWorkload bool
 	// OpTimeout overrides the arbiter's bound on each etcd call.
 	OpTimeout time.Duration
@@ -180,6 +182,16 @@ type Env struct {
 
 // Start brings the environment up and returns once the arbiter serves.
 func Start(ctx context.Context, opts Options) (_ *Env, err error) {
+	// The arbiter's rule, checked before anything starts, in Options' names.
+	switch err := arbiter.CheckAuthorization(opts.Authorizer != nil, opts.AllowAnyWorkload); {
+	case errors.Is(err, arbiter.ErrNoAuthorizer):
+		return nil, errors.New("devenv: Options.Authorizer or Options.AllowAnyWorkload is required: without an Authorizer " +
+			"every workload of the trust domain could lock every key; set AllowAnyWorkload to run open, as a trial does")
+	case errors.Is(err, arbiter.ErrAuthorizerAndOpen):
+		return nil, errors.New("devenv: Options.Authorizer and Options.AllowAnyWorkload: choose one; the Authorizer decides who may lock what")
+	case err != nil:
+		return nil, err
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -115,7 +115,10 @@ func ShardLeasesOf(session int64) string { return fmt.Sprintf("/sl/%016x/", uint
 func ShardLeaseKey(session int64, shard string) string { return ShardLeasesOf(session) + shard }
 
 // ShardLeaseOwner records, on the coord cluster, which session a lease on
-// shard belongs to: Inspect reports the session a caller knows.
+// shard belongs to. Arbiters now read the session from the shard's hold
+// record (it records its coord session), so an ended session is still
+// named; the record is kept for arbiters of earlier releases, which read
+// it, during a rolling upgrade.
 func ShardLeaseOwner(shard string, lease int64) string {
 	return fmt.Sprintf("/slo/%s/%016x", shard, uint64(lease))
 }

@@ -192,23 +192,15 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	authOff := 0.0
-	if accounts == nil {
-		authOff = 1
-		log.Warn("etcd authentication is not used (--etcd-without-auth): the lock path could write force-release records; give --etcd-credentials in production")
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_etcd_auth_off",
-		Help: "1 when the arbiter signs in to etcd as no user (--etcd-without-auth): etcd does not keep the lock path, the Admin API and the tailers apart."},
-		func() float64 { return authOff }))
 	cfg := arbiter.Config{
 		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
 		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.
 		Operators: operators, OnePersonEpochAdvance: f.onePersonEpochAdvance,
-		// The library logs open authorisation and exports it as
-		// lockplane_authorization_open.
-		AllowAnyWorkload: f.allowAnyWorkload,
+		// The library logs these and exports them as
+		// lockplane_authorization_open and lockplane_etcd_auth_off.
+		AllowAnyWorkload: f.allowAnyWorkload, EtcdWithoutAuth: accounts == nil,
 	}
 	if f.policies != "" {
 		if len(f.classes) > 0 {
@@ -364,14 +356,16 @@ func etcdTLS(f flags) (*tls.Config, error) {
 }
 
 // authorization refuses to start an arbiter that would let every workload
-// lock every key by omission: a policy set, or the explicit opt-out.
+// lock every key by omission: the library's rule (a policy set is the
+// Authorizer), checked before anything starts, its answer in flag names.
 func (f flags) authorization() error {
-	switch {
-	case f.policies != "" && f.allowAnyWorkload:
+	switch err := arbiter.CheckAuthorization(f.policies != "", f.allowAnyWorkload); {
+	case errors.Is(err, arbiter.ErrAuthorizerAndOpen):
 		return errors.New("--policies and --allow-any-workload: choose one; a policy set's grants decide who may lock what")
-	case f.policies == "" && !f.allowAnyWorkload:
+	case errors.Is(err, arbiter.ErrNoAuthorizer):
 		return errors.New("--policies DIR or --allow-any-workload is required: without a policy set every workload of the trust domain " +
 			"could lock every key; give the reviewed LockClass and LockGrant documents, or opt out explicitly for a trial")
+	default:
+		return err
 	}
-	return nil
 }

@@ -18,9 +18,14 @@ import (
 // timeout allows with room to spare, so expiry tests run in seconds.
 var Fast = class.Class{Name: "fast", TTL: 3 * time.Second, Tier: class.TierCoord}
 
-// Start runs an environment with the default and Fast classes. Without
-// an Authorizer it runs open (AllowAnyWorkload): the tests that test
-// authorisation give one.
+// Start runs an environment with the default and Fast classes.
+//
+// Authorisation is open by default here, and only here: a test that gives
+// no Authorizer gets AllowAnyWorkload set for it (the arbiter exports
+// lockplane_authorization_open 1 and warns on Options.Logger), as nearly every test
+// exercises locking, not policy; tests of authorisation give an
+// Authorizer. devenv.Start itself requires the choice to be made
+// (TestStartRefusesNeitherOrBothAuthorisations).
 func Start(t testing.TB, opts devenv.Options) *devenv.Env {
 	t.Helper()
 	if opts.Authorizer == nil {

@@ -25,6 +25,9 @@ type request struct {
 	// mapVersion is the shard map version the Router homed the key under;
 	// a grant commits only on a cluster serving that version. 0: no map.
 	mapVersion int64
+	// coordSession is, for a shard, the coord session the Router serves
+	// the call for with its lease there; grants record it in the hold.
+	coordSession int64
 	// waitingSince is when an Acquire found the key held and began to
 	// wait (zero: it has not waited); its grant records the wait.
 	waitingSince time.Time
@@ -57,11 +60,7 @@ type admitter struct {
 }
 
 func newAdmitter(cfg Config, m *metrics) admitter {
-	authorizer := cfg.Authorizer
-	if cfg.AllowAnyWorkload {
-		authorizer = allowTrustDomain{}
-	}
-	return admitter{classes: cfg.Classes, authorizer: authorizer, metrics: m, cluster: cfg.Cluster}
+	return admitter{classes: cfg.Classes, authorizer: cfg.authorizer(), metrics: m, cluster: cfg.Cluster}
 }
 
 // admit is the request a call for key in className makes, or the refusal.

@@ -17,11 +17,22 @@ type Authorizer interface {
 }
 
 // allowTrustDomain lets every authenticated workload of the trust domain
-// lock every key: the posture until prefix grants are configured.
+// lock every key. Unexported, and refused as Config.Authorizer: open
+// authorisation is Config.AllowAnyWorkload alone, which is logged and
+// exported, never a value that could be passed in silently.
 type allowTrustDomain struct{}
 
 // MayLock implements Authorizer.
 func (allowTrustDomain) MayLock(spiffeid.ID, string) bool { return true }
+
+// isOpen reports whether az is the open authorizer, however it is wrapped.
+func isOpen(az Authorizer) bool {
+	switch az.(type) {
+	case allowTrustDomain, *allowTrustDomain:
+		return true
+	}
+	return false
+}
 
 // OperatorPathPrefix returns an IsOperator that accepts IDs of the trust
 // domain whose path starts with prefix, e.g. "/operator/".

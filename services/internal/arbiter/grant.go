@@ -248,7 +248,7 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 	case len(kvs) == 0:
 		return grant{}, false, nil
 	case !resp.Succeeded && heldBySameProcess(kvs[0].Value, r):
-		return grant{}, false, leaked(r, kvs[0].Lease)
+		return grant{}, false, a.leaked(r, kvs[0].Value, kvs[0].Lease)
 	case !resp.Succeeded:
 		return grant{}, false, nil
 	}
@@ -385,7 +385,7 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	case heldBySameProcess(kv.Value, r):
 		// The caller's own process holds the key under another session:
 		// waiting would wait on itself. A hold it lost track of (ADR-13).
-		return grant{}, leaked(r, kv.Lease), false
+		return grant{}, a.leaked(r, kv.Value, kv.Lease), false
 	default:
 		// Another process, of this identity or not: replicas of one
 		// deployment share a SPIFFE ID, and queue like anyone else.
@@ -395,9 +395,11 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 }
 
 // leaked is the answer to a process asking for a key it holds under
-// another session: waiting would wait on itself (ADR-13).
-func leaked(r request, holder int64) error {
-	if holder == 0 { // not known as a session of the caller's: name none
+// another session: waiting would wait on itself (ADR-13). It names that
+// session only when the hold it read says which (leakedHolder).
+func (a *Arbiter) leaked(r request, hold []byte, lease int64) error {
+	holder := leakedHolder(a.shardOf, r, hold, lease)
+	if holder == 0 {
 		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
 			fmt.Sprintf("key %s is held by this process (instance %s) under another of its sessions; release it there or close that session", r.key, r.instance))
 	}

@@ -20,7 +20,7 @@ type labels struct{ namespace, class, tier, cluster string }
 
 // maxNamespaceLabels caps the namespace label's values. A namespace is
 // named by an authorised caller's key, and only a policy set's grants
-// bound how many there are (AllowAnyWorkload does not): past the cap,
+// bound how many there are (open authorisation does not): past the cap,
 // further namespaces are counted together as otherNamespace.
 const maxNamespaceLabels = 256
 
@@ -71,9 +71,26 @@ type metrics struct {
 	namespaces namespaces
 }
 
-// newMetrics makes the metrics and registers them with reg, if any. open
-// is whether any workload of the trust domain may lock any key.
-func newMetrics(reg prometheus.Registerer, open bool) (*metrics, error) {
+// warnings are the settings a server exports as 1-or-0 gauges so that a
+// deployment running with one is never silent (besides a log line at start).
+type warnings struct {
+	// authorizationOpen: any workload of the trust domain may lock any key.
+	authorizationOpen bool
+	// etcdAuthOff: the clients sign in to etcd as no user.
+	etcdAuthOff bool
+}
+
+// warningGauge is a constant gauge, 1 when on.
+func warningGauge(name, help string, on bool) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	if on {
+		g.Set(1)
+	}
+	return g
+}
+
+// newMetrics makes the metrics and registers them with reg, if any.
+func newMetrics(reg prometheus.Registerer, warn warnings) (*metrics, error) {
 	m := &metrics{
 		grantSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockplane_grant_seconds", Help: "Time from Acquire to grant, including any wait.",
@@ -97,12 +114,11 @@ func newMetrics(reg prometheus.Registerer, open bool) (*metrics, error) {
 		refusals: map[lockv1.ErrorReason]*prometheus.CounterVec{},
 		live:     &liveCollector{},
 	}
-	authOpen := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_authorization_open",
-		Help: "1 when the arbiter runs without an authorizer (--allow-any-workload): any workload of the trust domain may lock any key."})
-	if open {
-		authOpen.Set(1)
-	}
-	cs := []prometheus.Collector{authOpen, m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
+	authOpen := warningGauge("lockplane_authorization_open",
+		"1 when the arbiter runs without an authorizer (--allow-any-workload): any workload of the trust domain may lock any key.", warn.authorizationOpen)
+	authOff := warningGauge("lockplane_etcd_auth_off",
+		"1 when the arbiter signs in to etcd as no user (--etcd-without-auth): etcd does not keep the lock path, the Admin API and the tailers apart.", warn.etcdAuthOff)
+	cs := []prometheus.Collector{authOpen, authOff, m.grantSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue

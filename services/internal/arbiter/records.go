@@ -25,6 +25,11 @@ type holdRecord struct {
 	// before waits were recorded). It rides in the grant's own write, so
 	// audit sees waits without a second write (services/audit).
 	WaitedMs int64 `json:"waited_ms,omitempty"`
+	// CoordSession is, on an entity shard, the coord session whose shard
+	// lease holds the key (Session and the key's lease are that lease):
+	// LEAKED and Inspect name it from this read alone. Absent elsewhere
+	// and in holds written before shards recorded it.
+	CoordSession int64 `json:"coord_session,omitempty"`
 }
 
 // sessionRecord is the value of a session key, on the session's lease.
@@ -45,7 +50,7 @@ func (r sessionRecord) encode() string {
 }
 
 func holdFor(r request, session int64) holdRecord {
-	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
+	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC(), CoordSession: r.coordSession}
 	if !r.waitingSince.IsZero() {
 		// Monotonic, and at least 1 ms: 0 would read as no wait.
 		h.WaitedMs = max(time.Since(r.waitingSince).Milliseconds(), 1)

@@ -311,54 +311,15 @@ func (ro *Router) acquire(ctx context.Context, r request, req *lockv1.AcquireReq
 	}
 	sreq := proto.CloneOf(req)
 	sreq.SessionId = lease
+	// The hold records the session the caller knows, so that the shard's
+	// LEAKED and Inspect name it from their own read.
+	rr.coordSession = req.GetSessionId()
 	resp, err := c.acquireAdmitted(ctx, rr, sreq)
 	if err != nil {
-		return nil, ro.leakedAsSession(ctx, rr, req, shard, err)
+		return nil, err
 	}
 	resp.SessionId = req.GetSessionId()
 	return resp, nil
-}
-
-// leakedAsSession is a shard's answer err as the caller knows its
-// sessions: a shard's LEAKED names the holding session's lease there,
-// which the client cannot match to the session it holds the key with
-// (and, for an ended session, would not treat as contention), so it names
-// the session that lease belongs to, as Inspect does.
-func (ro *Router) leakedAsSession(ctx context.Context, r request, req *lockv1.AcquireRequest, shard string, err error) error {
-	why, meta := reason.Info(err)
-	if why != lockv1.ErrorReason_LEAKED {
-		return err
-	}
-	r.instance = req.GetInstance()
-	// The shard's lease ID is never passed on: it names no session the
-	// caller knows. When the session it belongs to cannot be read (its
-	// owner record ended with the coord session, or coord did not answer)
-	// the shard's definite refusal stands, naming no session.
-	lease, perr := strconv.ParseInt(meta["holder_session"], 10, 64)
-	if perr != nil {
-		return leaked(r, 0)
-	}
-	session, found, lerr := ro.sessionOfLease(ctx, shard, lease)
-	if lerr != nil || !found {
-		return leaked(r, 0)
-	}
-	return leaked(r, session)
-}
-
-// sessionOfLease is the coord session whose lease on shard is lease, as
-// its record on the coord cluster says; found is false without a record.
-func (ro *Router) sessionOfLease(ctx context.Context, shard string, lease int64) (session int64, found bool, _ error) {
-	octx, cancel := ro.opCtx(ctx)
-	defer cancel()
-	owner, err := ro.coordEtcd.Get(octx, lockkey.ShardLeaseOwner(shard, lease))
-	if err != nil {
-		return 0, false, ro.etcdFailure(ctx, err)
-	}
-	if len(owner.Kvs) == 0 {
-		return 0, false, nil
-	}
-	session, err = strconv.ParseInt(string(owner.Kvs[0].Value), 10, 64)
-	return session, err == nil, nil
 }
 
 // Release implements lockv1.LockServiceServer. On a shard it releases
@@ -394,28 +355,17 @@ func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 }
 
 // Inspect implements lockv1.LockServiceServer. On a shard, the holder's
-// session is reported as the session its lease there belongs to.
+// session is the coord session its hold records (sessionOfHold).
 func (ro *Router) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
 	r, err := ro.gate.admit(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
-	c, shard, rr, err := ro.routeToSource(ctx, r)
+	c, _, rr, err := ro.routeToSource(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.inspectAdmitted(ctx, rr, req)
-	if err != nil || shard == "" || resp.GetHolder() == nil {
-		return resp, err
-	}
-	session, found, err := ro.sessionOfLease(ctx, shard, resp.GetHolder().GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if found {
-		resp.Holder.SessionId = session
-	}
-	return resp, nil
+	return c.inspectAdmitted(ctx, rr, req)
 }
 
 // ValidateToken implements lockv1.LockServiceServer.

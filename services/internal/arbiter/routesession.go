@@ -62,6 +62,7 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 	if err != nil {
 		return 0, err
 	}
+	// The owner record is for arbiters of earlier releases (lockkey.ShardLeaseOwner).
 	put, err := ro.coordEtcd.Txn(octx).
 		If(clientv3.Compare(clientv3.Value(sKey), "=", string(sess)),
 			clientv3.Compare(clientv3.CreateRevision(slKey), "=", 0)).

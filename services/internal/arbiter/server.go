@@ -51,14 +51,20 @@ type Config struct {
 	// Classes resolves lock classes; class.NewStatic() when nil.
 	Classes class.Registry
 	// Authorizer decides who may lock what: a policy set's grants
-	// (policy.Live). Nil is an error unless AllowAnyWorkload is set: an
-	// arbiter must not fail open on authorisation by omission.
+	// (policy.Live). Exactly one of it and AllowAnyWorkload is required
+	// (CheckAuthorization): an arbiter must not fail open on
+	// authorisation by omission.
 	Authorizer Authorizer
 	// AllowAnyWorkload, with no Authorizer, lets every workload of the
-	// trust domain lock every key (AllowTrustDomain): for trials and tests.
-	// Open authorisation is logged at start and exported as
+	// trust domain lock every key: for trials and tests. It alone makes
+	// authorisation open, which is logged at start and exported as
 	// lockplane_authorization_open.
 	AllowAnyWorkload bool
+	// EtcdWithoutAuth says the clients sign in to etcd as no user
+	// (the arbiter's --etcd-without-auth), so etcd does not keep the lock
+	// path, the Admin API and the tailers apart. Logged at start and
+	// exported as lockplane_etcd_auth_off, beside open authorisation.
+	EtcdWithoutAuth bool
 	// IsOperator decides who may call the admin RPCs that change state,
 	// and read audit history.
 	IsOperator func(spiffeid.ID) bool
@@ -160,16 +166,49 @@ func New(cfg Config) (*Arbiter, error) {
 // for all its clusters: its metrics are made and, if authorisation is
 // open, that is logged and exported, so an open arbiter is never silent.
 func starting(cfg Config) (*metrics, error) {
-	open := cfg.AllowAnyWorkload // the flag alone decides: no Authorizer can pass for open
-	m, err := newMetrics(cfg.Metrics, open)
+	m, err := newMetrics(cfg.Metrics, warnings{authorizationOpen: cfg.AllowAnyWorkload, etcdAuthOff: cfg.EtcdWithoutAuth})
 	if err != nil {
 		return nil, err
 	}
-	if open {
+	if cfg.AllowAnyWorkload {
 		cfg.Logger.Warn("authorisation is open: every workload of the trust domain may lock every key " +
 			"(AllowAnyWorkload, the arbiter's --allow-any-workload); give a policy set (--policies) in production")
 	}
+	if cfg.EtcdWithoutAuth {
+		cfg.Logger.Warn("etcd authentication is not used (--etcd-without-auth): the lock path could write force-release records; give --etcd-credentials in production")
+	}
 	return m, nil
+}
+
+// ErrNoAuthorizer and ErrAuthorizerAndOpen are the two ways to break the
+// authorisation rule (CheckAuthorization). Callers that name the two
+// settings otherwise (the arbiter's flags, devenv's Options) map them.
+var (
+	ErrNoAuthorizer = errors.New("arbiter: Config.Authorizer or Config.AllowAnyWorkload is required: without an Authorizer " +
+		"every workload of the trust domain could lock every key; give a policy set's grants, or set AllowAnyWorkload for a trial")
+	ErrAuthorizerAndOpen = errors.New("arbiter: Config.Authorizer and Config.AllowAnyWorkload: choose one; the Authorizer decides who may lock what")
+)
+
+// CheckAuthorization is the one rule for who decides authorisation: an
+// Authorizer or AllowAnyWorkload, exactly one. It returns ErrNoAuthorizer
+// or ErrAuthorizerAndOpen when broken.
+func CheckAuthorization(haveAuthorizer, allowAnyWorkload bool) error {
+	switch {
+	case !haveAuthorizer && !allowAnyWorkload:
+		return ErrNoAuthorizer
+	case haveAuthorizer && allowAnyWorkload:
+		return ErrAuthorizerAndOpen
+	}
+	return nil
+}
+
+// authorizer is who decides authorisation under cfg. The open authorizer
+// is never stored in cfg, so checking cfg again gives the same answer.
+func (cfg Config) authorizer() Authorizer {
+	if cfg.AllowAnyWorkload {
+		return allowTrustDomain{}
+	}
+	return cfg.Authorizer
 }
 
 // withDefaults checks cfg and fills in the defaults Config documents.
@@ -186,12 +225,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Classes == nil {
 		cfg.Classes = class.NewStatic()
 	}
-	switch {
-	case cfg.Authorizer == nil && !cfg.AllowAnyWorkload:
-		return cfg, errors.New("arbiter: Config.Authorizer or Config.AllowAnyWorkload is required: without an Authorizer " +
-			"every workload of the trust domain could lock every key; give a policy set's grants, or set AllowAnyWorkload for a trial")
-	case cfg.Authorizer != nil && cfg.AllowAnyWorkload:
-		return cfg, errors.New("arbiter: Config.Authorizer and Config.AllowAnyWorkload: choose one; the Authorizer decides who may lock what")
+	if isOpen(cfg.Authorizer) {
+		return cfg, errors.New("arbiter: Config.Authorizer: the open authorizer may not be given as one; " +
+			"set Config.AllowAnyWorkload, which is logged and exported as open authorisation")
+	}
+	if err := CheckAuthorization(cfg.Authorizer != nil, cfg.AllowAnyWorkload); err != nil {
+		return cfg, err
 	}
 	if cfg.IsOperator == nil {
 		cfg.IsOperator = func(spiffeid.ID) bool { return false }
