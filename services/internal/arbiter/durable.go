@@ -159,7 +159,7 @@ func (a *Arbiter) enqueue(ctx context.Context, r request, session int64) (int64,
 	defer cancel()
 	resp, err := a.etcd.Txn(octx).If(
 		clientv3.Compare(clientv3.CreateRevision(own), "=", 0),
-		clientv3.Compare(clientv3.Value(lockkey.SessionKey(session)), "=", sessionFor(r.caller, r.class.TTL, r.instance).encode()),
+		clientv3.Compare(clientv3.Value(lockkey.SessionKey(session)), "=", sessionFor(r.caller, r.class.TTL, r.instance).Encode()),
 	).Then(
 		clientv3.OpPut(own, string(rec), clientv3.WithLease(clientv3.LeaseID(session))),
 	).Else(clientv3.OpGet(own)).Commit()
