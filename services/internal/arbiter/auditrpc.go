@@ -147,7 +147,7 @@ func auditEvents(evs []audit.Event, limit int) ([]*adminv1.AuditEvent, bool) {
 			ClusterId: e.ClusterID, Cluster: e.Cluster, Revision: e.Revision, Key: e.Key, Kind: string(e.Kind),
 			At: timestamppb.New(e.At), Namespace: e.Namespace, Class: e.Class, Identity: e.Identity,
 			Instance: e.Instance, Session: e.Session, PrevIdentity: e.PrevIdentity, PrevSession: e.PrevSession,
-			Epoch: e.Epoch, Detail: e.Detail,
+			Epoch: e.Epoch, Detail: e.Detail, WaitedMs: e.WaitedMs, TtlSeconds: e.TTLSeconds,
 		}
 	}
 	return out, truncated
