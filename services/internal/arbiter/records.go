@@ -20,9 +20,29 @@ func holdFor(r request, session int64) holdRecord {
 	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
 	if !r.waitingSince.IsZero() {
 		// Monotonic, and at least 1 ms: 0 would read as no wait.
-		h.WaitedMs = max(time.Since(r.waitingSince).Milliseconds(), 1)
+		h.WaitedMs = max(waited(r, time.Now()).Milliseconds(), 1)
 	}
 	return h
+}
+
+// waited is how long r has waited at now: since this call found the key
+// held, or since its session first queued for it if that is earlier (a
+// durable waiter's retried Acquire). The queue record's time is another
+// arbiter's wall clock, so it is clamped to [0, now]: a clock ahead of
+// this one's counts no wait, not a negative one.
+func waited(r request, now time.Time) time.Duration {
+	d := now.Sub(r.waitingSince)
+	if !r.queuedAt.IsZero() {
+		first := r.queuedAt
+		if first.Before(time.Unix(0, 0)) {
+			first = time.Unix(0, 0)
+		}
+		if first.After(now) {
+			first = now
+		}
+		d = max(d, now.Sub(first))
+	}
+	return d
 }
 
 func sessionFor(id spiffeid.ID, ttl time.Duration, instance string) sessionRecord {
