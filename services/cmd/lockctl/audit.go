@@ -55,7 +55,7 @@ identity lockctl calls as.)`,
 	}
 	q.since = since(24 * time.Hour)
 	c.Flags().Var(&q.since, "since", "how far back: a Go duration or whole days (7d, 1d12h)")
-	c.Flags().Int32Var(&q.limit, "limit", 0, "at most this many events (default 1000, at most 10000)")
+	c.Flags().Int32Var(&q.limit, "limit", 0, "at most this many events of the key, holder or namespace (default 1000); cluster events beside them are not counted")
 	c.Flags().StringVar(&q.holder, "holder", "", "the events of one identity (a SPIFFE ID)")
 	c.Flags().StringVar(&q.ns, "namespace", "", "the events of one namespace")
 	c.Flags().StringVar(&q.cls, "class", "", "with --namespace: of one class")

@@ -1484,7 +1484,8 @@ type AuditRequest struct {
 	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
 	// Events at or after this time; 24 hours ago when unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
-	// At most this many events (1 to 9999; 1000 when 0).
+	// At most this many events of the key, identity or namespace (1 to
+	// 9999; 1000 when 0); the cluster events beside them are not counted.
 	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1750,7 +1751,7 @@ func (x *AuditEvent) GetTtlSeconds() int64 {
 type AuditResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	// True when the limit cut the answer short.
+	// True when the limit cut the answer short: the subject has more events.
 	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
