@@ -1,35 +1,17 @@
 package audit
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
 
 	epochpkg "github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// The records the arbiter writes, as far as audit reads them. The arbiter
-// owns their encoding; audit decodes only the fields it reports.
-type holdRecord struct {
-	Identity string    `json:"identity"`
-	Instance string    `json:"instance"`
-	Session  int64     `json:"session"`
-	Class    string    `json:"class"`
-	Since    time.Time `json:"since"`
-	// WaitedMs is set by a grant to a request that waited (ms, >= 1).
-	WaitedMs int64 `json:"waited_ms"`
-}
-
-type sessionRecord struct {
-	Identity   string `json:"identity"`
-	Instance   string `json:"instance"`
-	TTLSeconds int64  `json:"ttl_seconds"`
-}
 
 // ForcePrefix is where a force-release writes its record, in the Txn that
 // deletes the hold.
@@ -192,14 +174,14 @@ func leaseOf(key, prefix string) (int64, bool) {
 
 // decodeHold and decodeSession read what they can: a record audit cannot
 // decode still yields its event, with the fields left empty.
-func decodeHold(b []byte) holdRecord {
-	var h holdRecord
-	_ = json.Unmarshal(b, &h)
+// The arbiter writes them (services/internal/records, one definition for
+// both); audit reports only some of their fields.
+func decodeHold(b []byte) records.Hold {
+	h, _ := records.DecodeHold(b)
 	return h
 }
 
-func decodeSession(b []byte) sessionRecord {
-	var s sessionRecord
-	_ = json.Unmarshal(b, &s)
+func decodeSession(b []byte) records.Session {
+	s, _ := records.DecodeSession(b)
 	return s
 }

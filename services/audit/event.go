@@ -76,3 +76,10 @@ type Event struct {
 	// epoch record, a shard map version). Never a token.
 	Detail string `json:"detail"`
 }
+
+// ClusterWide reports whether e is a whole cluster's event (no key): a
+// gap, an epoch advance or a shard move. ByKey and ByNamespaceClass answer
+// them beside the subject's events, outside its limit.
+func (e Event) ClusterWide() bool {
+	return e.Key == "" && (e.Kind == Gap || e.Kind == EpochAdvance || e.Kind == ShardMove)
+}

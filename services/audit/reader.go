@@ -14,9 +14,12 @@ import (
 // clusters' histories merged by time, since clusters share no revisions.
 //
 // ByKey and ByNamespaceClass also answer the cluster events (gaps, epoch
-// advances, shard moves: no key) of the clusters the subject's events are
-// on, or every cluster's gaps when it has none, so that a gap in a key's
-// history is in its answer.
+// advances, shard moves: no key, Event.ClusterWide) in the window of the
+// clusters the subject's events in it are on, or every cluster's gaps in
+// it when it has none, so that a gap in a key's history is in its answer.
+// They do not count against limit: the answer has the subject's first
+// limit events and the cluster events among them (and after them, when
+// the subject has no more).
 type Reader interface {
 	ByKey(ctx context.Context, key string, since time.Time, limit int) ([]Event, error)
 	ByIdentity(ctx context.Context, identity string, since time.Time, limit int) ([]Event, error)

@@ -392,8 +392,10 @@ func TestAKeysHistoryShowsItsClustersGapsAdvancesAndMoves(t *testing.T) {
 // Keepalives write no revision: cost estimates them from each session's
 // lifetime in the log, as the client renews (lockclient: at once, then
 // every TTL/3): to its close, to a TTL before its expiry (it had stopped
-// renewing), or to now while it is open. A session counts in the window
-// it opened in; one whose TTL the log does not give is not estimated.
+// renewing), or to now while it is open. A session counts the renewals in
+// the window, wherever it opened: one opened before it (dave, erin) counts
+// those from the window's start, and one whose close the log lost (erin)
+// is capped at now. One whose TTL the log does not give is not estimated.
 func TestCostEstimatesKeepalivesFromSessionLifetimes(t *testing.T) {
 	s, ctx := store(t)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -404,12 +406,15 @@ func TestCostEstimatesKeepalivesFromSessionLifetimes(t *testing.T) {
 			Session: session, TTLSeconds: ttl, Epoch: 1}
 	}
 	evs := []audit.Event{
-		ev(audit.SessionOpen, -60000, "dave", 5, 9), // opened before the window
-		ev(audit.SessionOpen, 0, "alice", 1, 9),     // renews every 3 s
-		ev(audit.SessionOpen, 0, "carol", 4, 0),     // TTL unknown
+		ev(audit.SessionOpen, -60000, "frank", 7, 9), // ended before the window
+		ev(audit.SessionOpen, -60000, "dave", 5, 9),  // opened before the window
+		ev(audit.SessionOpen, -10000, "erin", 6, 9),  // its close lost in a gap
+		ev(audit.SessionClose, -1000, "frank", 7, 9),
+		ev(audit.SessionOpen, 0, "alice", 1, 9), // renews every 3 s
+		ev(audit.SessionOpen, 0, "carol", 4, 0), // TTL unknown
 		ev(audit.SessionOpen, 1000, "alice", 2, 9),
-		ev(audit.SessionOpen, 2000, "bob", 3, 3), // every 1 s, still open
-		ev(audit.SessionClose, 2500, "dave", 5, 9),
+		ev(audit.SessionOpen, 2000, "bob", 3, 3),     // every 1 s, still open
+		ev(audit.SessionClose, 7000, "dave", 5, 9),   // renewed at 0, 3, 6 s in the window
 		ev(audit.SessionClose, 10000, "alice", 1, 9), // renewed at 0, 3, 6, 9 s
 		ev(audit.Expiry, 16000, "alice", 2, 9),       // at 1, 4, 7 s, then stopped
 	}
@@ -419,19 +424,25 @@ func TestCostEstimatesKeepalivesFromSessionLifetimes(t *testing.T) {
 	if err := s.Insert(ctx, append(evs, other)); err != nil {
 		t.Fatal(err)
 	}
-	chstore.SetNow(s, at(5500)) // bob's: 2, 3, 4, 5 s; the other: at 0
+	// bob's: 2, 3, ..., 20 s; the other: 0, 10, 20 s; erin's: 2, 5, ..., 20 s.
+	chstore.SetNow(s, at(20000))
 	got, err := s.Cost(ctx, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int64{"alice": 7, "bob": 5, "carol": 0, "dave": 0}
+	want := map[string]int64{"alice": 7, "bob": 22, "carol": 0, "dave": 3, "erin": 7}
 	for _, c := range got {
-		if c.KeepalivesEstimated != want[c.Identity] {
-			t.Errorf("%s: %d keepalives estimated, want %d", c.Identity, c.KeepalivesEstimated, want[c.Identity])
+		w, ok := want[c.Identity]
+		if !ok || c.KeepalivesEstimated != w {
+			t.Errorf("%s: %d keepalives estimated, want %d (a row: %v)", c.Identity, c.KeepalivesEstimated, w, ok)
 		}
 		delete(want, c.Identity)
 	}
 	if len(want) > 0 {
 		t.Errorf("no cost row for %v: %+v", want, got)
+	}
+	// erin wrote nothing in the window: her row is her keepalives, last.
+	if last := got[len(got)-1]; last != (audit.Cost{Identity: "erin", KeepalivesEstimated: 7}) {
+		t.Errorf("last row %+v; want erin's keepalives alone", last)
 	}
 }

@@ -1,7 +1,10 @@
 package chstore
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -121,7 +124,7 @@ func TestMigrateAddsAColumnOnce(t *testing.T) {
 		t.Errorf("columns %v, %v; want x, y, z", names, err)
 	}
 	// A statement that is no ADD COLUMN, or names another table, still runs.
-	if done, err := s.columnAdded(ctx, "ALTER TABLE b ADD COLUMN y Int64"); err != nil || done {
+	if done, err := s.hasColumn(ctx, columnAdd{table: "b", column: "y", typ: "Int64"}); err != nil || done {
 		t.Errorf("another table's column: %v, %v", done, err)
 	}
 }
@@ -147,5 +150,118 @@ func TestAStoreBeforeWaitsMigrates(t *testing.T) {
 	got, err := s.ByKey(ctx, "team-a/old/1", time.Time{}, 10)
 	if err != nil || len(got) != 1 || got[0].Kind != "handoff" || got[0].WaitedMs != 0 || got[0].Identity != "bob" {
 		t.Fatalf("the old row after the migration: %+v, %v", got, err)
+	}
+}
+
+// An ADD COLUMN statement with a second action (a top-level comma) is
+// refused, not skipped whole when its first column exists: the runner
+// skips only a whole statement, which would drop the second action.
+func TestMigrateRefusesAnAddColumnWithTwoActions(t *testing.T) {
+	s, ctx := fresh(t)
+	fsys := fstest.MapFS{
+		"migrations/0001_a.sql": {Data: []byte("CREATE TABLE IF NOT EXISTS a (x UInt8, y Int64) ENGINE = MergeTree ORDER BY x;\n")},
+		"migrations/0002_b.sql": {Data: []byte("ALTER TABLE a ADD COLUMN y Int64 DEFAULT 0, ADD COLUMN z String DEFAULT '';\n")},
+	}
+	err := s.migrate(ctx, fsys)
+	if err == nil || !strings.Contains(err.Error(), "0002_b.sql") || !strings.Contains(err.Error(), "one action") {
+		t.Fatalf("two actions in one ADD COLUMN statement: %v; want a refusal naming the file and the rule", err)
+	}
+	if got := versions(t, ctx, s); !reflect.DeepEqual(got, []int{1}) {
+		t.Errorf("applied %v; want [1]", got)
+	}
+}
+
+// A column that exists with another type than the statement declares is
+// a failure, not a skip: the schema is not what the migration says.
+func TestMigrateFailsOnAnExistingColumnOfAnotherType(t *testing.T) {
+	s, ctx := fresh(t)
+	fsys := fstest.MapFS{
+		"migrations/0001_a.sql": {Data: []byte("CREATE TABLE IF NOT EXISTS a (x UInt8, y String) ENGINE = MergeTree ORDER BY x;\n")},
+		"migrations/0002_b.sql": {Data: []byte("ALTER TABLE a ADD COLUMN y Int64 DEFAULT 0;\n")},
+	}
+	err := s.migrate(ctx, fsys)
+	if err == nil || !strings.Contains(err.Error(), "String") || !strings.Contains(err.Error(), "Int64") {
+		t.Fatalf("an existing column of another type: %v; want a failure naming both types", err)
+	}
+	// The same type, spelled with other spaces, is the same column.
+	fsys["migrations/0001_a.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE IF NOT EXISTS c (x UInt8, d Decimal(18, 4)) ENGINE = MergeTree ORDER BY x;\n")}
+	fsys["migrations/0002_b.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE c ADD COLUMN d Decimal(18,4) DEFAULT 0;\n")}
+	s2, ctx2 := fresh(t)
+	if err := s2.migrate(ctx2, fsys); err != nil {
+		t.Fatalf("the same type: %v", err)
+	}
+}
+
+// A column another migrator added between the check and the ALTER (two
+// arbiters starting at once: no transactions, no IF NOT EXISTS) fails the
+// ALTER, and the runner looks again rather than fail.
+func TestMigrateToleratesAConcurrentAddColumn(t *testing.T) {
+	s, ctx := fresh(t)
+	const add = "ALTER TABLE a ADD COLUMN y Int64 DEFAULT 0"
+	fsys := fstest.MapFS{
+		"migrations/0001_a.sql": {Data: []byte("CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;\n")},
+		"migrations/0002_b.sql": {Data: []byte(add + ";\n")},
+	}
+	// The other migrator runs the ALTER just before this one's reaches the
+	// server.
+	base := s.client.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	raced := false
+	s.client = &http.Client{Timeout: s.client.Timeout, Transport: roundTrip(func(req *http.Request) (*http.Response, error) {
+		if req.Body != nil && req.GetBody != nil && !raced {
+			b, _ := io.ReadAll(req.Body)
+			req.Body = io.NopCloser(bytes.NewReader(b))
+			if string(b) == add {
+				raced = true
+				if err := s.exec(req.Context(), add); err != nil {
+					t.Errorf("the other migrator: %v", err)
+				}
+			}
+		}
+		return base.RoundTrip(req)
+	})}
+	if err := s.migrate(ctx, fsys); err != nil {
+		t.Fatalf("a column added meanwhile: %v", err)
+	}
+	if !raced {
+		t.Fatal("the ALTER never ran: the race was not staged")
+	}
+	if got := versions(t, ctx, s); !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Errorf("applied %v; want [1 2]", got)
+	}
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func TestAddColumnStatements(t *testing.T) {
+	for _, tc := range []struct {
+		stmt, table, column, typ string
+		rule                     string // the refusal's, "" for none
+	}{
+		{stmt: "ALTER TABLE events ADD COLUMN waited_ms Int64 DEFAULT 0 AFTER prev_session", table: "events", column: "waited_ms", typ: "Int64"},
+		{stmt: "alter table t add column c Decimal(18, 4) default 0", table: "t", column: "c", typ: "Decimal(18,4)"},
+		{stmt: "ALTER TABLE t ADD COLUMN c String DEFAULT 'a, b' COMMENT 'x,y'", table: "t", column: "c", typ: "String"},
+		{stmt: "ALTER TABLE t ADD COLUMN c Enum8('a b' = 1, 'c' = 2)", table: "t", column: "c", typ: "Enum8('a b'=1,'c'=2)"},
+		{stmt: "ALTER TABLE t ADD COLUMN c Nullable(String)\n  AFTER x", table: "t", column: "c", typ: "Nullable(String)"},
+		{stmt: "ALTER TABLE t ADD COLUMN c Int64, ADD COLUMN d Int64", rule: "one action"},
+		{stmt: "ALTER TABLE t ADD COLUMN c Int64 DEFAULT 0,\nDROP COLUMN x", rule: "one action"},
+		{stmt: "ALTER TABLE t ADD COLUMN c DEFAULT 0", rule: "declare its type"},
+	} {
+		add, ok, err := parseAddColumn(tc.stmt)
+		switch {
+		case !ok:
+			t.Errorf("%q: not read as an ADD COLUMN", tc.stmt)
+		case tc.rule != "" && (err == nil || !strings.Contains(err.Error(), tc.rule)):
+			t.Errorf("%q: %v; want a refusal: %s", tc.stmt, err, tc.rule)
+		case tc.rule == "" && (err != nil || add != columnAdd{table: tc.table, column: tc.column, typ: tc.typ}):
+			t.Errorf("%q: %+v, %v; want %s.%s of type %s", tc.stmt, add, err, tc.table, tc.column, tc.typ)
+		}
+	}
+	if _, ok, err := parseAddColumn("CREATE TABLE a (x UInt8, y Int64) ENGINE = Memory"); ok || err != nil {
+		t.Errorf("a CREATE read as an ADD COLUMN: %v, %v", ok, err)
 	}
 }

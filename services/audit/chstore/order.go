@@ -25,9 +25,10 @@ import (
 // The export (Between, the archive) keeps its own order, by time then
 // cluster ID and revision: it is paged by a cursor, which a merge is not.
 
-// history runs q, whose rows are ordered by cluster ID, then revision and
-// key, and returns the first n events of their merge in history order.
-func (s *Store) history(ctx context.Context, q string, n int) ([]audit.Event, error) {
+// runs runs q, whose rows are ordered by cluster ID, then revision and
+// key, and returns them one run per cluster, each in revision order, for
+// merge.
+func (s *Store) runs(ctx context.Context, q string) ([][]audit.Event, error) {
 	rows, err := query[row](ctx, s, q)
 	if err != nil {
 		return nil, err
@@ -39,7 +40,7 @@ func (s *Store) history(ctx context.Context, q string, n int) ([]audit.Event, er
 		}
 		runs[len(runs)-1] = append(runs[len(runs)-1], r.event())
 	}
-	return merge(runs, n), nil
+	return runs, nil
 }
 
 // merge takes the first n events of runs in history order: each run's in

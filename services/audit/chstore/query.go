@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
@@ -11,9 +14,9 @@ import (
 
 // ByKey returns the events of one lock key at or after since, with its
 // clusters' own events (withClusterEvents), oldest first (in history
-// order, see order.go), at most limit.
+// order, see order.go), at most limit of the key's.
 func (s *Store) ByKey(ctx context.Context, key string, since time.Time, limit int) ([]audit.Event, error) {
-	return s.since(ctx, withClusterEvents("key = "+quote(key)), since, limit)
+	return s.withClusterEvents(ctx, "key = "+quote(key), since, limit)
 }
 
 // ByIdentity returns the events whose holder is identity (the new holder
@@ -25,28 +28,107 @@ func (s *Store) ByIdentity(ctx context.Context, identity string, since time.Time
 
 // ByNamespaceClass returns the events of namespace ns and class (every
 // class when class is empty) at or after since, with their clusters' own
-// events (withClusterEvents), oldest first, at most limit.
+// events (withClusterEvents), oldest first, at most limit of the
+// namespace's.
 func (s *Store) ByNamespaceClass(ctx context.Context, ns, class string, since time.Time, limit int) ([]audit.Event, error) {
 	where := "namespace = " + quote(ns)
 	if class != "" {
 		where += " AND class = " + quote(class)
 	}
-	return s.since(ctx, withClusterEvents(where), since, limit)
+	return s.withClusterEvents(ctx, where, since, limit)
 }
 
 // clusterEvents are a whole cluster's events, stored with an empty key: a
-// compaction gap, an epoch advance, a shard move.
+// compaction gap, an epoch advance, a shard move (audit.Event.ClusterWide).
 const clusterEvents = "key = '' AND kind IN ('gap', 'epoch_advance', 'shard_move')"
 
-// withClusterEvents selects the rows subject selects and the cluster
-// events of the clusters those rows are on (at any time: a gap can be all
-// a window holds of a key): a gap in a key's history is then in its answer,
-// and so is an advance or a move that ended none of its holds. With no row
-// of subject at all, every cluster's gaps are in it: its whole history may
-// be in one.
-func withClusterEvents(subject string) string {
-	return fmt.Sprintf(`((%[1]s) OR (%[2]s AND (cluster_id IN (SELECT cluster_id FROM events WHERE %[1]s)
-		OR (kind = 'gap' AND (SELECT count() FROM events WHERE %[1]s) = 0))))`, subject, clusterEvents)
+// withClusterEvents returns the first limit events of subject at or after
+// since in history order, and the cluster events among and after them of
+// the clusters they are on: a gap in a key's history is then in its
+// answer, and so is an advance or a move that ended none of its holds.
+// With no event of subject in the window, every cluster's gaps in it are
+// answered: its history there may be in one. Cluster events do not count
+// against limit. Two queries, each bounded by the window (the partitions
+// by month): the subject's, whose rows name the clusters; then those
+// clusters' events, read by cluster ID (the sorting key's first column).
+func (s *Store) withClusterEvents(ctx context.Context, subject string, since time.Time, limit int) ([]audit.Event, error) {
+	if limit <= 0 {
+		return nil, errors.New("chstore: limit must be positive")
+	}
+	n := min(limit, MaxLimit)
+	// Never a cluster event here: it would be answered twice.
+	runs, err := s.runs(ctx, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE (%s) AND NOT (%s) AND %s
+		ORDER BY cluster_id, revision, key LIMIT %d BY cluster_id`, columns, subject, clusterEvents, sinceCond(since), n))
+	if err != nil {
+		return nil, err
+	}
+	clusters := "kind = 'gap'"
+	if len(runs) > 0 {
+		var on []string
+		for _, r := range runs {
+			c := "cluster_id = " + quote(r[0].ClusterID)
+			if len(r) == n {
+				// The subject's events here may go on past the n read: the
+				// answer ends before any cluster event after them.
+				c += fmt.Sprintf(" AND revision <= %d", r[n-1].Revision)
+			}
+			on = append(on, "("+c+")")
+		}
+		clusters = strings.Join(on, " OR ")
+	}
+	// Cluster events are few (a gap, an advance or a move each); MaxLimit
+	// per cluster bounds a pathological window.
+	others, err := s.runs(ctx, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE %s AND (%s) AND %s
+		ORDER BY cluster_id, revision, key LIMIT %d BY cluster_id`, columns, clusterEvents, clusters, sinceCond(since), MaxLimit))
+	if err != nil {
+		return nil, err
+	}
+	byCluster := map[string][]audit.Event{}
+	for _, r := range others {
+		byCluster[r[0].ClusterID] = r
+	}
+	for i, r := range runs {
+		runs[i] = interleave(r, byCluster[r[0].ClusterID])
+		delete(byCluster, r[0].ClusterID)
+	}
+	for _, r := range byCluster { // gaps of clusters the subject is not on
+		runs = append(runs, r)
+	}
+	// The clusters' order decides merge's ties: keep it by cluster ID.
+	slices.SortFunc(runs, func(a, b []audit.Event) int { return strings.Compare(a[0].ClusterID, b[0].ClusterID) })
+	evs := merge(runs, math.MaxInt)
+	// Cut after the subject's n-th event if it has more: what follows may
+	// miss its events, which the first query did not read.
+	seen, total := 0, 0
+	for _, e := range evs {
+		if !e.ClusterWide() {
+			total++
+		}
+	}
+	for i, e := range evs {
+		if e.ClusterWide() {
+			continue
+		}
+		if seen++; seen == n && total > n {
+			return evs[:i+1], nil
+		}
+	}
+	return evs, nil
+}
+
+// interleave merges a cluster's subject events and its cluster events,
+// each in revision order, into revision order (then key: a cluster event,
+// with no key, before the subject's events at its revision).
+func interleave(a, b []audit.Event) []audit.Event {
+	out := make([]audit.Event, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if b[0].Revision < a[0].Revision || (b[0].Revision == a[0].Revision && b[0].Key < a[0].Key) {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // ExpiriesList returns the holds that ended by lease expiry at or after
@@ -86,8 +168,12 @@ func (s *Store) since(ctx context.Context, where string, since time.Time, limit 
 	}
 	n := min(limit, MaxLimit)
 	// The first n of the merge are among the first n of each cluster.
-	return s.history(ctx, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE %s AND %s
-		ORDER BY cluster_id, revision, key LIMIT %d BY cluster_id`, columns, where, sinceCond(since), n), n)
+	runs, err := s.runs(ctx, fmt.Sprintf(`SELECT %s FROM events FINAL WHERE %s AND %s
+		ORDER BY cluster_id, revision, key LIMIT %d BY cluster_id`, columns, where, sinceCond(since), n))
+	if err != nil {
+		return nil, err
+	}
+	return merge(runs, n), nil
 }
 
 // events returns the events where holds, in the order orderBy, at most

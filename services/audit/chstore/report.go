@@ -3,9 +3,12 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/client/lockclient"
 )
 
 // Contention reports, per namespace and class, how holds began (grants,
@@ -48,7 +51,8 @@ func (s *Store) Contention(ctx context.Context, since time.Time) ([]audit.Conten
 // Cost reports, per identity, what it asked of the lock log: sessions
 // opened, holds granted (and handed to it), the writes its locks made
 // (every event is one revision), and its keepalives, estimated
-// (keepalives below): they write no revision.
+// (keepalives below): they write no revision. An identity whose only cost
+// in the window is keepalives (a session opened before it) has a row too.
 func (s *Store) Cost(ctx context.Context, since time.Time) ([]audit.Cost, error) {
 	rows, err := query[audit.Cost](ctx, s, fmt.Sprintf(`SELECT identity,
 			countIf(kind = 'session_open') AS sessions,
@@ -61,45 +65,67 @@ func (s *Store) Cost(ctx context.Context, since time.Time) ([]audit.Cost, error)
 	if err != nil {
 		return nil, err
 	}
-	kas, err := s.keepalives(ctx, since)
+	kas, err := s.keepalives(ctx, since, lockclient.RenewalsPerTTL)
 	if err != nil {
 		return nil, err
 	}
 	for i := range rows {
 		rows[i].KeepalivesEstimated = kas[rows[i].Identity]
+		delete(kas, rows[i].Identity)
+	}
+	// Rows with writes come first (most first); these have none.
+	for _, id := range slices.Sorted(maps.Keys(kas)) {
+		if kas[id] > 0 {
+			rows = append(rows, audit.Cost{Identity: id, KeepalivesEstimated: kas[id]})
+		}
 	}
 	return rows, nil
 }
 
-// keepalives estimates, per identity, the renewals of the sessions it
-// opened at or after since: lockclient renews a lease at once and then
-// every TTL/3 (services/client/lockclient/session.go), so a lease renewed
-// from its open to t was renewed floor(3(t - open)/TTL) + 1 times. t is
-// its close; a TTL before its expiry, when the holder had stopped; or now
-// while it is open. A session is one lease per cluster (a Router's shard
-// leases are renewed with it), each counted: they are etcd's renewals.
-// Sessions whose TTL the log does not give (stored before it was) are not
-// estimated. Times are the tailer's readings, so this is an estimate.
-func (s *Store) keepalives(ctx context.Context, since time.Time) (map[string]int64, error) {
-	nowMs := s.now().UnixMilli()
+// keepalives estimates, per identity, the renewals in [since, now] of its
+// sessions' leases. A client renews a lease as it opens and then every
+// TTL/perTTL (lockclient.RenewalsPerTTL), so a lease opened at o was
+// renewed at o + k·TTL/perTTL, k >= 0, and the estimate counts those in
+// [greatest(o, since), least(end, now)]. The end is its close; a TTL
+// before its expiry, when the holder had stopped; or now while it is open,
+// which is also where a session whose close the log lost (in a gap) is
+// capped. Every session whose end is at or after since counts, opened in
+// the window or before it, so the sessions' opens are read whenever they
+// were. A session is one lease per cluster (a Router's shard leases are
+// renewed with it), each counted: they are etcd's renewals. Sessions whose
+// TTL the log does not give (stored before it was) are not estimated.
+// Times are the tailer's readings, so this is an estimate.
+func (s *Store) keepalives(ctx context.Context, since time.Time, perTTL int) (map[string]int64, error) {
+	nowMs, sinceMs := s.now().UnixMilli(), max(since.UnixMilli(), 0)
+	// [lo, hi] is the part of the lease's life in the window, whose
+	// renewals are floor(perTTL·(hi-o)/ttl) - ceil(perTTL·(lo-o)/ttl) + 1.
+	// hi is at least the open: its renewal counts whatever the tailer's
+	// reading of the end says.
 	rows, err := query[struct {
 		Identity   string `json:"identity"`
 		Keepalives int64  `json:"keepalives"`
-	}](ctx, s, fmt.Sprintf(`SELECT identity, toInt64(sum(intDiv(3 * greatest(renewed_to - opened, 0), ttl * 1000) + 1)) AS keepalives
+	}](ctx, s, fmt.Sprintf(`SELECT identity,
+			toInt64(sum(intDiv(%[1]d * (hi - opened), ttl_ms) - intDiv(%[1]d * (lo - opened) + ttl_ms - 1, ttl_ms) + 1)) AS keepalives
 		FROM (
-			SELECT
-				anyIf(identity, kind = 'session_open') AS identity,
-				anyIf(at_ms, kind = 'session_open') AS opened,
-				maxIf(ttl_seconds, kind = 'session_open') AS ttl,
-				multiIf(countIf(kind = 'session_close') > 0, anyIf(at_ms, kind = 'session_close'),
-					countIf(kind = 'expiry') > 0, anyIf(at_ms, kind = 'expiry') - ttl * 1000,
-					toInt64(%d)) AS renewed_to
-			FROM events FINAL
-			WHERE key = '' AND session != 0 AND kind IN ('session_open', 'session_close', 'expiry') AND %s
-			GROUP BY cluster_id, session
-			HAVING countIf(kind = 'session_open') > 0 AND ttl > 0
+			SELECT identity, opened, ttl_ms,
+				greatest(opened, toInt64(%[2]d)) AS lo,
+				greatest(least(ended, toInt64(%[3]d)), opened) AS hi
+			FROM (
+				SELECT
+					anyIf(identity, kind = 'session_open') AS identity,
+					anyIf(at_ms, kind = 'session_open') AS opened,
+					maxIf(ttl_seconds, kind = 'session_open') * 1000 AS ttl_ms,
+					multiIf(countIf(kind = 'session_close') > 0, anyIf(at_ms, kind = 'session_close'),
+						countIf(kind = 'expiry') > 0, anyIf(at_ms, kind = 'expiry') - ttl_ms,
+						toInt64(%[3]d)) AS ended
+				FROM events FINAL
+				WHERE key = '' AND session != 0 AND kind IN ('session_open', 'session_close', 'expiry')
+				GROUP BY cluster_id, session
+				HAVING countIf(kind = 'session_open') > 0 AND ttl_ms > 0
+			)
+			WHERE hi >= lo
 		)
-		GROUP BY identity`, nowMs, sinceCond(since)))
+		GROUP BY identity`, perTTL, sinceMs, nowMs))
 	if err != nil {
 		return nil, err
 	}

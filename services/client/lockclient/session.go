@@ -151,12 +151,17 @@ func (l *lease) isFenced() bool {
 	return l.fenced
 }
 
-// keepAlive renews every ttl/3. A renewal counts from its send time only
+// RenewalsPerTTL is how many times a lease is renewed per TTL: every
+// TTL/RenewalsPerTTL, so two renewals can be lost before it expires. The
+// audit cost report estimates keepalives from it (services/audit/chstore).
+const RenewalsPerTTL = 3
+
+// keepAlive renews every ttl/RenewalsPerTTL. A renewal counts from its send time only
 // if its answer arrives within the interval; otherwise the stream is
 // dropped, so a late answer can never be credited to a later send.
 func (l *lease) keepAlive(ctx context.Context) {
 	defer close(l.done)
-	interval := l.ttl / 3
+	interval := l.ttl / RenewalsPerTTL
 	var ks *kaStream
 	defer func() { ks.close() }()
 	for {

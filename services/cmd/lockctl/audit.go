@@ -26,7 +26,8 @@ func auditCmd(g *globals) *cobra.Command {
 		Short: "Show the history of a key, a holder, or a namespace: grants, handoffs, releases, closes, expiries",
 		Long: `audit reads the history the audit tailer took from etcd's own revisions:
 every grant, handoff, release, session close and lease expiry, with its
-time, cluster, revision, holder identity and instance, session and class;
+time, cluster, revision, holder identity and instance, session and class,
+and how long a grant's request waited for the key;
 and epoch advances, shard moves and gaps (revisions compacted before the
 tailer read them). Name a KEY, a --holder, or a --namespace (and --class).
 Only operators may read audit history. (--holder, since --identity is the
@@ -54,7 +55,7 @@ identity lockctl calls as.)`,
 	}
 	q.since = since(24 * time.Hour)
 	c.Flags().Var(&q.since, "since", "how far back: a Go duration or whole days (7d, 1d12h)")
-	c.Flags().Int32Var(&q.limit, "limit", 0, "at most this many events (default 1000, at most 10000)")
+	c.Flags().Int32Var(&q.limit, "limit", 0, "at most this many events of the key, holder or namespace (default 1000); cluster events beside them are not counted")
 	c.Flags().StringVar(&q.holder, "holder", "", "the events of one identity (a SPIFFE ID)")
 	c.Flags().StringVar(&q.ns, "namespace", "", "the events of one namespace")
 	c.Flags().StringVar(&q.cls, "class", "", "with --namespace: of one class")
@@ -107,15 +108,20 @@ func printAudit(evs []*adminv1.AuditEvent, truncated bool) {
 		return
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TIME\tKIND\tKEY\tHOLDER\tINSTANCE\tSESSION\tCLASS\tCLUSTER\tREVISION\tEPOCH\tDETAIL")
+	fmt.Fprintln(w, "TIME\tKIND\tKEY\tHOLDER\tINSTANCE\tSESSION\tCLASS\tWAITED\tCLUSTER\tREVISION\tEPOCH\tDETAIL")
 	for _, e := range evs {
 		holder := e.GetIdentity()
 		if e.GetKind() == "handoff" {
 			holder = e.GetPrevIdentity() + " -> " + holder
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+		// How long a grant's or handoff's request waited; "-" when it did not.
+		waited := "-"
+		if ms := e.GetWaitedMs(); ms > 0 {
+			waited = (time.Duration(ms) * time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
 			e.GetAt().AsTime().Local().Format("2006-01-02 15:04:05.000"), e.GetKind(), dash(e.GetKey()), dash(holder),
-			dash(e.GetInstance()), dashInt(e.GetSession()), dash(e.GetClass()), e.GetCluster(), e.GetRevision(), e.GetEpoch(),
+			dash(e.GetInstance()), dashInt(e.GetSession()), dash(e.GetClass()), waited, e.GetCluster(), e.GetRevision(), e.GetEpoch(),
 			oneLine(e.GetDetail()))
 	}
 	w.Flush()

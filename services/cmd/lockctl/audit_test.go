@@ -125,6 +125,43 @@ func TestAuditExpiriesAndContentionAsJSON(t *testing.T) {
 			t.Errorf("contention %+v: want team-a's, with the wait's time", c)
 		}
 	}
+	// A key's history says how long its waiter waited, and a holder's
+	// sessions their TTL: in JSON (protojson's camelCase) and in text.
+	var history struct {
+		Events []struct {
+			Kind       string `json:"kind"`
+			Identity   string `json:"identity"`
+			WaitedMs   int64  `json:"waitedMs,string"`
+			TTLSeconds int64  `json:"ttlSeconds,string"`
+		} `json:"events"`
+	}
+	other := env.Profile.Identities["other"].SPIFFEID
+	if err := json.Unmarshal(operator("audit", waitedKey, "-o", "json"), &history); err != nil {
+		t.Fatalf("audit %s -o json: %v", waitedKey, err)
+	}
+	var waitedMs int64
+	for _, e := range history.Events {
+		if e.Kind == "grant" && e.Identity == other {
+			waitedMs = e.WaitedMs
+		}
+	}
+	if waitedMs < 1 {
+		t.Errorf("audit %s: %+v; want the waiter's grant with its wait", waitedKey, history.Events)
+	}
+	if out := string(operator("audit", waitedKey)); !strings.Contains(out, "WAITED") ||
+		!strings.Contains(out, (time.Duration(waitedMs)*time.Millisecond).String()) {
+		t.Errorf("audit %s (%d ms waited):\n%s", waitedKey, waitedMs, out)
+	}
+	if err := json.Unmarshal(operator("audit", "--holder", other, "-o", "json"), &history); err != nil {
+		t.Fatalf("audit --holder -o json: %v", err)
+	}
+	opened := false
+	for _, e := range history.Events {
+		opened = opened || (e.Kind == "session_open" && e.TTLSeconds == int64(queuedCls.TTL/time.Second))
+	}
+	if !opened {
+		t.Errorf("audit --holder %s: %+v; want its session's open with the class's TTL", other, history.Events)
+	}
 	// And the text forms say what they show.
 	if out := string(operator("report", "cost")); !strings.Contains(out, "KEEPALIVES (ESTIMATED)") || !strings.Contains(out, "estimated") {
 		t.Errorf("report cost:\n%s", out)

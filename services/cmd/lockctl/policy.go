@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/spf13/cobra"
 )
@@ -103,7 +104,7 @@ also renews its lease on each entity shard it holds on.`,
 					w = 2
 				}
 				rows = append(rows, classCost{Class: c.Name, Namespace: c.Spec.Namespace, Enforcement: c.Spec.Enforcement, Tier: c.Spec.Tier, Fairness: c.Spec.Fairness,
-					TTL: c.TTL.String(), Sessions: sessions, KeepalivesSec: float64(sessions) / (c.TTL.Seconds() / 3),
+					TTL: c.TTL.String(), Sessions: sessions, KeepalivesSec: float64(sessions) / (c.TTL.Seconds() / lockclient.RenewalsPerTTL),
 					LivenessBound: c.TTL.String(), WritesPerWaiter: w})
 			}
 			if g.json() {

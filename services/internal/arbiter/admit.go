@@ -31,6 +31,11 @@ type request struct {
 	// waitingSince is when an Acquire found the key held and began to
 	// wait (zero: it has not waited); its grant records the wait.
 	waitingSince time.Time
+	// queuedAt is when the caller's session first queued for the key in a
+	// durable queue, from its queue record (the arbiter's UTC clock; zero:
+	// not known). A retried Acquire keeps its place, so its wait counts
+	// from here, not from the retry.
+	queuedAt time.Time
 }
 
 // on is r as served by the named cluster, under shard map version

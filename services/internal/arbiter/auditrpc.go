@@ -135,11 +135,21 @@ func auditWindow(since *timestamppb.Timestamp, back time.Duration, limit, def in
 	return from, int(limit), nil
 }
 
-// auditEvents converts up to limit events; truncated when there were more.
+// auditEvents converts events up to the limit-th of the subject's;
+// truncated when there were more. Cluster events (gaps, advances, moves
+// beside a key's or namespace's events) do not count: the store answers
+// them outside the limit (audit.Reader).
 func auditEvents(evs []audit.Event, limit int) ([]*adminv1.AuditEvent, bool) {
-	truncated := len(evs) > limit
-	if truncated {
-		evs = evs[:limit]
+	truncated, counted := false, 0
+	for i, e := range evs {
+		if e.ClusterWide() {
+			continue
+		}
+		if counted == limit {
+			evs, truncated = evs[:i], true
+			break
+		}
+		counted++
 	}
 	out := make([]*adminv1.AuditEvent, len(evs))
 	for i, e := range evs {
@@ -147,7 +157,7 @@ func auditEvents(evs []audit.Event, limit int) ([]*adminv1.AuditEvent, bool) {
 			ClusterId: e.ClusterID, Cluster: e.Cluster, Revision: e.Revision, Key: e.Key, Kind: string(e.Kind),
 			At: timestamppb.New(e.At), Namespace: e.Namespace, Class: e.Class, Identity: e.Identity,
 			Instance: e.Instance, Session: e.Session, PrevIdentity: e.PrevIdentity, PrevSession: e.PrevSession,
-			Epoch: e.Epoch, Detail: e.Detail,
+			Epoch: e.Epoch, Detail: e.Detail, WaitedMs: e.WaitedMs, TtlSeconds: e.TTLSeconds,
 		}
 	}
 	return out, truncated

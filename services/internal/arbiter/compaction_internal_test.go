@@ -47,7 +47,7 @@ func TestWaiterRetriesAtOnceWhenItsWatchIsCompacted(t *testing.T) {
 	id := spiffeid.RequireFromString("spiffe://t/waiter")
 	cls := class.Default
 	lease, _ := cli.Grant(ctx, 60)
-	cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "").encode(), clientv3.WithLease(lease.ID))
+	cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "").Encode(), clientv3.WithLease(lease.ID))
 	r := request{caller: id, key: key, class: cls, labels: labels{namespace: "team-a", class: cls.Name, tier: string(cls.Tier), cluster: "default"}}
 
 	// The retry is the event: the head watches again after its attempt.

@@ -24,6 +24,11 @@ import (
 type waitRecord struct {
 	Identity string    `json:"identity"`
 	Until    time.Time `json:"until"`
+	// Queued is when the session first queued for the key (UTC, by the
+	// arbiter that queued it): a retried Acquire finds its record and
+	// counts its wait from here. Absent from records written before
+	// waits were; they decode with it zero.
+	Queued time.Time `json:"queued,omitzero"`
 }
 
 // staleGrace allows for clock skew between the arbiter that wrote a wait
@@ -76,8 +81,12 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 		}
 		p := placeIn(c.resp, r.key, session, mine)
 		if mine == 0 || p.lost {
-			if mine, err = a.enqueue(wctx, r, session); err != nil {
+			var queued time.Time
+			if mine, queued, err = a.enqueue(wctx, r, session); err != nil {
 				break
+			}
+			if !queued.IsZero() && (r.queuedAt.IsZero() || queued.Before(r.queuedAt)) {
+				r.queuedAt = queued
 			}
 			if mine > 0 {
 				a.queuedHook(r.key, session)
@@ -150,32 +159,44 @@ func placeIn(resp *clientv3.TxnResponse, key string, session, mine int64) queueP
 }
 
 // enqueue puts session's queue key, or finds it already there (a retried
-// Acquire keeps its place), and returns its create revision.
-func (a *Arbiter) enqueue(ctx context.Context, r request, session int64) (int64, error) {
+// Acquire keeps its place), and returns its create revision and when the
+// session first queued (zero if its record does not say).
+func (a *Arbiter) enqueue(ctx context.Context, r request, session int64) (int64, time.Time, error) {
 	own := lockkey.WaitKey(r.key, session)
 	until, _ := ctx.Deadline()
-	rec, _ := json.Marshal(waitRecord{Identity: r.caller.String(), Until: until.UTC()})
+	// A key queued again (an epoch advance deleted the queue) keeps the
+	// first time this call knows of.
+	queued := time.Now().UTC()
+	if !r.queuedAt.IsZero() && r.queuedAt.Before(queued) {
+		queued = r.queuedAt
+	}
+	rec, _ := json.Marshal(waitRecord{Identity: r.caller.String(), Until: until.UTC(), Queued: queued})
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	resp, err := a.etcd.Txn(octx).If(
 		clientv3.Compare(clientv3.CreateRevision(own), "=", 0),
-		clientv3.Compare(clientv3.Value(lockkey.SessionKey(session)), "=", sessionFor(r.caller, r.class.TTL, r.instance).encode()),
+		clientv3.Compare(clientv3.Value(lockkey.SessionKey(session)), "=", sessionFor(r.caller, r.class.TTL, r.instance).Encode()),
 	).Then(
 		clientv3.OpPut(own, string(rec), clientv3.WithLease(clientv3.LeaseID(session))),
 	).Else(clientv3.OpGet(own)).Commit()
 	if err != nil {
-		return 0, a.etcdFailure(ctx, err)
+		return 0, time.Time{}, a.etcdFailure(ctx, err)
 	}
 	a.observeHeader(resp.Header)
 	if resp.Succeeded {
-		return resp.Header.Revision, nil
+		return resp.Header.Revision, queued, nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return kvs[0].CreateRevision, nil
+		// Only an arbiter writes the record (the session's caller cannot),
+		// so its time is the first queueing's; an old or unreadable one
+		// gives none, and the wait counts from this call.
+		var w waitRecord
+		_ = json.Unmarshal(kvs[0].Value, &w)
+		return kvs[0].CreateRevision, w.Queued, nil
 	}
 	// The session is not the caller's or is gone: the next attempt says
 	// which, and queues nothing.
-	return 0, nil
+	return 0, time.Time{}, nil
 }
 
 // dequeue removes a waiter that stops waiting without a grant, so that it

@@ -66,7 +66,7 @@ func TestARequestEtcdFindsTooLargeIsRequestTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "").encode(), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "").Encode(), clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	req := func(key string) request {

@@ -12,7 +12,7 @@ import (
 // forge one straight into etcd as a rogue writer with etcd credentials
 // would.
 func EncodeHold(identity string, session int64, class string, since time.Time) string {
-	return holdRecord{Identity: identity, Session: session, Class: class, Since: since}.encode()
+	return holdRecord{Identity: identity, Session: session, Class: class, Since: since}.Encode()
 }
 
 // ValidateLimiters is the number of namespaces with a ValidateToken

@@ -288,8 +288,8 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 			return grant{}, err
 		}
 		holdKey, sessKey := lockkey.HoldKey(r.key), lockkey.SessionKey(session)
-		want := sessionFor(r.caller, r.class.TTL, r.instance).encode()
-		hold := holdFor(r, session).encode()
+		want := sessionFor(r.caller, r.class.TTL, r.instance).Encode()
+		hold := holdFor(r, session).Encode()
 		// Bounded by the op deadline but not ended by the caller's: a wait
 		// that ends with the Txn in flight learns whether it committed
 		// rather than answer CONTENDED over a grant etcd applies later.

@@ -53,7 +53,7 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 	resp, err := a.etcd.Txn(octx).If(append(owned,
 		clientv3.Compare(clientv3.Value(lockkey.SessionKey(w.session)), "=", w.want))...,
 	).Then(
-		clientv3.OpPut(holdKey, holdFor(w.req, w.session).encode(), clientv3.WithLease(clientv3.LeaseID(w.session))),
+		clientv3.OpPut(holdKey, holdFor(w.req, w.session).Encode(), clientv3.WithLease(clientv3.LeaseID(w.session))),
 	).Else(
 		clientv3.OpTxn(owned, []clientv3.Op{clientv3.OpDelete(holdKey)}, nil),
 	).Commit()

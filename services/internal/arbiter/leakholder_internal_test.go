@@ -19,7 +19,7 @@ func TestALeakNamesOnlyTheCallersKnownSession(t *testing.T) {
 	r := request{caller: me, instance: "p1", key: "ns/k"}
 	const lease = 987654321
 	hold := func(id spiffeid.ID, coord int64) []byte {
-		return []byte(holdRecord{Identity: id.String(), Instance: "p1", Session: lease, CoordSession: coord}.encode())
+		return []byte(holdRecord{Identity: id.String(), Instance: "p1", Session: lease, CoordSession: coord}.Encode())
 	}
 	for _, tc := range []struct {
 		name  string

@@ -24,7 +24,7 @@ func TestAKeepAliveStreamRemembersBoundedSessions(t *testing.T) {
 	cli := oneMember(t, ctx)
 	a := readyArbiter(t, ctx, cli)
 	caller := spiffeid.RequireFromString("spiffe://t/many")
-	rec := sessionFor(caller, class.Default.TTL, "").encode()
+	rec := sessionFor(caller, class.Default.TTL, "").Encode()
 	ids := make([]int64, sessions)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)

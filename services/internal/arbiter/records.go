@@ -1,66 +1,48 @@
 package arbiter
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
-// holdRecord is the value of a hold key: who holds it, on which session, in
-// which class, since when, and how long its request waited for it. Never
-// the token: the token is the revision of the hold's last write (only
-// grants write holds: a plain grant creates the key, a handoff overwrites
-// it with the next holder's), so it need not be stored.
-type holdRecord struct {
-	Identity string    `json:"identity"`
-	Instance string    `json:"instance,omitempty"`
-	Session  int64     `json:"session"`
-	Class    string    `json:"class"`
-	Since    time.Time `json:"since"`
-	// WaitedMs is how long the request waited before this grant, in ms,
-	// at least 1; absent when it did not wait (and in records written
-	// before waits were recorded). It rides in the grant's own write, so
-	// audit sees waits without a second write (services/audit).
-	WaitedMs int64 `json:"waited_ms,omitempty"`
-	// CoordSession is, on an entity shard, the coord session whose shard
-	// lease holds the key (Session and the key's lease are that lease):
-	// LEAKED and Inspect name it from this read alone. Absent elsewhere
-	// and in holds written before shards recorded it.
-	CoordSession int64 `json:"coord_session,omitempty"`
-}
-
-// sessionRecord is the value of a session key, on the session's lease.
-// Grants compare it byte for byte, which proves in the grant Txn itself that
-// the session is alive, is the caller's, and has the class's TTL.
-type sessionRecord struct {
-	Identity string `json:"identity"`
-	// Instance is the client process's ID; omitted when empty, so a
-	// record without one encodes as records did before instances.
-	Instance   string `json:"instance,omitempty"`
-	TTLSeconds int64  `json:"ttl_seconds"`
-}
-
-// encode is deterministic: the same owner and TTL always give the same bytes.
-func (r sessionRecord) encode() string {
-	b, _ := json.Marshal(r)
-	return string(b)
-}
+// holdRecord and sessionRecord are the values of hold and session keys,
+// defined once in services/internal/records, which audit decodes too.
+type (
+	holdRecord    = records.Hold
+	sessionRecord = records.Session
+)
 
 func holdFor(r request, session int64) holdRecord {
-	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC(), CoordSession: r.coordSession}
+	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
 	if !r.waitingSince.IsZero() {
 		// Monotonic, and at least 1 ms: 0 would read as no wait.
-		h.WaitedMs = max(time.Since(r.waitingSince).Milliseconds(), 1)
+		h.WaitedMs = max(waited(r, time.Now()).Milliseconds(), 1)
 	}
 	return h
 }
 
-func (h holdRecord) encode() string {
-	b, _ := json.Marshal(h)
-	return string(b)
+// waited is how long r has waited at now: since this call found the key
+// held, or since its session first queued for it if that is earlier (a
+// durable waiter's retried Acquire). The queue record's time is another
+// arbiter's wall clock, so it is clamped to [0, now]: a clock ahead of
+// this one's counts no wait, not a negative one.
+func waited(r request, now time.Time) time.Duration {
+	d := now.Sub(r.waitingSince)
+	if !r.queuedAt.IsZero() {
+		first := r.queuedAt
+		if first.Before(time.Unix(0, 0)) {
+			first = time.Unix(0, 0)
+		}
+		if first.After(now) {
+			first = now
+		}
+		d = max(d, now.Sub(first))
+	}
+	return d
 }
 
 func sessionFor(id spiffeid.ID, ttl time.Duration, instance string) sessionRecord {
@@ -92,14 +74,6 @@ func validInstance(s string) error {
 	return nil
 }
 
-func decodeHold(b []byte) (holdRecord, error) {
-	var h holdRecord
-	err := json.Unmarshal(b, &h)
-	return h, err
-}
+func decodeHold(b []byte) (holdRecord, error) { return records.DecodeHold(b) }
 
-func decodeSession(b []byte) (sessionRecord, error) {
-	var s sessionRecord
-	err := json.Unmarshal(b, &s)
-	return s, err
-}
+func decodeSession(b []byte) (sessionRecord, error) { return records.DecodeSession(b) }

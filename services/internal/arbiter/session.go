@@ -59,7 +59,7 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 		return 0, a.etcdFailure(ctx, err)
 	}
 	rec := sessionFor(caller, ttl, instance)
-	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.encode(), clientv3.WithLease(lease.ID))
+	put, err := a.etcd.Put(octx, lockkey.SessionKey(int64(lease.ID)), rec.Encode(), clientv3.WithLease(lease.ID))
 	if err != nil {
 		// Do not leave an unusable lease behind; it would expire anyway.
 		a.discardLease(lease.ID)

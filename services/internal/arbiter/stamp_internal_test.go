@@ -24,7 +24,7 @@ func TestAHoldGrantedBeforeAMapStampIsReleasedWithAStaleCache(t *testing.T) {
 	id := spiffeid.RequireFromString("spiffe://t/holder")
 	cls := class.Default
 	lease, _ := cli.Grant(ctx, 60)
-	cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "").encode(), clientv3.WithLease(lease.ID))
+	cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "").Encode(), clientv3.WithLease(lease.ID))
 	r := request{caller: id, key: "team-a/stamped/1", class: cls, labels: labels{namespace: "team-a", class: cls.Name, tier: string(cls.Tier), cluster: "default"}}
 	g, err := a.attempt(ctx, r, int64(lease.ID))
 	if err != nil {

@@ -31,9 +31,9 @@ func TestValidateTokenComparesTheEpochReadWithTheHold(t *testing.T) {
 	// A hold granted in epoch E+1, at revision R.
 	id := spiffeid.RequireFromString("spiffe://t/holder")
 	lease, _ := cli.Grant(ctx, 60)
-	cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, class.Default.TTL, "").encode(), clientv3.WithLease(lease.ID))
+	cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, class.Default.TTL, "").Encode(), clientv3.WithLease(lease.ID))
 	key := "team-a/validate/epoch"
-	put, err := cli.Put(ctx, lockkey.HoldKey(key), holdRecord{Identity: id.String(), Session: int64(lease.ID), Class: class.Default.Name}.encode(), clientv3.WithLease(lease.ID))
+	put, err := cli.Put(ctx, lockkey.HoldKey(key), holdRecord{Identity: id.String(), Session: int64(lease.ID), Class: class.Default.Name}.Encode(), clientv3.WithLease(lease.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

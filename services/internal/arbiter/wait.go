@@ -25,7 +25,7 @@ import (
 // on it: a grant is returned, which Acquire releases itself if the
 // caller has gone; a handoff of unknown outcome is looked up.
 func (a *Arbiter) wait(ctx context.Context, r request, session int64, rev int64) (grant, error) {
-	w := &waiter{session: session, want: sessionFor(r.caller, r.class.TTL, r.instance).encode(), req: r}
+	w := &waiter{session: session, want: sessionFor(r.caller, r.class.TTL, r.instance).Encode(), req: r}
 	a.waiters.join(r.key, w, rev)
 	a.metrics.waited(r.labels)
 	a.queuedHook(r.key, session)

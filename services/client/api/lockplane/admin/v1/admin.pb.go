@@ -1338,11 +1338,11 @@ type CostRow struct {
 	// keepalives_estimated.
 	Writes int64 `protobuf:"varint,4,opt,name=writes,proto3" json:"writes,omitempty"`
 	// Keepalives ESTIMATED, not counted, from the lifetimes in the log of
-	// the sessions it opened in the window: each lease renewed as the client
-	// library does, at once and then every TTL/3, to its close, to a TTL
-	// before its expiry, or to now while open. The arbiter's
-	// lockplane_renewals_total counts renewals, per cluster, without
-	// identities.
+	// its sessions: each lease renewed as the client library does, at once
+	// and then every TTL/3, to its close, to a TTL before its expiry, or to
+	// now while open; the renewals in the window are counted, whenever the
+	// session opened. The arbiter's lockplane_renewals_total counts
+	// renewals, per cluster, without identities.
 	KeepalivesEstimated int64 `protobuf:"varint,5,opt,name=keepalives_estimated,json=keepalivesEstimated,proto3" json:"keepalives_estimated,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -1484,7 +1484,8 @@ type AuditRequest struct {
 	Class string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
 	// Events at or after this time; 24 hours ago when unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
-	// At most this many events (1 to 9999; 1000 when 0).
+	// At most this many events of the key, identity or namespace (1 to
+	// 9999; 1000 when 0); the cluster events beside them are not counted.
 	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1577,16 +1578,23 @@ type AuditEvent struct {
 	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	// A grant's or handoff's time by the arbiter; otherwise when the audit
 	// tailer read the revision.
-	At            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
-	Namespace     string                 `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Class         string                 `protobuf:"bytes,8,opt,name=class,proto3" json:"class,omitempty"`
-	Identity      string                 `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
-	Instance      string                 `protobuf:"bytes,10,opt,name=instance,proto3" json:"instance,omitempty"`
-	Session       int64                  `protobuf:"varint,11,opt,name=session,proto3" json:"session,omitempty"`
-	PrevIdentity  string                 `protobuf:"bytes,12,opt,name=prev_identity,json=prevIdentity,proto3" json:"prev_identity,omitempty"`
-	PrevSession   int64                  `protobuf:"varint,13,opt,name=prev_session,json=prevSession,proto3" json:"prev_session,omitempty"`
-	Epoch         uint32                 `protobuf:"varint,14,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Detail        string                 `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
+	At           *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	Namespace    string                 `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class        string                 `protobuf:"bytes,8,opt,name=class,proto3" json:"class,omitempty"`
+	Identity     string                 `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
+	Instance     string                 `protobuf:"bytes,10,opt,name=instance,proto3" json:"instance,omitempty"`
+	Session      int64                  `protobuf:"varint,11,opt,name=session,proto3" json:"session,omitempty"`
+	PrevIdentity string                 `protobuf:"bytes,12,opt,name=prev_identity,json=prevIdentity,proto3" json:"prev_identity,omitempty"`
+	PrevSession  int64                  `protobuf:"varint,13,opt,name=prev_session,json=prevSession,proto3" json:"prev_session,omitempty"`
+	Epoch        uint32                 `protobuf:"varint,14,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Detail       string                 `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
+	// How long a grant's or handoff's request waited for the key, in ms (at
+	// least 1): the hold record's waited_ms. 0 when it did not wait, on
+	// other kinds, and for grants recorded before waits were.
+	WaitedMs int64 `protobuf:"varint,16,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
+	// A session's lease TTL on its own events (session_open, and the
+	// session_close or expiry of its record); 0 elsewhere.
+	TtlSeconds    int64 `protobuf:"varint,17,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1726,10 +1734,24 @@ func (x *AuditEvent) GetDetail() string {
 	return ""
 }
 
+func (x *AuditEvent) GetWaitedMs() int64 {
+	if x != nil {
+		return x.WaitedMs
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
 type AuditResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	// True when the limit cut the answer short.
+	// True when the limit cut the answer short: the subject has more events.
 	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2734,7 +2756,7 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05class\x18\x04 \x01(\tR\x05class\x120\n" +
 	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
-	"\x05limit\x18\x06 \x01(\x05R\x05limit\"\xaf\x03\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\"\xed\x03\n" +
 	"\n" +
 	"AuditEvent\x12\x1d\n" +
 	"\n" +
@@ -2753,7 +2775,10 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\rprev_identity\x18\f \x01(\tR\fprevIdentity\x12!\n" +
 	"\fprev_session\x18\r \x01(\x03R\vprevSession\x12\x14\n" +
 	"\x05epoch\x18\x0e \x01(\rR\x05epoch\x12\x16\n" +
-	"\x06detail\x18\x0f \x01(\tR\x06detail\"e\n" +
+	"\x06detail\x18\x0f \x01(\tR\x06detail\x12\x1b\n" +
+	"\twaited_ms\x18\x10 \x01(\x03R\bwaitedMs\x12\x1f\n" +
+	"\vttl_seconds\x18\x11 \x01(\x03R\n" +
+	"ttlSeconds\"e\n" +
 	"\rAuditResponse\x126\n" +
 	"\x06events\x18\x01 \x03(\v2\x1e.lockplane.admin.v1.AuditEventR\x06events\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"^\n" +

@@ -70,8 +70,10 @@ type AdminServiceClient interface {
 	// Audit reads the history of holds from the audit store: every event of
 	// one key, one identity, or one namespace (and class), oldest first. A
 	// key's or namespace's answer also has the cluster events (gaps, epoch
-	// advances, shard moves: no key) of the clusters its events are on, so
-	// a gap in its history shows. Only operators may call it;
+	// advances, shard moves: no key) in the window of the clusters its
+	// events in it are on (every cluster's gaps when it has none), so a gap
+	// in its history shows; they do not count against the limit. Only
+	// operators may call it;
 	// FAILED_PRECONDITION when the arbiter has no audit store.
 	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error)
 	// AuditExpiries reports the holds that ended by lease expiry rather than
@@ -294,8 +296,10 @@ type AdminServiceServer interface {
 	// Audit reads the history of holds from the audit store: every event of
 	// one key, one identity, or one namespace (and class), oldest first. A
 	// key's or namespace's answer also has the cluster events (gaps, epoch
-	// advances, shard moves: no key) of the clusters its events are on, so
-	// a gap in its history shows. Only operators may call it;
+	// advances, shard moves: no key) in the window of the clusters its
+	// events in it are on (every cluster's gaps when it has none), so a gap
+	// in its history shows; they do not count against the limit. Only
+	// operators may call it;
 	// FAILED_PRECONDITION when the arbiter has no audit store.
 	Audit(context.Context, *AuditRequest) (*AuditResponse, error)
 	// AuditExpiries reports the holds that ended by lease expiry rather than
