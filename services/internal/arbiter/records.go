@@ -17,7 +17,7 @@ type (
 )
 
 func holdFor(r request, session int64) holdRecord {
-	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC()}
+	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC(), CoordSession: r.coordSession}
 	if !r.waitingSince.IsZero() {
 		// Monotonic, and at least 1 ms: 0 would read as no wait.
 		h.WaitedMs = max(waited(r, time.Now()).Milliseconds(), 1)
