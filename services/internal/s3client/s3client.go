@@ -60,4 +60,3 @@ func redacted(raw string) string {
 	}
 	return u.Redacted()
 }
-
