@@ -66,15 +66,17 @@ $(BIN)/pulumi: tools/pulumi/go.mod
 # sshd), `lockplane up --stack local`, then a lock through the deployed
 # arbiter. Needs root. `make down` removes it all.
 up: infra-tools minio clickhouse
-	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --dir .lockplane/hosts
+	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --stack stacks/Pulumi.local-vault.yaml --dir .lockplane/hosts
+	$(BIN)/lockplane up --stack local-vault
 	$(BIN)/lockplane up --stack local
 	@echo; echo "== a lock through the deployed arbiter"
 	$(BIN)/lockctl --profile .lockplane/local/profile.json run demo/orders/42 --class demo -- sh -c 'echo "held demo/orders/42 with token $$LOCKPLANE_TOKEN"'
 	@echo; echo "next: bin/lockctl --profile .lockplane/local/profile.json status | inspect KEY | acquire KEY"
-	@echo "      bin/lockplane preview --stack local; make down"
+	@echo "      bin/lockplane snapshot list --stack local; bin/lockplane preview --stack local; make down"
 
 down:
 	-$(BIN)/lockplane destroy --stack local
+	-$(BIN)/lockplane destroy --stack local-vault
 	$(BIN)/testhosts down --dir .lockplane/hosts
 
 # Lint and regenerate services/client/api from services/proto.

@@ -55,16 +55,6 @@ type ArchiveArgs struct {
 	Host topology.Host
 }
 
-// ArchiveFiles are the server's files on its host.
-type ArchiveFiles struct{ Bin, Certs, Password, Data string }
-
-// ArchiveCommand is the server's command line: its data directory and its
-// S3 API on the host's address, the console on loopback only.
-func ArchiveCommand(h topology.Host, port int, f ArchiveFiles) []string {
-	return []string{f.Bin, "server", f.Data, "--address", fmt.Sprintf("%s:%d", h.Address, port),
-		"--console-address", "127.0.0.1:0", "--certs-dir", f.Certs, "--quiet"}
-}
-
 // NewArchive installs MinIO, its certificate and root password on the
 // archive host and runs it.
 func NewArchive(ctx *pulumi.Context, env *Env, a ArchiveArgs, opts ...pulumi.ResourceOption) (*Archive, error) {
@@ -77,16 +67,6 @@ func NewArchive(ctx *pulumi.Context, env *Env, a ArchiveArgs, opts ...pulumi.Res
 	}
 	in := pulumi.Parent(ar)
 	var err error
-	// Its own CA: a certificate of the etcd or SPIFFE CA would let the
-	// archive host pass for an etcd member or a workload.
-	if ar.CA, err = nodes.NewCA(ctx, name+"-ca", "Lockplane "+s.Region+" archive CA", 10*365*24, nil, in); err != nil {
-		return nil, err
-	}
-	cert, err := nodes.NewCertificate(ctx, name+"-tls", nodes.CertificateArgs{CA: ar.CA, CommonName: h.Name,
-		IPs: []string{h.Address, "127.0.0.1"}, Server: true, ValidityHours: 365 * 24}, in)
-	if err != nil {
-		return nil, err
-	}
 	password, err := servicePassword(ctx, name+"-root-password", "archive", "lockplane:archivePassword", env.ArchivePassword, in)
 	if err != nil {
 		return nil, err
@@ -99,29 +79,8 @@ func NewArchive(ctx *pulumi.Context, env *Env, a ArchiveArgs, opts ...pulumi.Res
 		return nil, err
 	}
 	ar.ArchiverPassword = pulumi.ToSecret(archiver).(pulumi.StringOutput) // the arbiters' files are made of it
-	conn := env.Connection(h)
-	f := ArchiveFiles{Bin: env.BinPath(h, "minio"), Certs: env.ConfPath(h, "minio/certs"),
-		Password: env.ConfPath(h, "minio/root-password"), Data: h.HostPath("/var/lib/lockplane/minio")}
-	deps, triggers, err := putConfig(ctx, conn, name, []configFile{
-		{f.Certs + "/public.crt", cert.CertPem, "0644"}, {f.Certs + "/private.key", cert.KeyPem, "0600"},
-		{f.Password, ar.RootPassword, "0600"},
-	}, in)
-	if err != nil {
-		return nil, err
-	}
-	bin, err := nodes.NewFile(ctx, name+"-bin", nodes.FileArgs{Connection: conn, Path: f.Bin, Source: env.MinIO.Path,
-		SourceSha256: env.MinIO.Sha256, Mode: "0755"}, in)
-	if err != nil {
-		return nil, err
-	}
-	deps = append(deps, bin)
-	triggers = append(triggers, bin.Sha256)
-	// The password reaches MinIO by file, never on a command line or in a
-	// unit's environment.
-	if ar.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "minio",
-		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: pulumi.ToStringArray(ArchiveCommand(h, s.Archive.Port, f)),
-		Env:      map[string]string{"MINIO_ROOT_USER": ArchiveUser, "MINIO_ROOT_PASSWORD_FILE": f.Password, "MINIO_BROWSER": "off"},
-		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
+	if ar.CA, ar.Service, err = newMinIOServer(ctx, env, minioServerArgs{Name: name, Host: h, Port: s.Archive.Port,
+		CAName: "Lockplane " + s.Region + " archive CA", RootUser: ArchiveUser, RootPassword: ar.RootPassword}, in); err != nil {
 		return nil, err
 	}
 	// The buckets and the archiver, made by root from where the program

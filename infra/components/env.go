@@ -30,8 +30,11 @@ type Env struct {
 	PrivateKey string
 	KnownHosts map[string]string
 	// Etcd, Arbiter and Node are the binaries etcd, arbiter and
-	// lockplane-node; MinIO is minio's, with an archive host only.
-	Etcd, Arbiter, Node, MinIO Binary
+	// lockplane-node; MinIO is minio's, with an archive or vault host
+	// only; Snapshot is lockplane-snapshot's, with snapshots on only.
+	Etcd, Arbiter, Node, MinIO, Snapshot Binary
+	// Vault is the region's snapshot vault, nil without snapshots.
+	Vault *VaultAccess
 	// Policies are the validated policy set's files, for the arbiters.
 	Policies []PolicyFile
 	// OperatorsCA is the content of operators.caFile, empty without one.
@@ -47,6 +50,9 @@ type Env struct {
 	// EtcdTailerPassword are the region's etcd users' (EtcdUsers), the
 	// same way.
 	EtcdRootPassword, EtcdArbiterPassword, EtcdAdminPassword, EtcdTailerPassword pulumi.StringInput
+	// EtcdSnapshotPassword is the snapshot user's, the same way, with
+	// snapshots on only.
+	EtcdSnapshotPassword pulumi.StringInput
 }
 
 // PolicyFile is one file of the policy set, by its path in the set.

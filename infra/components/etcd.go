@@ -74,6 +74,12 @@ func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, memb
 // token key pair.
 type EtcdFiles struct{ Cert, Key, CA, TokenKey, TokenPublicKey string }
 
+// etcdFiles are where a member of cluster puts its files on h.
+func etcdFiles(env *Env, h topology.Host, cluster string) EtcdFiles {
+	return EtcdFiles{Cert: env.ConfPath(h, cluster+"/tls.crt"), Key: env.ConfPath(h, cluster+"/tls.key"), CA: env.ConfPath(h, cluster+"/ca.crt"),
+		TokenKey: env.ConfPath(h, cluster+"/auth-token.key"), TokenPublicKey: env.ConfPath(h, cluster+"/auth-token.pub")}
+}
+
 // EtcdAuthToken is a member's --auth-token: JWTs signed with its cluster's
 // ECDSA key (ES256), valid 10 minutes. etcd's default "simple" tokens
 // carry the Raft index they were issued at, and a member waits for its
@@ -154,8 +160,7 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 	if err != nil {
 		return nil, err
 	}
-	files := EtcdFiles{Cert: env.ConfPath(h, a.Name+"/tls.crt"), Key: env.ConfPath(h, a.Name+"/tls.key"), CA: env.ConfPath(h, a.Name+"/ca.crt"),
-		TokenKey: env.ConfPath(h, a.Name+"/auth-token.key"), TokenPublicKey: env.ConfPath(h, a.Name+"/auth-token.pub")}
+	files := etcdFiles(env, h, a.Name)
 	// The auth token key pair is the cluster's: the same on every member,
 	// both halves readable by etcd's user only.
 	deps, triggers, err := putConfig(ctx, conn, name, []configFile{

@@ -21,6 +21,10 @@ import (
 // service or person uses it.
 type EtcdUsers struct {
 	Root, Arbiter, Admin, Tailer pulumi.StringOutput
+	// Snapshot is the snapshot jobs' user's (etcd's root role), made only
+	// when the region snapshots its clusters: nil otherwise, and no such
+	// user exists.
+	Snapshot pulumi.StringInput
 }
 
 // NewEtcdUsers makes (or takes from the configuration) the region's etcd
@@ -42,6 +46,13 @@ func NewEtcdUsers(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) 
 		if *p.into, err = servicePassword(ctx, name+p.user+"-password", "etcd", p.key, p.configured, opts...); err != nil {
 			return nil, err
 		}
+	}
+	if env.Stack.Snapshots.Enabled() {
+		p, err := servicePassword(ctx, name+etcdauth.Snapshotter+"-password", "etcd", "lockplane:etcdSnapshotPassword", env.EtcdSnapshotPassword, opts...)
+		if err != nil {
+			return nil, err
+		}
+		u.Snapshot = p
 	}
 	return u, nil
 }
@@ -73,5 +84,5 @@ func EtcdCredentialsFile(f ArbiterFiles) string {
 // step that reached it with that certificate alone.
 func enableEtcdAuth(ctx *pulumi.Context, env *Env, c *EtcdCluster, ca *nodes.CA, u *EtcdUsers, deps []pulumi.Resource, opts ...pulumi.ResourceOption) (*nodes.EtcdAuth, error) {
 	return nodes.NewEtcdAuth(ctx, env.Stack.Region+"-"+c.Name+"-auth", nodes.EtcdAuthArgs{Endpoints: c.Endpoints, CA: ca, Client: c.Client,
-		Root: u.Root, Arbiter: u.Arbiter, Admin: u.Admin, Tailer: u.Tailer}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{c}, deps...)))...)
+		Root: u.Root, Arbiter: u.Arbiter, Admin: u.Admin, Tailer: u.Tailer, Snapshot: u.Snapshot}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{c}, deps...)))...)
 }

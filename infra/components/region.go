@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
@@ -26,6 +27,9 @@ type Region struct {
 	// EtcdAuth the clusters' EtcdAuth resources, coord first.
 	EtcdUsers *EtcdUsers
 	EtcdAuth  []*nodes.EtcdAuth
+	// Snapshots are the clusters' snapshot jobs, coord first; none when
+	// the stack names no vault.
+	Snapshots []*SnapshotJob
 }
 
 // NewRegion builds a region from a validated stack and its plan.
@@ -130,6 +134,23 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 			return nil, err
 		}
 		r.EtcdAuth = append(r.EtcdAuth, a)
+	}
+
+	// Every cluster's snapshot job, on its own member hosts, once its
+	// EtcdAuth has made the snapshot user (docs/dr.md).
+	if s.Snapshots.Enabled() {
+		if env.Vault == nil {
+			return nil, fmt.Errorf("snapshots.vaultStack: %s was not read: the program gives the region its vault", s.Snapshots.VaultStack)
+		}
+		members := append([][]topology.Member{env.Plan.Coord}, env.Plan.Shards...)
+		for i, c := range append([]*EtcdCluster{r.Coord}, r.Shards...) {
+			j, err := NewSnapshotJob(ctx, env, SnapshotJobArgs{Cluster: c, Members: members[i], Password: r.EtcdUsers.Snapshot,
+				Vault: env.Vault, After: []pulumi.Resource{r.EtcdAuth[i]}}, in)
+			if err != nil {
+				return nil, err
+			}
+			r.Snapshots = append(r.Snapshots, j)
+		}
 	}
 
 	// The audit store lets in the arbiter hosts (host runtime) and the

@@ -368,17 +368,24 @@ type EtcdAuthArgs struct {
 	Arbiter   pulumi.StringInput
 	Admin     pulumi.StringInput
 	Tailer    pulumi.StringInput
+	// Snapshot, when not nil, is the snapshot job's user's password.
+	Snapshot pulumi.StringInput
 }
 
 // NewEtcdAuth applies the etcd users and roles to a cluster and turns
 // authentication on. Every password is passed as a secret.
 func NewEtcdAuth(ctx *pulumi.Context, name string, a EtcdAuthArgs, opts ...pulumi.ResourceOption) (*EtcdAuth, error) {
 	var r EtcdAuth
-	return &r, ctx.RegisterResource(prefix_+"EtcdAuth", name, pulumi.Map{
+	in := pulumi.Map{
 		"endpoints": strings(a.Endpoints), "caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem,
 		"rootPassword": pulumi.ToSecret(a.Root), "arbiterPassword": pulumi.ToSecret(a.Arbiter),
 		"adminPassword": pulumi.ToSecret(a.Admin), "tailerPassword": pulumi.ToSecret(a.Tailer),
-	}, &r, append(opts, pulumi.AdditionalSecretOutputs([]string{"rootPassword", "arbiterPassword", "adminPassword", "tailerPassword"}))...)
+	}
+	if a.Snapshot != nil {
+		in["snapshotPassword"] = pulumi.ToSecret(a.Snapshot)
+	}
+	return &r, ctx.RegisterResource(prefix_+"EtcdAuth", name, in, &r, append(opts, pulumi.AdditionalSecretOutputs(
+		[]string{"rootPassword", "arbiterPassword", "adminPassword", "tailerPassword", "snapshotPassword"}))...)
 }
 
 // ArchiveBuckets is the audit archive's setup on its MinIO, done with
@@ -415,5 +422,48 @@ func NewArchiveBuckets(ctx *pulumi.Context, name string, a ArchiveBucketsArgs, o
 		"recordsBucket": pulumi.String(a.RecordsBucket), "historyDays": pulumi.Int(a.HistoryDays),
 		"recordsMode": pulumi.String(a.RecordsMode), "recordsYears": pulumi.Int(a.RecordsYears),
 		"user": pulumi.String(a.User), "password": pulumi.ToSecret(a.Password),
+	}, &r, opts...)
+}
+
+// VaultBuckets is a snapshot vault's setup on its MinIO, done with the
+// root user at deploy time: a versioned bucket per region with its expiry
+// rule, and per region a storer (its snapshot jobs) and a restorer (its
+// restores), neither able to delete a snapshot.
+type VaultBuckets struct {
+	pulumi.CustomResourceState
+	Buckets pulumi.StringArrayOutput `pulumi:"buckets"`
+}
+
+// VaultRegion is one region's users, as NewPassword makes their
+// passwords.
+type VaultRegion struct {
+	Region                           string
+	Storer, Restorer                 string
+	StorerPassword, RestorerPassword pulumi.StringInput
+}
+
+// VaultBucketsArgs: MinIO's https URL and the CA of its certificate, the
+// root user's credentials, how long snapshots are kept, and the regions.
+type VaultBucketsArgs struct {
+	URL          string
+	CA           *CA
+	RootUser     string
+	RootPassword pulumi.StringInput
+	KeepDays     int
+	Regions      []VaultRegion
+}
+
+// NewVaultBuckets sets up the vault's buckets and users.
+func NewVaultBuckets(ctx *pulumi.Context, name string, a VaultBucketsArgs, opts ...pulumi.ResourceOption) (*VaultBuckets, error) {
+	regions := pulumi.Array{}
+	for _, r := range a.Regions {
+		regions = append(regions, pulumi.Map{"region": pulumi.String(r.Region), "storer": pulumi.String(r.Storer),
+			"storerPassword": r.StorerPassword, "restorer": pulumi.String(r.Restorer), "restorerPassword": r.RestorerPassword})
+	}
+	var r VaultBuckets
+	return &r, ctx.RegisterResource(prefix_+"VaultBuckets", name, pulumi.Map{
+		"url": pulumi.String(a.URL), "caCertPem": a.CA.CertPem, "rootUser": pulumi.String(a.RootUser),
+		"rootPassword": pulumi.ToSecret(a.RootPassword), "keepDays": pulumi.Int(a.KeepDays),
+		"regions": pulumi.ToSecret(regions),
 	}, &r, opts...)
 }

@@ -29,67 +29,72 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "snapshots", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
 func LoadStack(get func(key string) string, base string) (*topology.Stack, error) {
-	var b bytes.Buffer
-	b.WriteString("{")
-	n := 0
-	for _, k := range keys {
-		raw := strings.TrimSpace(get(k))
-		if raw == "" {
-			continue
-		}
-		if n > 0 {
-			b.WriteString(",")
-		}
-		n++
-		q, _ := json.Marshal(k)
-		b.Write(q)
-		b.WriteString(":")
-		if (strings.HasPrefix(raw, "{") || strings.HasPrefix(raw, "[")) && json.Valid([]byte(raw)) {
-			b.WriteString(raw)
-		} else {
-			q, _ := json.Marshal(raw)
-			b.Write(q)
-		}
-	}
-	b.WriteString("}")
 	var s topology.Stack
-	dec := json.NewDecoder(&b)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	if err := strictJSON(configJSON(get, keys), &s); err != nil {
 		return nil, fmt.Errorf("stack configuration: %v", err)
 	}
 	s.Defaults()
-	home, _ := os.UserHomeDir()
-	abs := func(p *string) {
-		if strings.HasPrefix(*p, "~/") && home != "" {
-			*p = filepath.Join(home, (*p)[2:])
-		}
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(base, *p)
-		}
+	for _, p := range []*string{&s.SSH.PrivateKeyFile, &s.SSH.KnownHostsFile, &s.BinDir, &s.Policies, &s.Operators.CAFile} {
+		absPath(p, base)
 	}
-	abs(&s.SSH.PrivateKeyFile)
-	abs(&s.SSH.KnownHostsFile)
-	abs(&s.BinDir)
-	abs(&s.Policies)
-	abs(&s.Operators.CAFile)
 	for i := range s.Hosts {
-		abs(&s.Hosts[i].Root)
+		absPath(&s.Hosts[i].Root, base)
 	}
 	return &s, nil
 }
 
-// Run is the program.
+// configJSON is the stack configuration's keys as one JSON object:
+// Pulumi hands a program objects and lists as JSON, scalars as strings.
+func configJSON(get func(key string) string, keys []string) []byte {
+	raw := map[string]json.RawMessage{}
+	for _, k := range keys {
+		v := strings.TrimSpace(get(k))
+		if v == "" {
+			continue
+		}
+		if (strings.HasPrefix(v, "{") || strings.HasPrefix(v, "[")) && json.Valid([]byte(v)) {
+			raw[k] = json.RawMessage(v)
+		} else {
+			raw[k], _ = json.Marshal(v)
+		}
+	}
+	b, _ := json.Marshal(raw)
+	return b
+}
+
+// strictJSON decodes b into v, refusing a key v has no field for.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// absPath makes a configured path absolute: ~/ is the user's home, and a
+// relative path is against base (the repository root).
+func absPath(p *string, base string) {
+	if home, _ := os.UserHomeDir(); strings.HasPrefix(*p, "~/") && home != "" {
+		*p = filepath.Join(home, (*p)[2:])
+	}
+	if *p != "" && !filepath.IsAbs(*p) {
+		*p = filepath.Join(base, *p)
+	}
+}
+
+// Run is the program: a snapshot vault's for a stack with
+// lockplane:vault, a region's otherwise.
 func Run(ctx *pulumi.Context) error {
 	cfg := config.New(ctx, Namespace)
 	base, err := os.Getwd()
 	if err != nil {
 		return err
+	}
+	if cfg.Get("vault") != "" {
+		return runVault(ctx, cfg, base)
 	}
 	s, err := LoadStack(cfg.Get, base)
 	if err != nil {
@@ -103,8 +108,13 @@ func Run(ctx *pulumi.Context) error {
 		"auditReaderPassword": &env.AuditReaderPassword, "archivePassword": &env.ArchivePassword,
 		"archiverPassword": &env.ArchiverPassword, "etcdRootPassword": &env.EtcdRootPassword,
 		"etcdArbiterPassword": &env.EtcdArbiterPassword, "etcdAdminPassword": &env.EtcdAdminPassword,
-		"etcdTailerPassword": &env.EtcdTailerPassword} {
+		"etcdTailerPassword": &env.EtcdTailerPassword, "etcdSnapshotPassword": &env.EtcdSnapshotPassword} {
 		if *into, err = secretConfig(ctx, cfg, key); err != nil {
+			return err
+		}
+	}
+	if s.Snapshots.Enabled() {
+		if env.Vault, err = readVault(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -136,6 +146,9 @@ func Run(ctx *pulumi.Context) error {
 		ctx.Export("archiveUrl", pulumi.String(region.Archive.URL))
 		ctx.Export("archiveCaCertPem", region.Archive.CA.CertPem)
 	}
+	if env.Vault != nil {
+		exportSnapshotAccess(ctx, s, env.Vault, region)
+	}
 	// Set by `lockplane promote` when the stack met its acquire gate.
 	if rec := cfg.Get("promotion"); rec != "" {
 		ctx.Export("promotion", pulumi.String(rec))
@@ -165,7 +178,11 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &components.Env{Stack: s, Plan: plan, KnownHosts: map[string]string{}}
+	env, err := hostEnv(s)
+	if err != nil {
+		return nil, err
+	}
+	env.Plan = plan
 	if env.Policies, err = loadPolicies(s); err != nil {
 		return nil, err
 	}
@@ -176,21 +193,6 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 		}
 		env.OperatorsCA = string(b)
 	}
-	key, err := os.ReadFile(s.SSH.PrivateKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("ssh.privateKeyFile: %v", err)
-	}
-	env.PrivateKey = string(key)
-	if s.SSH.KnownHostsFile != "" {
-		if env.KnownHosts, err = readKnownHosts(s.SSH.KnownHostsFile); err != nil {
-			return nil, fmt.Errorf("ssh.knownHostsFile: %v", err)
-		}
-	}
-	for _, h := range s.Hosts {
-		if h.HostKey == "" && env.KnownHosts[h.Address] == "" && !s.SSH.TrustOnFirstUse {
-			return nil, fmt.Errorf("hosts: %s (%s) has no pinned key in hostKey or %s", h.Name, h.Address, s.SSH.KnownHostsFile)
-		}
-	}
 	// Each binary and the make target that builds it.
 	type binary struct {
 		name, make string
@@ -199,6 +201,9 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 	bins := []binary{{"etcd", "build", &env.Etcd}, {"arbiter", "build", &env.Arbiter}, {"lockplane-node", "build", &env.Node}}
 	if env.Plan.Archive != nil {
 		bins = append(bins, binary{"minio", "minio", &env.MinIO})
+	}
+	if s.Snapshots.Enabled() {
+		bins = append(bins, binary{"lockplane-snapshot", "build", &env.Snapshot})
 	}
 	for _, b := range bins {
 		p := filepath.Join(s.BinDir, b.name)

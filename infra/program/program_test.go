@@ -25,6 +25,8 @@ import (
 type mocks struct {
 	mu  sync.Mutex
 	res []pulumi.MockResourceArgs
+	// vault, when set, are the vault stack's outputs a StackReference reads.
+	vault resource.PropertyMap
 }
 
 func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
@@ -43,12 +45,33 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
 	case "lockplane:nodes:Password":
 		out["password"] = resource.MakeSecret(resource.NewStringProperty(mockPassword(a.Name)))
+	case "pulumi:pulumi:StackReference":
+		// The vault stack (stacks/Pulumi.local-vault.yaml) as deployed.
+		out["outputs"] = resource.NewObjectProperty(m.vaultOutputs())
 	case "lockplane:nodes:EtcdAuthTokenKey":
 		// Secret as the provider declares it.
 		out["publicKeyPem"] = resource.NewStringProperty("PUBLIC KEY " + a.Name)
 		out["privateKeyPem"] = resource.MakeSecret(resource.NewStringProperty("PRIVATE KEY " + a.Name))
 	}
 	return a.Name + "-id", out, nil
+}
+
+// vaultOutputs are a deployed vault stack's outputs: a bucket and users
+// for region local only, unless the test changed them.
+func (m *mocks) vaultOutputs() resource.PropertyMap {
+	if m.vault != nil {
+		return m.vault
+	}
+	return resource.PropertyMap{
+		"vaultUrl":       resource.NewStringProperty("https://10.231.0.30:9000"),
+		"vaultCaCertPem": resource.NewStringProperty("VAULT CA"),
+		"vaultRegions": resource.MakeSecret(resource.NewObjectProperty(resource.PropertyMap{
+			"local": resource.NewObjectProperty(resource.PropertyMap{
+				"storer": resource.NewStringProperty("snap-local"), "storerPassword": resource.NewStringProperty("vault-storer-password"),
+				"restorer": resource.NewStringProperty("restore-local"), "restorerPassword": resource.NewStringProperty("vault-restorer-password"),
+			}),
+		})),
+	}
 }
 
 // mockPassword is the password the mock provider makes for a Password.
@@ -136,12 +159,18 @@ const plainSecrets = "test:plainSecrets"
 // and SSH key, under Pulumi's mocks.
 func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, error) {
 	t.Helper()
+	return runWith(t, &mocks{}, stack, edit)
+}
+
+// runWith is run with the given mocks.
+func runWith(t *testing.T, m *mocks, stack string, edit func(map[string]string)) (*mocks, error) {
+	t.Helper()
 	cfg, err := program.StackFileConfig(filepath.Join("..", "..", "stacks", "Pulumi."+stack+".yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for _, b := range []string{"etcd", "arbiter", "lockplane-node", "minio"} {
+	for _, b := range []string{"etcd", "arbiter", "lockplane-node", "minio", "lockplane-snapshot"} {
 		os.WriteFile(filepath.Join(dir, b), []byte("binary "+b), 0o755)
 	}
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
@@ -171,7 +200,6 @@ func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, erro
 	t.Setenv(pulumi.EnvConfigSecretKeys, string(keys))
 	env, _ := json.Marshal(cfg)
 	t.Setenv(pulumi.EnvConfig, string(env))
-	m := &mocks{}
 	err = pulumi.RunErr(program.Run, pulumi.WithMocks("lockplane", stack, m))
 	return m, err
 }

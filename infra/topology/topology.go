@@ -63,6 +63,8 @@ type Stack struct {
 	Audit Audit `json:"audit"`
 	// Archive is the audit archive on the host with role archive.
 	Archive Archive `json:"archive"`
+	// Snapshots is the clusters' snapshot schedule into a vault stack.
+	Snapshots Snapshots `json:"snapshots"`
 	// Kubernetes is the arbiter's placement under the kubernetes runtime.
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// BinDir holds the binaries the program installs (etcd, arbiter,
@@ -285,6 +287,12 @@ func (s *Stack) Defaults() {
 			s.Operators.AMR = []string{"otp", "mfa", "hwk"}
 		}
 	}
+	if s.Snapshots.Enabled() {
+		if s.Snapshots.Every == "" {
+			s.Snapshots.Every = "1h"
+		}
+		def(&s.Snapshots.MetricsPort, 9470)
+	}
 	def(&s.Archive.HistoryDays, 365)
 	def(&s.Archive.RecordsYears, 7)
 	if s.Archive.RecordsMode == "" {
@@ -411,6 +419,7 @@ func (s *Stack) Validate() (*Plan, error) {
 	}
 	s.validateAudit(bad)
 	s.validateArchive(bad)
+	s.validateSnapshots(bad)
 	s.validateOperators(bad)
 	s.validateHosts(bad)
 	if len(errs) > 0 {

@@ -2,23 +2,17 @@ package provider
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/archive/minioserver"
 	"github.com/minio/madmin-go/v3"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // ArchiveBucketsInputs set up the audit archive's MinIO at deploy time,
@@ -94,29 +88,7 @@ func (in *ArchiveBucketsInputs) buckets(c *minio.Client) archive.Buckets {
 
 // clients are an S3 and an admin client of MinIO's root user.
 func (in *ArchiveBucketsInputs) clients() (*minio.Client, *madmin.AdminClient, error) {
-	u, err := url.Parse(in.URL)
-	if err != nil {
-		return nil, nil, err
-	}
-	creds := credentials.NewStaticV4(in.RootUser, in.RootPassword, "")
-	secure := u.Scheme == "https"
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if secure {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(in.CACertPem)) {
-			return nil, nil, errors.New("caCertPem: no certificate")
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	s3, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: secure, Transport: tr})
-	if err != nil {
-		return nil, nil, err
-	}
-	adm, err := madmin.NewWithOptions(u.Host, &madmin.Options{Creds: creds, Secure: secure, Transport: tr})
-	if err != nil {
-		return nil, nil, err
-	}
-	return s3, adm, nil
+	return minioRoot{in.URL, in.CACertPem, in.RootUser, in.RootPassword}.clients()
 }
 
 // ArchiverPolicy is the archiver's MinIO policy over the two buckets:
@@ -191,40 +163,7 @@ func (in *ArchiveBucketsInputs) setUp(ctx context.Context) (map[string]any, erro
 // setUser creates or updates the archiver (its password, enabled) and
 // gives it its policy, and only that one.
 func (in *ArchiveBucketsInputs) setUser(ctx context.Context, adm *madmin.AdminClient, policy []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, minioCall)
-	defer cancel()
-	if err := adm.AddCannedPolicy(ctx, in.User, policy); err != nil {
-		return fmt.Errorf("archiver policy %s: %w", in.User, err)
-	}
-	if err := adm.AddUser(ctx, in.User, in.Password); err != nil {
-		return fmt.Errorf("archiver user %s: %w", in.User, err)
-	}
-	info, err := adm.GetUserInfo(ctx, in.User)
-	if err != nil {
-		return fmt.Errorf("archiver user %s: %w", in.User, err)
-	}
-	var others []string
-	have := false
-	for _, p := range strings.Split(info.PolicyName, ",") {
-		switch p = strings.TrimSpace(p); p {
-		case "":
-		case in.User:
-			have = true
-		default:
-			others = append(others, p)
-		}
-	}
-	if !have {
-		if _, err := adm.AttachPolicy(ctx, madmin.PolicyAssociationReq{Policies: []string{in.User}, User: in.User}); err != nil {
-			return fmt.Errorf("archiver user %s: attach its policy: %w", in.User, err)
-		}
-	}
-	if len(others) > 0 {
-		if _, err := adm.DetachPolicy(ctx, madmin.PolicyAssociationReq{Policies: others, User: in.User}); err != nil {
-			return fmt.Errorf("archiver user %s: detach %v: %w", in.User, others, err)
-		}
-	}
-	return nil
+	return setMinIOUser(ctx, adm, "archiver", in.User, in.Password, policy)
 }
 
 // removeUser removes the archiver and its policy; a user or server gone
@@ -234,19 +173,7 @@ func (in *ArchiveBucketsInputs) removeUser(ctx context.Context, user string) err
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, minioCall)
-	defer cancel()
-	gone := func(err error) bool {
-		code := madmin.ToErrorResponse(err).Code
-		return err == nil || code == "" || code == "XMinioAdminNoSuchUser" || code == "XMinioAdminNoSuchPolicy"
-	}
-	if err := adm.RemoveUser(ctx, user); !gone(err) {
-		return fmt.Errorf("archiver user %s: remove: %w", user, err)
-	}
-	if err := adm.RemoveCannedPolicy(ctx, user); !gone(err) {
-		return fmt.Errorf("archiver policy %s: remove: %w", user, err)
-	}
-	return nil
+	return removeMinIOUser(ctx, adm, "archiver", user)
 }
 
 // present reports whether the buckets and the archiver are as setUp
@@ -257,17 +184,11 @@ func (in *ArchiveBucketsInputs) present(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if ok, err := minioUserHasItsPolicy(ctx, adm, in.User); !ok || err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, minioCall)
 	defer cancel()
-	info, err := adm.GetUserInfo(ctx, in.User)
-	switch {
-	case madmin.ToErrorResponse(err).Code == "XMinioAdminNoSuchUser":
-		return false, nil
-	case err != nil:
-		return false, err
-	case info.Status != madmin.AccountEnabled || !slices.Contains(strings.Split(info.PolicyName, ","), in.User):
-		return false, nil
-	}
 	return in.buckets(s3).Check(ctx) == nil, nil
 }
 

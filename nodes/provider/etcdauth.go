@@ -40,11 +40,16 @@ type EtcdAuthInputs struct {
 	ArbiterPassword string `json:"arbiterPassword"`
 	AdminPassword   string `json:"adminPassword"`
 	TailerPassword  string `json:"tailerPassword"`
+	// SnapshotPassword, when set, makes the snapshot job's user (etcd's
+	// root role: etcd serves snapshots to no other); a region without a
+	// snapshot vault has no such user.
+	SnapshotPassword string `json:"snapshotPassword,omitempty"`
 }
 
 func (in *EtcdAuthInputs) spec() etcdauth.Spec {
 	return etcdauth.DefaultSpec(in.RootPassword, map[string]string{
 		etcdauth.Arbiter: in.ArbiterPassword, etcdauth.Admin: in.AdminPassword, etcdauth.Tailer: in.TailerPassword,
+		etcdauth.Snapshotter: in.SnapshotPassword,
 	})
 }
 
@@ -149,6 +154,6 @@ func init() {
 		// Deleting the resource leaves authentication on: turning it off
 		// would open every key to every certificate of the CA.
 		Delete:  nil,
-		Secrets: []string{"keyPem", "rootPassword", "arbiterPassword", "adminPassword", "tailerPassword"},
+		Secrets: []string{"keyPem", "rootPassword", "arbiterPassword", "adminPassword", "tailerPassword", "snapshotPassword"},
 	})
 }

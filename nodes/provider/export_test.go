@@ -7,3 +7,11 @@ func SetArchiverPolicy(f func(historyBucket, recordsBucket string, recordsYears 
 	archiverPolicy = f
 	return func() { archiverPolicy = old }
 }
+
+// SetVaultStorerPolicy replaces the vault storers' policy until the
+// returned func is called.
+func SetVaultStorerPolicy(f func(region string) []byte) (restore func()) {
+	old := vaultStorerPolicy
+	vaultStorerPolicy = f
+	return func() { vaultStorerPolicy = old }
+}

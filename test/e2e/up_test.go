@@ -88,7 +88,7 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		unavailable(t, err.Error())
 	}
 	dir := root(t)
-	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "minio"} {
+	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "minio", "lockplane-snapshot"} {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
 			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools minio`")
 		}
@@ -100,18 +100,26 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hostsDir, hosts.StateFile)); err == nil {
 		unavailable(t, "the local test hosts are up already (make up): run `make down` first")
 	}
-	run(t, dir, "testhosts", "up", "--stack", "stacks/Pulumi.local.yaml", "--dir", hostsDir)
+	run(t, dir, "testhosts", "up", "--stack", "stacks/Pulumi.local.yaml", "--stack", "stacks/Pulumi.local-vault.yaml", "--dir", hostsDir)
 	h, err := hosts.Load(hostsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local").Run()
+		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-vault").Run()
 		h.Down()
 	})
 
+	// The snapshot vault first, in its own stack: the region reads it.
+	var vaultUp summary
+	out := run(t, dir, "lockplane", "up", "--stack", "local-vault", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &vaultUp); err != nil || vaultUp.Result != "succeeded" || vaultUp.Outputs["vaultUrl"] != "https://10.231.0.30:9000" {
+		t.Fatalf("up --stack local-vault: %s (%v)", out, err)
+	}
+
 	var up summary
-	out := run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
+	out = run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &up); err != nil || up.Result != "succeeded" || up.Changes["create"] == 0 {
 		t.Fatalf("up: %s (%v)", out, err)
 	}
@@ -145,6 +153,12 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	}
 	awaitArchive(t, h.Host("arbiter-1").Root, "10.231.0.24:9000")
 	awaitArchived(t, h.Host("arbiter-1").Root, h.Host("arbiter-2").Root)
+
+	// Snapshots: each cluster's job, elected on its own member hosts,
+	// stores one at once (no snapshot yet); `snapshot take` adds one more
+	// of each, and every manifest carries the cluster's ID and its epoch
+	// record.
+	checkSnapshots(t, dir, up.Outputs["coordClusterId"])
 
 	// promote: within the gate it is recorded as a tag and an output (the
 	// stack's config gains lockplane:promotion: restored afterwards);
@@ -229,6 +243,10 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"] {
 		t.Fatalf("destroy: %s (%v)", out, err)
 	}
+	out = run(t, dir, "lockplane", "destroy", "--stack", "local-vault", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != vaultUp.Changes["create"] {
+		t.Fatalf("destroy --stack local-vault: %s (%v)", out, err)
+	}
 	for host, pids := range h.Processes() {
 		for _, pid := range pids {
 			comm, _ := os.ReadFile(filepath.Join("/proc", itoa(pid), "comm"))
@@ -236,6 +254,76 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 				t.Errorf("%s still runs %s (pid %d) after destroy", host, name, pid)
 			}
 		}
+	}
+}
+
+// snapshots is `lockplane snapshot list|take -o json`.
+type snapshots struct {
+	Region    string `json:"region"`
+	Bucket    string `json:"bucket"`
+	Snapshots []struct {
+		Cluster   string `json:"cluster"`
+		ClusterID string `json:"cluster_id"`
+		Revision  int64  `json:"revision"`
+		Object    string `json:"object"`
+		Epoch     *struct {
+			Epoch     uint32 `json:"epoch"`
+			ClusterID string `json:"cluster_id"`
+		} `json:"epoch"`
+	} `json:"snapshots"`
+	Skipped []string `json:"skipped"`
+}
+
+func listSnapshots(t *testing.T, dir string) (snapshots, map[string]int) {
+	t.Helper()
+	var l snapshots
+	out := run(t, dir, "lockplane", "snapshot", "list", "--stack", "local", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &l); err != nil || len(l.Skipped) > 0 {
+		t.Fatalf("snapshot list: %s (%v)", out, err)
+	}
+	n := map[string]int{}
+	for _, m := range l.Snapshots {
+		n[m.Cluster]++
+	}
+	return l, n
+}
+
+// checkSnapshots waits for the scheduled snapshot of each cluster, takes
+// one more of each, and checks the manifests.
+func checkSnapshots(t *testing.T, dir string, coordID any) {
+	t.Helper()
+	start := time.Now()
+	for {
+		_, n := listSnapshots(t, dir)
+		if n["coord"] >= 1 && n["entity-0"] >= 1 {
+			t.Logf("snapshots: the scheduled ones of coord and entity-0 after %s", time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("snapshot list: no scheduled snapshot of every cluster within 2m: %v", n)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	before, n0 := listSnapshots(t, dir)
+	var took snapshots
+	out := run(t, dir, "lockplane", "snapshot", "take", "--stack", "local", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &took); err != nil || len(took.Snapshots) != 2 {
+		t.Fatalf("snapshot take: %s (%v)", out, err)
+	}
+	after, n1 := listSnapshots(t, dir)
+	if n1["coord"] != n0["coord"]+1 || n1["entity-0"] != n0["entity-0"]+1 {
+		t.Fatalf("snapshot take stored %v more; want one of each cluster (before %d, after %d)", n1, len(before.Snapshots), len(after.Snapshots))
+	}
+	for _, m := range took.Snapshots {
+		if m.Epoch == nil || m.Epoch.Epoch < 1 || m.Epoch.ClusterID != m.ClusterID || m.Revision <= 0 || m.Object == "" {
+			t.Errorf("snapshot of %s: manifest %+v: want its epoch record bound to its cluster ID", m.Cluster, m)
+		}
+		if m.Cluster == "coord" && m.ClusterID != coordID {
+			t.Errorf("coord snapshot: cluster ID %s, the stack's coordClusterId %v", m.ClusterID, coordID)
+		}
+	}
+	if after.Bucket != "lockplane-snapshots-local" {
+		t.Errorf("bucket %q", after.Bucket)
 	}
 }
 

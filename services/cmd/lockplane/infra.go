@@ -24,10 +24,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// LocalPassphrase encrypts the local stack's secrets when no passphrase is
-// set: that stack lives on this machine only. Every other stack needs
-// PULUMI_CONFIG_PASSPHRASE (or _FILE).
+// LocalPassphrase encrypts the local stacks' secrets (local, and local-*
+// such as its vault) when no passphrase is set: they live on this machine
+// only, and one passphrase lets a region read its vault stack's secret
+// outputs. Every other stack needs PULUMI_CONFIG_PASSPHRASE (or _FILE).
 const LocalPassphrase = "lockplane-local-stack"
+
+// localStack reports whether stack is one of this machine's test stacks.
+func localStack(stack string) bool { return stack == "local" || strings.HasPrefix(stack, "local-") }
 
 type stackFlags struct {
 	stack, backend, output string
@@ -112,7 +116,7 @@ func openStack(ctx context.Context, f *stackFlags) (auto.Stack, string, error) {
 		"PATH":                     filepath.Join(root, "bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}
 	if os.Getenv("PULUMI_CONFIG_PASSPHRASE") == "" && os.Getenv("PULUMI_CONFIG_PASSPHRASE_FILE") == "" {
-		if f.stack != "local" {
+		if !localStack(f.stack) {
 			return auto.Stack{}, "", fmt.Errorf("stack %s: set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): it encrypts the stack's secrets (keys, certificates)", f.stack)
 		}
 		env["PULUMI_CONFIG_PASSPHRASE"] = LocalPassphrase
@@ -216,8 +220,15 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				return summary{}, err
 			}
 			if f.output == "text" {
-				fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
-					res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
+				if v, ok := res.Outputs["vaultUrl"]; ok {
+					fmt.Printf("snapshot vault %v\n", v.Value)
+				} else {
+					fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
+						res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
+				}
+				if v, ok := res.Outputs["snapshotVault"]; ok {
+					fmt.Printf("snapshots into %v (lockplane snapshot list --stack %s)\n", v.Value, f.stack)
+				}
 			}
 			return out, nil
 		})

@@ -1,7 +1,9 @@
-// Command testhosts makes and removes the test hosts of a stack file:
+// Command testhosts makes and removes the test hosts of stack files:
 // `testhosts up --stack stacks/Pulumi.local.yaml` makes one network
 // namespace host per entry of lockplane:hosts on the bridge that
-// lockplane:testHosts names; `testhosts down` removes them all.
+// lockplane:testHosts names; `testhosts down` removes them all. --stack
+// may be repeated for stacks that share one bridge (a region and its
+// snapshot vault), which then reach each other.
 package main
 
 import (
@@ -22,17 +24,27 @@ func main() {
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	stack := fs.String("stack", "stacks/Pulumi.local.yaml", "stack file whose lockplane:hosts to make")
+	var stacks stackFiles
+	fs.Var(&stacks, "stack", "stack file whose lockplane:hosts to make (repeatable, for stacks on one bridge; default stacks/Pulumi.local.yaml)")
 	dir := fs.String("dir", ".lockplane/hosts", "state directory (the stack's ssh key, known_hosts and roots live here)")
 	output := fs.String("o", "text", "output: text or json")
 	fs.Parse(os.Args[2:])
-	if err := run(os.Args[1], *stack, *dir, *output == "json"); err != nil {
+	if len(stacks) == 0 {
+		stacks = stackFiles{"stacks/Pulumi.local.yaml"}
+	}
+	if err := run(os.Args[1], stacks, *dir, *output == "json"); err != nil {
 		fmt.Fprintln(os.Stderr, "testhosts:", err)
 		os.Exit(1)
 	}
 }
 
-func run(verb, stack, dir string, asJSON bool) error {
+// stackFiles are the --stack flags.
+type stackFiles []string
+
+func (s *stackFiles) String() string     { return fmt.Sprint(*s) }
+func (s *stackFiles) Set(v string) error { *s = append(*s, v); return nil }
+
+func run(verb string, stacks []string, dir string, asJSON bool) error {
 	switch verb {
 	case "down":
 		h, err := hosts.Load(dir)
@@ -55,9 +67,18 @@ func run(verb, stack, dir string, asJSON bool) error {
 		}
 		return report(h, asJSON)
 	}
-	cfg, err := readStack(stack, dir)
-	if err != nil {
-		return err
+	var cfg hosts.Config
+	for i, stack := range stacks {
+		c, err := readStack(stack, dir)
+		if err != nil {
+			return err
+		}
+		if i > 0 && (c.Prefix != cfg.Prefix || c.Subnet != cfg.Subnet) {
+			return fmt.Errorf("%s: lockplane:testHosts %s on %s, but %s's are %s on %s: stacks made together share one bridge", stack, c.Prefix, c.Subnet, stacks[0], cfg.Prefix, cfg.Subnet)
+		}
+		hs := cfg.Hosts
+		cfg = c
+		cfg.Hosts = append(hs, c.Hosts...)
 	}
 	fmt.Fprintf(os.Stderr, "making %d test hosts on %s ...\n", len(cfg.Hosts), cfg.Subnet)
 	h, err := hosts.Up(context.Background(), cfg)

@@ -1,0 +1,106 @@
+package components
+
+import (
+	"fmt"
+
+	"github.com/lockplane/lockplane/infra/nodes"
+	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// VaultAccess is how a region reaches its snapshot vault: read from the
+// vault's stack (lockplane:snapshots.vaultStack), with the region's
+// storer, the only vault user its snapshot jobs are given.
+type VaultAccess struct {
+	Stack     string
+	URL       string
+	CACertPem pulumi.StringInput
+	// Storer and StorerPassword are the region's storer (secret).
+	Storer         string
+	StorerPassword pulumi.StringInput
+}
+
+// SnapshotJob is one cluster's snapshot job (docs/dr.md): an instance on
+// every member host, which elect one on the cluster itself; the leader
+// snapshots its member on the stack's schedule into the vault. It signs
+// in as etcd's snapshot user (root role: etcd serves snapshots to no
+// other), so it runs on the cluster's own hosts and nowhere else.
+type SnapshotJob struct {
+	pulumi.ResourceState
+	Services []*nodes.Service
+}
+
+// SnapshotJobArgs place a cluster's job.
+type SnapshotJobArgs struct {
+	Cluster *EtcdCluster
+	Members []topology.Member
+	// Password is the snapshot user's.
+	Password pulumi.StringInput
+	Vault    *VaultAccess
+	// After are the steps the job waits for: the cluster's EtcdAuth,
+	// which makes the snapshot user.
+	After []pulumi.Resource
+}
+
+// SnapshotFiles are an instance's files on its member host.
+type SnapshotFiles struct{ Bin, EtcdCredentials, VaultCA, VaultCredentials, Dir string }
+
+// SnapshotCommand is an instance's command line: its member over TLS with
+// the member's own certificate, the snapshot user's and the vault's
+// credentials by file.
+func SnapshotCommand(s *topology.Stack, cluster string, m topology.Member, etcd EtcdFiles, f SnapshotFiles, vaultURL string) []string {
+	return []string{f.Bin, "--region", s.Region, "--cluster", cluster, "--name", m.Name,
+		"--endpoint", fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort),
+		"--etcd-ca", etcd.CA, "--etcd-cert", etcd.Cert, "--etcd-key", etcd.Key, "--etcd-credentials", f.EtcdCredentials,
+		"--vault", vaultURL, "--vault-ca", f.VaultCA, "--vault-credentials", f.VaultCredentials,
+		"--dir", f.Dir, "--every", s.Snapshots.Every,
+		"--metrics", fmt.Sprintf("%s:%d", m.Host.Address, s.Snapshots.MetricsPort)}
+}
+
+// NewSnapshotJob installs and starts the job on every member host.
+func NewSnapshotJob(ctx *pulumi.Context, env *Env, a SnapshotJobArgs, opts ...pulumi.ResourceOption) (*SnapshotJob, error) {
+	s := env.Stack
+	name := s.Region + "-" + a.Cluster.Name + "-snapshots"
+	j := &SnapshotJob{}
+	if err := ctx.RegisterComponentResource("lockplane:infra:SnapshotJob", name, j, opts...); err != nil {
+		return nil, err
+	}
+	in := pulumi.Parent(j)
+	etcdCreds := pulumi.ToSecret(a.Password.ToStringOutput().ApplyT(func(p string) string {
+		return fmt.Sprintf("snapshot %s:%s\n", etcdauth.Snapshotter, p)
+	})).(pulumi.StringOutput)
+	vaultCreds := pulumi.ToSecret(a.Vault.StorerPassword.ToStringOutput().ApplyT(func(p string) string {
+		return fmt.Sprintf("vault %s:%s\n", a.Vault.Storer, p)
+	})).(pulumi.StringOutput)
+	for _, m := range a.Members {
+		h := m.Host
+		conn := env.Connection(h)
+		mname := name + "-" + m.Name
+		f := SnapshotFiles{Bin: env.BinPath(h, "lockplane-snapshot"), EtcdCredentials: env.ConfPath(h, a.Cluster.Name+"/snapshot-etcd-credentials"),
+			VaultCA: env.ConfPath(h, a.Cluster.Name+"/vault-ca.crt"), VaultCredentials: env.ConfPath(h, a.Cluster.Name+"/snapshot-vault-credentials"),
+			Dir: h.HostPath("/var/lib/lockplane/snapshots/" + a.Cluster.Name)}
+		deps, triggers, err := putConfig(ctx, conn, mname, []configFile{
+			{f.EtcdCredentials, etcdCreds, "0600"}, {f.VaultCA, a.Vault.CACertPem, "0644"}, {f.VaultCredentials, vaultCreds, "0600"},
+		}, in)
+		if err != nil {
+			return nil, err
+		}
+		bin, err := nodes.NewFile(ctx, mname+"-bin", nodes.FileArgs{Connection: conn, Path: f.Bin, Source: env.Snapshot.Path,
+			SourceSha256: env.Snapshot.Sha256, Mode: "0755"}, in)
+		if err != nil {
+			return nil, err
+		}
+		deps = append(append(deps, bin), a.After...)
+		triggers = append(triggers, bin.Sha256)
+		svc, err := nodes.NewService(ctx, mname+"-service", nodes.ServiceArgs{Connection: conn, Name: "lockplane-snapshot-" + a.Cluster.Name,
+			Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h),
+			Command:  pulumi.ToStringArray(SnapshotCommand(s, a.Cluster.Name, m, etcdFiles(env, h, a.Cluster.Name), f, a.Vault.URL)),
+			Triggers: triggers}, in, pulumi.DependsOn(deps))
+		if err != nil {
+			return nil, err
+		}
+		j.Services = append(j.Services, svc)
+	}
+	return j, ctx.RegisterResourceOutputs(j, pulumi.Map{"cluster": pulumi.String(a.Cluster.Name), "vault": pulumi.String(a.Vault.URL)})
+}

@@ -1,0 +1,197 @@
+package program_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+)
+
+// Every cluster's snapshot job runs on its own member hosts and nowhere
+// else, signs in as the snapshot user (made by its cluster's EtcdAuth,
+// which it waits for) and stores as the region's storer, each credential
+// in a 0600 file whose content is secret.
+func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
+	m, err := run(t, "local", localHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostOf := func(r resource.PropertyValue) string { return r.ObjectValue()["host"].StringValue() }
+	want := map[string][]string{
+		"lockplane-snapshot-coord":    {"10.231.0.11", "10.231.0.12", "10.231.0.13", "10.231.0.14", "10.231.0.15"},
+		"lockplane-snapshot-entity-0": {"10.231.0.16", "10.231.0.17", "10.231.0.18"},
+	}
+	for name, hosts := range want {
+		var got []string
+		for _, r := range services(m, name) {
+			got = append(got, hostOf(r.Inputs["connection"]))
+			cmd := strs(r.Inputs["command"])
+			cluster := strings.TrimPrefix(name, "lockplane-snapshot-")
+			if flag(cmd, "--region") != "local" || flag(cmd, "--cluster") != cluster || flag(cmd, "--vault") != "https://10.231.0.30:9000" ||
+				flag(cmd, "--every") != "1h" || !strings.HasPrefix(flag(cmd, "--endpoint"), "https://"+hostOf(r.Inputs["connection"])+":") ||
+				!strings.HasSuffix(flag(cmd, "--etcd-credentials"), "/"+cluster+"/snapshot-etcd-credentials") || flag(cmd, "--etcd-without-auth") != "" {
+				t.Errorf("%s: command %v", r.Name, cmd)
+			}
+			if !dependsOnSuffix(r, "-"+cluster+"-auth") {
+				t.Errorf("%s does not wait for its cluster's EtcdAuth", r.Name)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, hosts) {
+			t.Errorf("%s runs on %v, want its member hosts %v", name, got, hosts)
+		}
+	}
+	files := 0
+	for _, r := range m.of("lockplane:nodes:File") {
+		p := r.Inputs["path"].StringValue()
+		if !strings.HasSuffix(p, "/snapshot-etcd-credentials") && !strings.HasSuffix(p, "/snapshot-vault-credentials") {
+			continue
+		}
+		files++
+		c := r.Inputs["content"]
+		if r.Inputs["mode"].StringValue() != "0600" || !c.IsSecret() {
+			t.Errorf("%s: mode %v, secret %v", p, r.Inputs["mode"], c.IsSecret())
+		}
+		v := c.SecretValue().Element.StringValue()
+		if strings.HasSuffix(p, "etcd-credentials") && !strings.HasPrefix(v, "snapshot snapshot:generated-") {
+			t.Errorf("%s: %q is not the snapshot user's line", p, v)
+		}
+		if strings.HasSuffix(p, "vault-credentials") && v != "vault snap-local:vault-storer-password\n" {
+			t.Errorf("%s: %q is not the region's storer", p, v)
+		}
+	}
+	if files != 16 {
+		t.Errorf("%d credentials files, want 2 on each of 8 member hosts", files)
+	}
+	for _, r := range m.of("lockplane:nodes:EtcdAuth") {
+		if pw := r.Inputs["snapshotPassword"]; !pw.IsSecret() || !strings.HasPrefix(pw.SecretValue().Element.StringValue(), "generated-") {
+			t.Errorf("%s: snapshotPassword %v: want the snapshot user made, its password secret", r.Name, pw)
+		}
+	}
+	// No arbiter host runs a job or holds its credentials.
+	for _, r := range m.of("lockplane:nodes:Service") {
+		if strings.HasPrefix(r.Inputs["name"].StringValue(), "lockplane-snapshot") && strings.HasPrefix(hostOf(r.Inputs["connection"]), "10.231.0.2") {
+			t.Errorf("%s runs on %s", r.Name, hostOf(r.Inputs["connection"]))
+		}
+	}
+}
+
+// Without lockplane:snapshots there is no job and no snapshot user: a
+// user with etcd's root role exists only where snapshots need it.
+func TestNoSnapshotsNoSnapshotUser(t *testing.T) {
+	m, err := run(t, "local", func(c map[string]string) { localHosts(c); delete(c, "lockplane:snapshots") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(services(m, "lockplane-snapshot-coord")); n != 0 {
+		t.Fatalf("%d snapshot jobs without snapshots", n)
+	}
+	for _, r := range m.of("lockplane:nodes:EtcdAuth") {
+		if _, ok := r.Inputs["snapshotPassword"]; ok {
+			t.Errorf("%s makes a snapshot user without snapshots", r.Name)
+		}
+	}
+	if len(m.of("pulumi:pulumi:StackReference")) != 0 {
+		t.Error("a stack reference without snapshots")
+	}
+}
+
+// A vault stack that keeps no bucket for the region refuses the region
+// before anything is made, naming what to add.
+func TestARegionTheVaultDoesNotKeepIsRefused(t *testing.T) {
+	m := &mocks{vault: resource.PropertyMap{
+		"vaultUrl": resource.NewStringProperty("https://10.231.0.30:9000"), "vaultCaCertPem": resource.NewStringProperty("VAULT CA"),
+		"vaultRegions": resource.MakeSecret(resource.NewObjectProperty(resource.PropertyMap{
+			"eu-west": resource.NewObjectProperty(resource.PropertyMap{"storer": resource.NewStringProperty("snap-eu-west"),
+				"storerPassword": resource.NewStringProperty("x")})})),
+	}}
+	_, err := runWith(t, m, "local", localHosts)
+	if err == nil || !strings.Contains(err.Error(), "keeps no snapshots of region local: add local to its lockplane:vault.regions") {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(m.of("lockplane:nodes:Service")); n != 0 {
+		t.Fatalf("%d services made for a refused region", n)
+	}
+}
+
+// The vault stack: MinIO on its one host, a bucket and two users per
+// region, the root and users' passwords secret, and outputs a region
+// reads.
+func TestTheVaultStackKeepsEachRegion(t *testing.T) {
+	m, err := run(t, "local-vault", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:vault"] = `{"regions":["local","eu-west"]}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	minio := services(m, "minio")
+	if len(minio) != 1 || minio[0].Inputs["connection"].ObjectValue()["host"].StringValue() != "10.231.0.30" {
+		t.Fatalf("minio services %v", minio)
+	}
+	b := m.of("lockplane:nodes:VaultBuckets")
+	if len(b) != 1 {
+		t.Fatalf("%d VaultBuckets", len(b))
+	}
+	in := b[0].Inputs
+	if !in["regions"].IsSecret() || !in["rootPassword"].IsSecret() || in["keepDays"].NumberValue() != 30 || in["url"].StringValue() != "https://10.231.0.30:9000" {
+		t.Fatalf("VaultBuckets inputs %v", in)
+	}
+	var users []string
+	for _, r := range in["regions"].SecretValue().Element.ArrayValue() {
+		o := r.ObjectValue()
+		users = append(users, o["region"].StringValue()+":"+o["storer"].StringValue()+","+o["restorer"].StringValue())
+	}
+	if !slices.Equal(users, []string{"local:snap-local,restore-local", "eu-west:snap-eu-west,restore-eu-west"}) {
+		t.Fatalf("vault users %v", users)
+	}
+	if !dependsOnSuffix(b[0], "vault-vault-1-service") {
+		t.Errorf("VaultBuckets does not wait for MinIO")
+	}
+	// Nothing of a region: no etcd, no arbiter.
+	if len(etcdCommands(m)) != 0 || len(services(m, "arbiter")) != 0 {
+		t.Fatal("a vault stack made region services")
+	}
+}
+
+// A vault stack's configuration is checked field by field.
+func TestAVaultStackIsValidated(t *testing.T) {
+	for _, c := range []struct{ vault, hosts, want string }{
+		{`{"regions":[]}`, "", "vault.regions: name at least one region"},
+		{`{"regions":["Local"]}`, "", `vault.regions[0]: "Local" must be a unique lower-case region name`},
+		{`{"regions":["local"],"keepDays":-1}`, "", "vault.keepDays: -1 must be at least 1"},
+		{`{"regions":["local"]}`, `[{"name":"vault-1","address":"10.231.0.30","roles":["vault","coord"],"root":"/"}]`, "must be [vault]: the vault's host is dedicated"},
+		{`{"regions":["local"]}`, `[]`, "hosts: 0 given; a vault stack has one host"},
+	} {
+		_, err := run(t, "local-vault", func(cfg map[string]string) {
+			localHosts(cfg)
+			cfg["lockplane:vault"] = c.vault
+			if c.hosts != "" {
+				cfg["lockplane:hosts"] = c.hosts
+			}
+		})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("vault %s hosts %s: err %v, want %q", c.vault, c.hosts, err, c.want)
+		}
+	}
+}
+
+// A region's snapshots are checked field by field before anything is made.
+func TestARegionsSnapshotsAreValidated(t *testing.T) {
+	for _, c := range []struct{ snapshots, want string }{
+		{`{"vaultStack":"local-vault","every":"30s"}`, `snapshots.every: "30s" must be a duration from 1m to 168h`},
+		{`{"vaultStack":"Local_Vault"}`, `snapshots.vaultStack: "Local_Vault" must be a stack name`},
+		{`{"vaultStack":"local-vault","metricsPort":2379}`, "snapshots.metricsPort: 2379 is one of etcd's ports"},
+		{`{"every":"1h"}`, "snapshots: set without snapshots.vaultStack"},
+	} {
+		m := &mocks{}
+		_, err := runWith(t, m, "local", func(cfg map[string]string) { localHosts(cfg); cfg["lockplane:snapshots"] = c.snapshots })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("snapshots %s: err %v, want %q", c.snapshots, err, c.want)
+		}
+		if len(m.res) != 0 {
+			t.Errorf("snapshots %s: %d resources made", c.snapshots, len(m.res))
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package program
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/infra/components"
+	"github.com/lockplane/lockplane/infra/topology"
+	"github.com/lockplane/lockplane/nodes/provider"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
+)
+
+// vaultKeys are a vault stack's top-level keys, as in topology.VaultStack.
+var vaultKeys = []string{"vault", "hosts", "ssh", "binDir"}
+
+// LoadVaultStack reads a vault stack's configuration, with defaults filled
+// and relative paths made absolute against base.
+func LoadVaultStack(get func(key string) string, base string) (*topology.VaultStack, error) {
+	var v topology.VaultStack
+	if err := strictJSON(configJSON(get, vaultKeys), &v); err != nil {
+		return nil, fmt.Errorf("vault stack configuration: %v", err)
+	}
+	v.Defaults()
+	for _, p := range []*string{&v.SSH.PrivateKeyFile, &v.SSH.KnownHostsFile, &v.BinDir} {
+		absPath(p, base)
+	}
+	for i := range v.Hosts {
+		absPath(&v.Hosts[i].Root, base)
+	}
+	return &v, nil
+}
+
+// runVault is a vault stack's program: the Vault component on its host.
+// Its outputs are what region stacks read (readVault): the URL, the CA
+// and each region's users, secret.
+func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
+	vs, err := LoadVaultStack(cfg.Get, base)
+	if err != nil {
+		return err
+	}
+	host, err := vs.Validate()
+	if err != nil {
+		return err
+	}
+	env, err := hostEnv(vs.Hosting())
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(vs.BinDir, "minio")
+	sum, err := provider.SumFile(p)
+	if err != nil {
+		return fmt.Errorf("binDir: %s: %v (run `make minio`)", p, err)
+	}
+	env.MinIO = components.Binary{Path: p, Sha256: sum}
+	v, err := components.NewVault(ctx, env, components.VaultArgs{Host: host, Port: vs.Vault.Port,
+		KeepDays: vs.Vault.KeepDays, Regions: vs.Vault.Regions})
+	if err != nil {
+		return err
+	}
+	regions := pulumi.Map{}
+	for r, c := range v.Regions {
+		regions[r] = pulumi.Map{"bucket": pulumi.String(vault.Bucket(r)), "storer": pulumi.String(c.Storer),
+			"storerPassword": c.StorerPassword, "restorer": pulumi.String(c.Restorer), "restorerPassword": c.RestorerPassword}
+	}
+	ctx.Export("vaultUrl", pulumi.String(v.URL))
+	ctx.Export("vaultCaCertPem", v.CA.CertPem)
+	ctx.Export("vaultRegions", pulumi.ToSecret(regions))
+	return nil
+}
+
+// VaultStackName is the name a region's program reads its vault stack
+// by: the stack itself for an organisation's backend; for this
+// repository's file backend, Pulumi's fixed "organization" and the
+// project.
+func VaultStackName(ctx *pulumi.Context, stack string) string {
+	return ctx.Organization() + "/" + ctx.Project() + "/" + stack
+}
+
+// readVault reads the region's snapshot vault from the vault's stack:
+// refused, before anything is made, when that stack has not been deployed
+// or keeps no bucket for this region.
+func readVault(ctx *pulumi.Context, s *topology.Stack) (*components.VaultAccess, error) {
+	name := s.Snapshots.VaultStack
+	ref, err := pulumi.NewStackReference(ctx, s.Region+"-vault", &pulumi.StackReferenceArgs{Name: pulumi.String(VaultStackName(ctx, name))})
+	if err != nil {
+		return nil, fmt.Errorf("snapshots.vaultStack: %s: %w", name, err)
+	}
+	out := func(key string) (any, error) {
+		d, err := ref.GetOutputDetails(key)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots.vaultStack: %s: read %s: %w", name, key, err)
+		}
+		if d.Value != nil {
+			return d.Value, nil
+		}
+		return d.SecretValue, nil
+	}
+	url, err := out("vaultUrl")
+	if err != nil {
+		return nil, err
+	}
+	if ctx.DryRun() && url == nil {
+		// A preview of a region whose vault is not up yet: say so.
+		return nil, fmt.Errorf("snapshots.vaultStack: %s has no vaultUrl: run `lockplane up --stack %s` first", name, name)
+	}
+	ca, err := out("vaultCaCertPem")
+	if err != nil {
+		return nil, err
+	}
+	regions, err := out("vaultRegions")
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.(string)
+	pem, _ := ca.(string)
+	byRegion, _ := regions.(map[string]any)
+	mine, _ := byRegion[s.Region].(map[string]any)
+	storer, _ := mine["storer"].(string)
+	password, _ := mine["storerPassword"].(string)
+	switch {
+	case u == "" || pem == "":
+		return nil, fmt.Errorf("snapshots.vaultStack: %s has no vaultUrl or vaultCaCertPem: run `lockplane up --stack %s` first", name, name)
+	case storer == "" || password == "":
+		return nil, fmt.Errorf("snapshots.vaultStack: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", name, s.Region, s.Region, name)
+	}
+	return &components.VaultAccess{Stack: name, URL: u, CACertPem: pulumi.String(pem), Storer: storer,
+		StorerPassword: pulumi.ToSecret(pulumi.String(password)).(pulumi.StringOutput)}, nil
+}
+
+// SnapshotAccess is the region's secret output snapshotAccess: what
+// `lockplane snapshot list|take` needs, from where `up` runs.
+type SnapshotAccess struct {
+	Region        string              `json:"region"`
+	VaultStack    string              `json:"vaultStack"`
+	VaultURL      string              `json:"vaultUrl"`
+	VaultCA       string              `json:"vaultCaCertPem"`
+	VaultUser     string              `json:"vaultUser"`
+	VaultPassword string              `json:"vaultPassword"`
+	EtcdCA        string              `json:"etcdCaCertPem"`
+	EtcdCert      string              `json:"etcdCertPem"`
+	EtcdKey       string              `json:"etcdKeyPem"`
+	EtcdPassword  string              `json:"etcdSnapshotPassword"`
+	Clusters      map[string][]string `json:"clusters"`
+}
+
+// exportSnapshotAccess exports the region's SnapshotAccess (secret): the
+// deployer's etcd certificate, the snapshot user's password and the
+// region's vault user, which the state holds already.
+func exportSnapshotAccess(ctx *pulumi.Context, s *topology.Stack, v *components.VaultAccess, r *components.Region) {
+	clusters := map[string][]string{r.Coord.Name: r.Coord.Endpoints}
+	for _, sh := range r.Shards {
+		clusters[sh.Name] = sh.Endpoints
+	}
+	access := pulumi.All(v.CACertPem, v.StorerPassword, r.EtcdCA.CertPem, r.Coord.Client.CertPem, r.Coord.Client.KeyPem, r.EtcdUsers.Snapshot).ApplyT(
+		func(p []any) (string, error) {
+			b, err := json.Marshal(SnapshotAccess{Region: s.Region, VaultStack: v.Stack, VaultURL: v.URL, VaultCA: p[0].(string),
+				VaultUser: v.Storer, VaultPassword: p[1].(string), EtcdCA: p[2].(string), EtcdCert: p[3].(string), EtcdKey: p[4].(string),
+				EtcdPassword: p[5].(string), Clusters: clusters})
+			return string(b), err
+		})
+	ctx.Export("snapshotVault", pulumi.Map{"stack": pulumi.String(v.Stack), "url": pulumi.String(v.URL),
+		"bucket": pulumi.String(vault.Bucket(s.Region))})
+	ctx.Export("snapshotAccess", pulumi.ToSecret(access))
+}
+
+// hostEnv is what host components need of a stack that is not a region:
+// its SSH key and pinned host keys.
+func hostEnv(s *topology.Stack) (*components.Env, error) {
+	env := &components.Env{Stack: s, KnownHosts: map[string]string{}}
+	key, err := os.ReadFile(s.SSH.PrivateKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("ssh.privateKeyFile: %v", err)
+	}
+	env.PrivateKey = string(key)
+	if s.SSH.KnownHostsFile != "" {
+		if env.KnownHosts, err = readKnownHosts(s.SSH.KnownHostsFile); err != nil {
+			return nil, fmt.Errorf("ssh.knownHostsFile: %v", err)
+		}
+	}
+	for _, h := range s.Hosts {
+		if h.HostKey == "" && env.KnownHosts[h.Address] == "" && !s.SSH.TrustOnFirstUse {
+			return nil, fmt.Errorf("hosts: %s (%s) has no pinned key in hostKey or %s", h.Name, h.Address, s.SSH.KnownHostsFile)
+		}
+	}
+	return env, nil
+}

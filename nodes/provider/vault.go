@@ -1,0 +1,240 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+
+	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/services/audit/archive/minioserver"
+	"github.com/minio/minio-go/v7"
+)
+
+// VaultBucketsInputs set up a snapshot vault's MinIO at deploy time, as
+// its root user: for each region it keeps, the versioned bucket with its
+// expiry rule (vault.Ensure, the one way it is made), a storer user (the
+// region's snapshot jobs) that may put and read snapshots of that bucket
+// only, and a restorer user (the DR stack, `lockplane snapshot list`)
+// that may only read them. Neither may delete a snapshot or change the
+// bucket's rules: a region's credentials, stolen, cannot erase its
+// history.
+type VaultBucketsInputs struct {
+	URL          string `json:"url"`
+	CACertPem    string `json:"caCertPem,omitempty"`
+	RootUser     string `json:"rootUser"`
+	RootPassword string `json:"rootPassword"`
+	// KeepDays is how long a snapshot is kept (vault.Vault.KeepDays).
+	KeepDays int           `json:"keepDays"`
+	Regions  []VaultRegion `json:"regions"`
+}
+
+// VaultRegion is one region's bucket and users.
+type VaultRegion struct {
+	Region           string `json:"region"`
+	Storer           string `json:"storer"`
+	StorerPassword   string `json:"storerPassword"`
+	Restorer         string `json:"restorer"`
+	RestorerPassword string `json:"restorerPassword"`
+}
+
+// VaultStorerPolicy lets a region's snapshot jobs put snapshots into its
+// bucket and read them back (vault.Put checks what it stored; List and
+// Latest tell the job what is there), and nothing else.
+func VaultStorerPolicy(region string) []byte {
+	return vaultPolicy(region, "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload")
+}
+
+// VaultRestorerPolicy lets a restore list and read a region's snapshots,
+// and nothing else.
+func VaultRestorerPolicy(region string) []byte {
+	return vaultPolicy(region, "s3:GetObject")
+}
+
+// vaultStorerPolicy is the policy a storer is given; tests replace it.
+var vaultStorerPolicy = VaultStorerPolicy
+
+func vaultPolicy(region string, objectActions ...string) []byte {
+	bucket := "arn:aws:s3:::" + vault.Bucket(region)
+	doc := map[string]any{"Version": "2012-10-17", "Statement": []map[string]any{
+		{"Effect": "Allow", "Action": []string{"s3:ListBucket", "s3:GetBucketLocation"}, "Resource": []string{bucket}},
+		{"Effect": "Allow", "Action": objectActions, "Resource": []string{bucket + "/*"}},
+		// Explicit, so no other policy given by mistake can add them.
+		{"Effect": "Deny", "Action": []string{"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:DeleteBucket",
+			"s3:PutLifecycleConfiguration", "s3:PutBucketVersioning", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"},
+			"Resource": []string{bucket, bucket + "/*"}},
+	}}
+	b, _ := json.Marshal(doc)
+	return b
+}
+
+func (in *VaultBucketsInputs) validate() error {
+	u, err := url.Parse(in.URL)
+	switch {
+	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
+		return fmt.Errorf("url: want MinIO's base URL, e.g. https://vault:9000, got %q", in.URL)
+	case u.Scheme == "https" && in.CACertPem == "":
+		return errors.New("caCertPem: is required with an https url")
+	case u.Scheme == "http" && !isLoopback(u.Hostname()):
+		return errors.New("url: must be https (plain http only on loopback)")
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fmt.Errorf("url: scheme %q, want https", u.Scheme)
+	case in.RootUser == "" || in.RootPassword == "":
+		return errors.New("rootUser, rootPassword: are required")
+	case in.KeepDays < 1:
+		return fmt.Errorf("keepDays: %d must be at least 1", in.KeepDays)
+	case len(in.Regions) == 0:
+		return errors.New("regions: at least one is required")
+	}
+	users := map[string]string{in.RootUser: "rootUser"}
+	for i, r := range in.Regions {
+		if err := vault.CheckName(fmt.Sprintf("regions[%d].region", i), r.Region); err != nil {
+			return err
+		}
+		for _, u := range []struct{ field, user, password string }{
+			{"storer", r.Storer, r.StorerPassword}, {"restorer", r.Restorer, r.RestorerPassword}} {
+			field := fmt.Sprintf("regions[%d].%s", i, u.field)
+			if len(u.user) < 3 || len(u.password) < 8 {
+				return fmt.Errorf("%s: a user of at least 3 characters with a password of at least 8 is required (MinIO's rule)", field)
+			}
+			if prev, dup := users[u.user]; dup {
+				return fmt.Errorf("%s: %s is also %s: each region's users are its own", field, u.user, prev)
+			}
+			users[u.user] = field
+		}
+	}
+	return nil
+}
+
+func (in *VaultBucketsInputs) root() minioRoot {
+	return minioRoot{in.URL, in.CACertPem, in.RootUser, in.RootPassword}
+}
+
+// setUp makes every region's bucket with its rules and its two users,
+// whatever of them there is already.
+func (in *VaultBucketsInputs) setUp(ctx context.Context) (map[string]any, error) {
+	s3, adm, err := in.root().clients()
+	if err != nil {
+		return nil, err
+	}
+	rctx, rcancel := context.WithTimeout(ctx, minioReady)
+	err = minioserver.AwaitReady(rctx, s3, vault.Bucket(in.Regions[0].Region))
+	rcancel()
+	if err != nil {
+		return nil, err
+	}
+	buckets := []any{}
+	for _, r := range in.Regions {
+		v := vault.Vault{Client: s3, Region: r.Region, KeepDays: in.KeepDays, OpTimeout: minioCall}
+		if err := v.Ensure(ctx); err != nil {
+			return nil, err
+		}
+		if err := setMinIOUser(ctx, adm, "vault storer", r.Storer, r.StorerPassword, vaultStorerPolicy(r.Region)); err != nil {
+			return nil, err
+		}
+		if err := setMinIOUser(ctx, adm, "vault restorer", r.Restorer, r.RestorerPassword, VaultRestorerPolicy(r.Region)); err != nil {
+			return nil, err
+		}
+		buckets = append(buckets, vault.Bucket(r.Region))
+	}
+	return map[string]any{"buckets": buckets}, nil
+}
+
+// removeUsers removes users and their policies; gone already is not an
+// error.
+func (in *VaultBucketsInputs) removeUsers(ctx context.Context, users []string) error {
+	_, adm, err := in.root().clients()
+	if err != nil {
+		return err
+	}
+	for _, u := range users {
+		if err := removeMinIOUser(ctx, adm, "vault", u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// users are every region's storer and restorer.
+func (in *VaultBucketsInputs) users() []string {
+	var out []string
+	for _, r := range in.Regions {
+		out = append(out, r.Storer, r.Restorer)
+	}
+	return out
+}
+
+// present reports whether every bucket and user is as setUp left it.
+func (in *VaultBucketsInputs) present(ctx context.Context) (bool, error) {
+	s3, adm, err := in.root().clients()
+	if err != nil {
+		return false, err
+	}
+	for _, r := range in.Regions {
+		for _, u := range []string{r.Storer, r.Restorer} {
+			if ok, err := minioUserHasItsPolicy(ctx, adm, u); !ok || err != nil {
+				return false, err
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, minioCall)
+		st, err := s3.GetBucketVersioning(cctx, vault.Bucket(r.Region))
+		cancel()
+		if minio.ToErrorResponse(err).Code == "NoSuchBucket" {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !st.Enabled() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func init() {
+	register("VaultBuckets", spec[VaultBucketsInputs]{
+		Validate: func(in *VaultBucketsInputs) error { return in.validate() },
+		Create: func(ctx context.Context, _ *Env, in *VaultBucketsInputs) (string, map[string]any, error) {
+			out, err := in.setUp(ctx)
+			if err != nil {
+				return "", nil, err
+			}
+			return in.URL + "#vault", out, nil
+		},
+		// Every change is set again on the same server; the users of a
+		// region no longer kept (or renamed) are removed. Its bucket stays:
+		// snapshots outlive the configuration that made them.
+		Update: func(ctx context.Context, _ *Env, _ string, olds, news *VaultBucketsInputs, _ map[string]any) (map[string]any, error) {
+			out, err := news.setUp(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var gone []string
+			for _, u := range olds.users() {
+				if !slices.Contains(news.users(), u) {
+					gone = append(gone, u)
+				}
+			}
+			return out, news.removeUsers(ctx, gone)
+		},
+		Replaces: []string{"url"},
+		Read: func(ctx context.Context, _ *Env, _ string, in *VaultBucketsInputs, st map[string]any) (map[string]any, error) {
+			ok, err := in.present(ctx)
+			if err != nil {
+				return st, nil // MinIO not answering is no proof of drift
+			}
+			if !ok {
+				return nil, nil
+			}
+			return st, nil
+		},
+		// The buckets stay: snapshots outlive the stack. The users go.
+		Delete: func(ctx context.Context, _ *Env, _ string, in *VaultBucketsInputs, _ map[string]any) error {
+			return in.removeUsers(ctx, in.users())
+		},
+		Secrets: []string{"rootPassword", "regions"},
+	})
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lockplane/lockplane/dr/snapshot"
+	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/infra/program"
+	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/credfile"
+	"github.com/lockplane/lockplane/services/internal/s3client"
+	"github.com/lockplane/lockplane/services/internal/tlsfiles"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func snapshotCmd() *cobra.Command {
+	c := &cobra.Command{Use: "snapshot", Short: "A region's etcd snapshots in its vault: list them, take one now",
+		Long: `The clusters of a region whose stack sets lockplane:snapshots are snapshotted on a
+schedule into the vault stack it names (docs/dr.md). These commands reach the
+vault and the clusters with what the region's stack holds, from where up runs.`}
+	c.AddCommand(snapshotListCmd(), snapshotTakeCmd())
+	return c
+}
+
+// snapshotFlags are a snapshot verb's.
+type snapshotFlags struct {
+	stackFlags
+	cluster string
+}
+
+func (f *snapshotFlags) add(c *cobra.Command) {
+	f.stackFlags.add(c)
+	c.Flags().StringVar(&f.cluster, "cluster", "", "only this cluster (coord, entity-0, ...); every cluster when empty")
+}
+
+// access reads the region's snapshotAccess output and writes its TLS
+// material into a private directory the caller removes.
+func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess, dir string, err error) {
+	s, _, err := openStack(ctx, &f.stackFlags)
+	if err != nil {
+		return acc, "", err
+	}
+	out, err := s.Outputs(ctx)
+	if err != nil {
+		return acc, "", fmt.Errorf("--stack %s: read its outputs: %w", f.stack, err)
+	}
+	raw, _ := out["snapshotAccess"].Value.(string)
+	if raw == "" {
+		return acc, "", fmt.Errorf("--stack %s: no snapshot vault: set lockplane:snapshots.vaultStack in stacks/Pulumi.%s.yaml and run `lockplane up --stack %s` (docs/dr.md)", f.stack, f.stack, f.stack)
+	}
+	if err := json.Unmarshal([]byte(raw), &acc); err != nil {
+		return acc, "", fmt.Errorf("--stack %s: snapshotAccess: %w", f.stack, err)
+	}
+	if f.cluster != "" {
+		if _, ok := acc.Clusters[f.cluster]; !ok {
+			return acc, "", fmt.Errorf("--cluster: %q is not a cluster of region %s (%v)", f.cluster, acc.Region, sortedKeys(acc.Clusters))
+		}
+	}
+	if dir, err = os.MkdirTemp("", "lockplane-snapshot-"); err != nil {
+		return acc, "", err
+	}
+	for name, content := range map[string]string{"vault-ca.pem": acc.VaultCA, "etcd-ca.pem": acc.EtcdCA, "etcd.pem": acc.EtcdCert, "etcd-key.pem": acc.EtcdKey} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return acc, "", err
+		}
+	}
+	return acc, dir, nil
+}
+
+// openVault is the region's vault, as its storer.
+func openVault(acc program.SnapshotAccess, dir string) (vault.Vault, error) {
+	cli, err := s3client.Endpoint{URL: acc.VaultURL, URLFlag: "snapshotAccess.vaultUrl", CA: filepath.Join(dir, "vault-ca.pem"),
+		CAFlag: "snapshotAccess.vaultCaCertPem", User: credfile.Account{User: acc.VaultUser, Password: acc.VaultPassword}}.Client()
+	if err != nil {
+		return vault.Vault{}, err
+	}
+	return vault.Vault{Client: cli, Region: acc.Region}, nil
+}
+
+// clusters are the clusters asked for, in order: coord first.
+func (f *snapshotFlags) clusters(acc program.SnapshotAccess) []string {
+	if f.cluster != "" {
+		return []string{f.cluster}
+	}
+	names := sortedKeys(acc.Clusters)
+	sort.SliceStable(names, func(i, j int) bool { return names[i] == "coord" && names[j] != "coord" })
+	return names
+}
+
+func snapshotListCmd() *cobra.Command {
+	f := &snapshotFlags{}
+	c := &cobra.Command{Use: "list", Short: "List the region's snapshots in its vault, newest last", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			acc, dir, err := f.access(ctx)
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			v, err := openVault(acc, dir)
+			if err != nil {
+				return err
+			}
+			var all []snapshot.Manifest
+			var skipped []string
+			for _, cl := range f.clusters(acc) {
+				ms, bad, err := v.List(ctx, cl)
+				if err != nil {
+					return err
+				}
+				all = append(all, ms...)
+				for _, e := range bad {
+					skipped = append(skipped, e.Error())
+				}
+			}
+			return printSnapshots(os.Stdout, acc, all, skipped, f.output == "json")
+		}}
+	f.add(c)
+	return c
+}
+
+// snapshotList is list's JSON.
+type snapshotList struct {
+	Region    string              `json:"region"`
+	Vault     string              `json:"vault"`
+	Bucket    string              `json:"bucket"`
+	Snapshots []snapshot.Manifest `json:"snapshots"`
+	// Skipped are objects that are not whole, verified snapshots.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+func printSnapshots(w io.Writer, acc program.SnapshotAccess, ms []snapshot.Manifest, skipped []string, asJSON bool) error {
+	if asJSON {
+		if ms == nil {
+			ms = []snapshot.Manifest{}
+		}
+		return json.NewEncoder(w).Encode(snapshotList{Region: acc.Region, Vault: acc.VaultStack, Bucket: vault.Bucket(acc.Region), Snapshots: ms, Skipped: skipped})
+	}
+	fmt.Fprintf(w, "region %s, vault %s (%s, bucket %s)\n", acc.Region, acc.VaultStack, acc.VaultURL, vault.Bucket(acc.Region))
+	if len(ms) == 0 {
+		fmt.Fprintln(w, "no snapshots yet")
+	} else {
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLUSTER\tTAKEN\tREVISION\tEPOCH\tSIZE\tOBJECT")
+		for _, m := range ms {
+			ep := "-"
+			if m.Epoch != nil {
+				ep = strconv.FormatUint(uint64(m.Epoch.Epoch), 10)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", m.Cluster, m.TakenAt.UTC().Format(time.RFC3339), m.Revision, ep, m.Size, m.Object)
+		}
+		tw.Flush()
+	}
+	for _, s := range skipped {
+		fmt.Fprintln(w, "skipped:", s)
+	}
+	return nil
+}
+
+func snapshotTakeCmd() *cobra.Command {
+	f := &snapshotFlags{}
+	c := &cobra.Command{Use: "take", Short: "Take a snapshot of the region's clusters now and store it in the vault", Args: cobra.NoArgs,
+		Long: `take snapshots each cluster (or --cluster) from the first of its members that
+answers, as etcd's snapshot user, verifies it and stores it in the vault beside
+the scheduled ones. Run it before a risky change.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			acc, dir, err := f.access(ctx)
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			v, err := openVault(acc, dir)
+			if err != nil {
+				return err
+			}
+			tlsCfg, err := tlsfiles.Files{CA: filepath.Join(dir, "etcd-ca.pem"), CAFlag: "snapshotAccess.etcdCaCertPem",
+				Cert: filepath.Join(dir, "etcd.pem"), Key: filepath.Join(dir, "etcd-key.pem"), CertFlag: "snapshotAccess.etcdCertPem", KeyFlag: "snapshotAccess.etcdKeyPem"}.Client()
+			if err != nil {
+				return err
+			}
+			var taken []snapshot.Manifest
+			for _, cl := range f.clusters(acc) {
+				var errs []error
+				stored := false
+				for _, ep := range acc.Clusters[cl] {
+					fmt.Fprintf(f.progress(), "%s: snapshot of %s ...\n", cl, ep)
+					job := snapshot.Job{Source: snapshot.Source{Region: acc.Region, Cluster: cl, Config: clientv3.Config{Endpoints: []string{ep},
+						TLS: tlsCfg, Username: etcdauth.Snapshotter, Password: acc.EtcdPassword, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}},
+						Store: v, Dir: dir}
+					m, err := job.Once(ctx)
+					if err != nil {
+						errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+						fmt.Fprintf(f.progress(), "%s: %s failed: %v\n", cl, ep, err)
+						continue
+					}
+					fmt.Fprintf(f.progress(), "%s: stored %s (revision %d, %d bytes)\n", cl, m.Object, m.Revision, m.Size)
+					taken = append(taken, m)
+					stored = true
+					break
+				}
+				if !stored {
+					return fmt.Errorf("%s: no member gave a snapshot that could be stored: %w", cl, errors.Join(errs...))
+				}
+			}
+			if f.output == "json" {
+				return json.NewEncoder(os.Stdout).Encode(snapshotList{Region: acc.Region, Vault: acc.VaultStack, Bucket: vault.Bucket(acc.Region), Snapshots: taken})
+			}
+			fmt.Printf("took %d snapshots of region %s into vault %s\n", len(taken), acc.Region, acc.VaultStack)
+			return nil
+		}}
+	f.add(c)
+	return c
+}
