@@ -33,8 +33,9 @@ type Env struct {
 	// lockplane-node; MinIO is minio's, with an archive or vault host
 	// only; Snapshot is lockplane-snapshot's, with snapshots on only.
 	Etcd, Arbiter, Node, MinIO, Snapshot Binary
-	// Vault is the region's snapshot vault, nil without snapshots.
-	Vault *VaultAccess
+	// Vault is the region's snapshot vault, nil without snapshots;
+	// RestoreVault the vault a DR stack restores from, nil otherwise.
+	Vault, RestoreVault *VaultAccess
 	// Policies are the validated policy set's files, for the arbiters.
 	Policies []PolicyFile
 	// OperatorsCA is the content of operators.caFile, empty without one.

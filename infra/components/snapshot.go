@@ -9,16 +9,16 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
-// VaultAccess is how a region reaches its snapshot vault: read from the
-// vault's stack (lockplane:snapshots.vaultStack), with the region's
-// storer, the only vault user its snapshot jobs are given.
+// VaultAccess is how a region reaches its snapshot vault, read from the
+// vault's stack: its storer, the only vault user its snapshot jobs are
+// given, and its restorer, the only one a restore reads as.
 type VaultAccess struct {
 	Stack     string
 	URL       string
 	CACertPem pulumi.StringInput
-	// Storer and StorerPassword are the region's storer (secret).
-	Storer         string
-	StorerPassword pulumi.StringInput
+	// Storer and Restorer are the region's users; their passwords secret.
+	Storer, Restorer                 string
+	StorerPassword, RestorerPassword pulumi.StringInput
 }
 
 // SnapshotJob is one cluster's snapshot job (docs/dr.md): an instance on

@@ -29,7 +29,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "snapshots", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "snapshots", "restore", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -113,8 +113,14 @@ func Run(ctx *pulumi.Context) error {
 			return err
 		}
 	}
+	vaults := map[string]*components.VaultAccess{}
 	if s.Snapshots.Enabled() {
-		if env.Vault, err = readVault(ctx, s); err != nil {
+		if env.Vault, err = readVault(ctx, s, "snapshots.vaultStack", s.Snapshots.VaultStack, vaults); err != nil {
+			return err
+		}
+	}
+	if s.Restore.Enabled() {
+		if env.RestoreVault, err = readVault(ctx, s, "restore.vaultStack", s.Restore.VaultStack, vaults); err != nil {
 			return err
 		}
 	}

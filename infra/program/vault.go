@@ -80,55 +80,52 @@ func VaultStackName(ctx *pulumi.Context, stack string) string {
 	return ctx.Organization() + "/" + ctx.Project() + "/" + stack
 }
 
-// readVault reads the region's snapshot vault from the vault's stack:
+// readVault reads a vault from its stack, with the region's users:
 // refused, before anything is made, when that stack has not been deployed
-// or keeps no bucket for this region.
-func readVault(ctx *pulumi.Context, s *topology.Stack) (*components.VaultAccess, error) {
-	name := s.Snapshots.VaultStack
-	ref, err := pulumi.NewStackReference(ctx, s.Region+"-vault", &pulumi.StackReferenceArgs{Name: pulumi.String(VaultStackName(ctx, name))})
+// or keeps no bucket for the region. field names the configuration that
+// named the stack. One stack reference per vault stack, however many
+// fields name it.
+func readVault(ctx *pulumi.Context, s *topology.Stack, field, name string, read map[string]*components.VaultAccess) (*components.VaultAccess, error) {
+	if v := read[name]; v != nil {
+		return v, nil
+	}
+	ref, err := pulumi.NewStackReference(ctx, s.Region+"-vault-"+name, &pulumi.StackReferenceArgs{Name: pulumi.String(VaultStackName(ctx, name))})
 	if err != nil {
-		return nil, fmt.Errorf("snapshots.vaultStack: %s: %w", name, err)
+		return nil, fmt.Errorf("%s: %s: %w", field, name, err)
 	}
 	out := func(key string) (any, error) {
 		d, err := ref.GetOutputDetails(key)
 		if err != nil {
-			return nil, fmt.Errorf("snapshots.vaultStack: %s: read %s: %w", name, key, err)
+			return nil, fmt.Errorf("%s: %s: read %s: %w", field, name, key, err)
 		}
 		if d.Value != nil {
 			return d.Value, nil
 		}
 		return d.SecretValue, nil
 	}
-	url, err := out("vaultUrl")
-	if err != nil {
-		return nil, err
+	var vals [3]any
+	for i, key := range []string{"vaultUrl", "vaultCaCertPem", "vaultRegions"} {
+		if vals[i], err = out(key); err != nil {
+			return nil, err
+		}
 	}
-	if ctx.DryRun() && url == nil {
-		// A preview of a region whose vault is not up yet: say so.
-		return nil, fmt.Errorf("snapshots.vaultStack: %s has no vaultUrl: run `lockplane up --stack %s` first", name, name)
-	}
-	ca, err := out("vaultCaCertPem")
-	if err != nil {
-		return nil, err
-	}
-	regions, err := out("vaultRegions")
-	if err != nil {
-		return nil, err
-	}
-	u, _ := url.(string)
-	pem, _ := ca.(string)
-	byRegion, _ := regions.(map[string]any)
+	u, _ := vals[0].(string)
+	pem, _ := vals[1].(string)
+	byRegion, _ := vals[2].(map[string]any)
 	mine, _ := byRegion[s.Region].(map[string]any)
-	storer, _ := mine["storer"].(string)
-	password, _ := mine["storerPassword"].(string)
+	str := func(k string) string { v, _ := mine[k].(string); return v }
 	switch {
 	case u == "" || pem == "":
-		return nil, fmt.Errorf("snapshots.vaultStack: %s has no vaultUrl or vaultCaCertPem: run `lockplane up --stack %s` first", name, name)
-	case storer == "" || password == "":
-		return nil, fmt.Errorf("snapshots.vaultStack: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", name, s.Region, s.Region, name)
+		return nil, fmt.Errorf("%s: %s has no vaultUrl or vaultCaCertPem: run `lockplane up --stack %s` first", field, name, name)
+	case str("storer") == "" || str("storerPassword") == "" || str("restorer") == "" || str("restorerPassword") == "":
+		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", field, name, s.Region, s.Region, name)
 	}
-	return &components.VaultAccess{Stack: name, URL: u, CACertPem: pulumi.String(pem), Storer: storer,
-		StorerPassword: pulumi.ToSecret(pulumi.String(password)).(pulumi.StringOutput)}, nil
+	secret := func(v string) pulumi.StringOutput { return pulumi.ToSecret(pulumi.String(v)).(pulumi.StringOutput) }
+	v := &components.VaultAccess{Stack: name, URL: u, CACertPem: pulumi.String(pem),
+		Storer: str("storer"), StorerPassword: secret(str("storerPassword")),
+		Restorer: str("restorer"), RestorerPassword: secret(str("restorerPassword"))}
+	read[name] = v
+	return v, nil
 }
 
 // SnapshotAccess is the region's secret output snapshotAccess: what

@@ -65,6 +65,8 @@ type Stack struct {
 	Archive Archive `json:"archive"`
 	// Snapshots is the clusters' snapshot schedule into a vault stack.
 	Snapshots Snapshots `json:"snapshots"`
+	// Restore, in a DR stack, stands the clusters up from the vault.
+	Restore Restore `json:"restore"`
 	// Kubernetes is the arbiter's placement under the kubernetes runtime.
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// BinDir holds the binaries the program installs (etcd, arbiter,
@@ -287,6 +289,9 @@ func (s *Stack) Defaults() {
 			s.Operators.AMR = []string{"otp", "mfa", "hwk"}
 		}
 	}
+	if s.Restore.Enabled() && s.Restore.From == "" {
+		s.Restore.From = Latest
+	}
 	if s.Snapshots.Enabled() {
 		if s.Snapshots.Every == "" {
 			s.Snapshots.Every = "1h"
@@ -307,21 +312,30 @@ func (s *Stack) Defaults() {
 	if s.Etcd.CompactionPeriod == "" {
 		s.Etcd.CompactionPeriod = "1h"
 	}
-	if s.SSH.User == "" {
-		s.SSH.User = "root"
-	}
-	if s.SSH.ServiceMode == "" {
-		s.SSH.ServiceMode = "systemd"
-	}
+	s.SSH.defaults()
 	if s.BinDir == "" {
 		s.BinDir = "bin"
 	}
 	if s.Kubernetes.HallLabel == "" {
 		s.Kubernetes.HallLabel = "topology.kubernetes.io/zone"
 	}
-	for i := range s.Hosts {
-		if s.Hosts[i].Root == "" {
-			s.Hosts[i].Root = "/"
+	rootsDefault(s.Hosts)
+}
+
+func (s *SSH) defaults() {
+	if s.User == "" {
+		s.User = "root"
+	}
+	if s.ServiceMode == "" {
+		s.ServiceMode = "systemd"
+	}
+}
+
+// rootsDefault gives hosts without a root "/", a real host's.
+func rootsDefault(hosts []Host) {
+	for i := range hosts {
+		if hosts[i].Root == "" {
+			hosts[i].Root = "/"
 		}
 	}
 }
@@ -420,6 +434,7 @@ func (s *Stack) Validate() (*Plan, error) {
 	s.validateAudit(bad)
 	s.validateArchive(bad)
 	s.validateSnapshots(bad)
+	s.validateRestore(bad)
 	s.validateOperators(bad)
 	s.validateHosts(bad)
 	if len(errs) > 0 {

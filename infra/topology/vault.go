@@ -83,20 +83,11 @@ func (v *VaultStack) Defaults() {
 	if v.Vault.KeepDays == 0 {
 		v.Vault.KeepDays = 30
 	}
-	if v.SSH.User == "" {
-		v.SSH.User = "root"
-	}
-	if v.SSH.ServiceMode == "" {
-		v.SSH.ServiceMode = "systemd"
-	}
+	v.SSH.defaults()
 	if v.BinDir == "" {
 		v.BinDir = "bin"
 	}
-	for i := range v.Hosts {
-		if v.Hosts[i].Root == "" {
-			v.Hosts[i].Root = "/"
-		}
-	}
+	rootsDefault(v.Hosts)
 }
 
 // Validate checks the vault stack and returns its one host. Its errors

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit/archive"
@@ -49,18 +47,10 @@ const (
 )
 
 func (in *ArchiveBucketsInputs) validate() error {
-	u, err := url.Parse(in.URL)
+	if err := (minioRoot{in.URL, in.CACertPem, in.RootUser, in.RootPassword}).validate(); err != nil {
+		return err
+	}
 	switch {
-	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
-		return fmt.Errorf("url: want MinIO's base URL, e.g. https://minio:9000, got %q", in.URL)
-	case u.Scheme == "https" && in.CACertPem == "":
-		return errors.New("caCertPem: is required with an https url")
-	case u.Scheme == "http" && !isLoopback(u.Hostname()):
-		return errors.New("url: must be https (plain http only on loopback)")
-	case u.Scheme != "https" && u.Scheme != "http":
-		return fmt.Errorf("url: scheme %q, want https", u.Scheme)
-	case in.RootUser == "" || in.RootPassword == "":
-		return errors.New("rootUser, rootPassword: are required")
 	case len(in.User) < 3 || len(in.Password) < 8:
 		return errors.New("user, password: a user of at least 3 characters and a password of at least 8 are required (MinIO's rule)")
 	case in.User == in.RootUser:
@@ -73,11 +63,6 @@ func (in *ArchiveBucketsInputs) validate() error {
 		return errors.New("historyBucket, recordsBucket: two distinct buckets are required")
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // buckets are the archive's buckets through c.

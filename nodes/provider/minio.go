@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,6 +23,24 @@ import (
 // loopback (tests).
 type minioRoot struct {
 	URL, CACertPem, User, Password string
+}
+
+// validate names the first field of r that is wrong.
+func (r minioRoot) validate() error {
+	u, err := url.Parse(r.URL)
+	switch {
+	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
+		return fmt.Errorf("url: want MinIO's base URL, e.g. https://minio:9000, got %q", r.URL)
+	case u.Scheme == "https" && r.CACertPem == "":
+		return errors.New("caCertPem: is required with an https url")
+	case u.Scheme == "http" && !isLoopback(u.Hostname()):
+		return errors.New("url: must be https (plain http only on loopback)")
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fmt.Errorf("url: scheme %q, want https", u.Scheme)
+	case r.User == "" || r.Password == "":
+		return errors.New("rootUser, rootPassword: are required")
+	}
+	return nil
 }
 
 // clients are an S3 and an admin client of MinIO's root user.
@@ -122,4 +141,9 @@ func minioUserHasItsPolicy(ctx context.Context, adm *madmin.AdminClient, user st
 		return false, err
 	}
 	return info.Status == madmin.AccountEnabled && slices.Contains(strings.Split(info.PolicyName, ","), user), nil
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

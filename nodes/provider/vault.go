@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 
 	"github.com/lockplane/lockplane/dr/vault"
@@ -71,18 +70,10 @@ func vaultPolicy(region string, objectActions ...string) []byte {
 }
 
 func (in *VaultBucketsInputs) validate() error {
-	u, err := url.Parse(in.URL)
+	if err := in.root().validate(); err != nil {
+		return err
+	}
 	switch {
-	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
-		return fmt.Errorf("url: want MinIO's base URL, e.g. https://vault:9000, got %q", in.URL)
-	case u.Scheme == "https" && in.CACertPem == "":
-		return errors.New("caCertPem: is required with an https url")
-	case u.Scheme == "http" && !isLoopback(u.Hostname()):
-		return errors.New("url: must be https (plain http only on loopback)")
-	case u.Scheme != "https" && u.Scheme != "http":
-		return fmt.Errorf("url: scheme %q, want https", u.Scheme)
-	case in.RootUser == "" || in.RootPassword == "":
-		return errors.New("rootUser, rootPassword: are required")
 	case in.KeepDays < 1:
 		return fmt.Errorf("keepDays: %d must be at least 1", in.KeepDays)
 	case len(in.Regions) == 0:

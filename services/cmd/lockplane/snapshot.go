@@ -80,6 +80,28 @@ func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess,
 	return acc, dir, nil
 }
 
+// run is a verb's RunE: act gets the region's access, the private
+// directory of its TLS files (removed afterwards) and its vault.
+func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAccess, dir string, v vault.Vault) error) func(*cobra.Command, []string) error {
+	return func(*cobra.Command, []string) error {
+		if err := f.check(); err != nil {
+			return err
+		}
+		ctx, cancel := signalContext()
+		defer cancel()
+		acc, dir, err := f.access(ctx)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		v, err := openVault(acc, dir)
+		if err != nil {
+			return err
+		}
+		return act(ctx, acc, dir, v)
+	}
+}
+
 // openVault is the region's vault, as its storer.
 func openVault(acc program.SnapshotAccess, dir string) (vault.Vault, error) {
 	cli, err := s3client.Endpoint{URL: acc.VaultURL, URLFlag: "snapshotAccess.vaultUrl", CA: filepath.Join(dir, "vault-ca.pem"),
@@ -103,21 +125,7 @@ func (f *snapshotFlags) clusters(acc program.SnapshotAccess) []string {
 func snapshotListCmd() *cobra.Command {
 	f := &snapshotFlags{}
 	c := &cobra.Command{Use: "list", Short: "List the region's snapshots in its vault, newest last", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			acc, dir, err := f.access(ctx)
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			v, err := openVault(acc, dir)
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, v vault.Vault) error {
 			var all []snapshot.Manifest
 			var skipped []string
 			for _, cl := range f.clusters(acc) {
@@ -131,7 +139,7 @@ func snapshotListCmd() *cobra.Command {
 				}
 			}
 			return printSnapshots(os.Stdout, acc, all, skipped, f.output == "json")
-		}}
+		})}
 	f.add(c)
 	return c
 }
@@ -180,21 +188,7 @@ func snapshotTakeCmd() *cobra.Command {
 		Long: `take snapshots each cluster (or --cluster) from the first of its members that
 answers, as etcd's snapshot user, verifies it and stores it in the vault beside
 the scheduled ones. Run it before a risky change.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			acc, dir, err := f.access(ctx)
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			v, err := openVault(acc, dir)
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, v vault.Vault) error {
 			tlsCfg, err := tlsfiles.Files{CA: filepath.Join(dir, "etcd-ca.pem"), CAFlag: "snapshotAccess.etcdCaCertPem",
 				Cert: filepath.Join(dir, "etcd.pem"), Key: filepath.Join(dir, "etcd-key.pem"), CertFlag: "snapshotAccess.etcdCertPem", KeyFlag: "snapshotAccess.etcdKeyPem"}.Client()
 			if err != nil {
@@ -229,7 +223,7 @@ the scheduled ones. Run it before a risky change.`,
 			}
 			fmt.Printf("took %d snapshots of region %s into vault %s\n", len(taken), acc.Region, acc.VaultStack)
 			return nil
-		}}
+		})}
 	f.add(c)
 	return c
 }

@@ -1,0 +1,55 @@
+package topology
+
+import "fmt"
+
+// Restore makes a stack a DR stack (docs/dr.md): every cluster of the
+// region is stood up from a snapshot in the region's vault instead of
+// empty, and stays sealed until the operators advance its epoch.
+type Restore struct {
+	// VaultStack is the vault's stack the snapshots are read from, as the
+	// region's restorer. Empty: not a DR stack.
+	VaultStack string `json:"vaultStack,omitempty"`
+	// From is "latest" (the default): each cluster's newest whole
+	// snapshot, chosen once when the stack is first deployed.
+	From string `json:"from,omitempty"`
+	// Objects pins a cluster's snapshot by its manifest's object name
+	// (`lockplane snapshot list`), overriding From for that cluster.
+	Objects map[string]string `json:"objects,omitempty"`
+}
+
+// Enabled reports whether the stack restores its clusters.
+func (r Restore) Enabled() bool { return r.VaultStack != "" }
+
+// Latest is Restore.From's one value.
+const Latest = "latest"
+
+func (s *Stack) validateRestore(bad func(string, ...any)) {
+	r := s.Restore
+	if !r.Enabled() {
+		if r.From != "" || len(r.Objects) > 0 {
+			bad("restore: set without restore.vaultStack: name the vault's stack")
+		}
+		return
+	}
+	if !name.MatchString(r.VaultStack) {
+		bad("restore.vaultStack: %q must be a stack name (lower-case letters, digits, dashes)", r.VaultStack)
+	}
+	if r.From != Latest {
+		bad("restore.from: %q must be %s (pin a cluster's snapshot with restore.objects)", r.From, Latest)
+	}
+	clusters := map[string]bool{"coord": true}
+	for i := 0; i < s.Entity.Shards; i++ {
+		clusters[fmt.Sprintf("entity-%d", i)] = true
+	}
+	for c, obj := range r.Objects {
+		if !clusters[c] {
+			bad("restore.objects: %q is not a cluster of the region (coord, entity-0 ... entity-%d)", c, s.Entity.Shards-1)
+		}
+		if obj == "" {
+			bad("restore.objects.%s: the manifest's object name is required (lockplane snapshot list)", c)
+		}
+	}
+	if s.Coord.EpochAbove != 0 {
+		bad("coord.epochAbove: %d is for a coord cluster rebuilt empty; a restored one is anchored by the operators' advance (docs/dr.md)", s.Coord.EpochAbove)
+	}
+}
