@@ -29,7 +29,9 @@ func (m *restoreMocks) NewResource(args pulumi.MockResourceArgs) (string, resour
 	return args.Name + "-id", out, nil
 }
 
-func (m *restoreMocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) { return args.Args, nil }
+func (m *restoreMocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
+	return args.Args, nil
+}
 
 // Every member's EtcdRestore restores the VaultSnapshot's manifest, pinned
 // by its digest; the vault's secret key and the token are secret inputs.
