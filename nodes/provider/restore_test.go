@@ -21,6 +21,7 @@ import (
 	"github.com/lockplane/lockplane/test/gate/cluster"
 	"github.com/lockplane/lockplane/test/hosts"
 	"github.com/minio/minio-go/v7"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -233,6 +234,10 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 				t.Fatalf("restore %s: %v", host, err)
 			}
 			created[host], ids[host] = outputs(t, resp.Properties), resp.Id
+			st, err := plugin.UnmarshalProperties(resp.Properties, plugin.MarshalOptions{KeepSecrets: true})
+			if err != nil || !st["token"].IsSecret() || !st["vaultSecretKey"].IsSecret() {
+				t.Fatalf("%s's state: token %v, vaultSecretKey %v (%v), want both secret", host, st["token"], st["vaultSecretKey"], err)
+			}
 		}
 		do("r1", pin)
 
