@@ -288,12 +288,23 @@ func (v Vault) Find(ctx context.Context, name string) (snapshot.Manifest, error)
 	if err := v.check(); err != nil {
 		return snapshot.Manifest{}, err
 	}
-	base := strings.TrimSuffix(strings.TrimSuffix(name, ".json"), ".db")
-	cluster, tail, _ := strings.Cut(base, "/")
-	if CheckName("cluster", cluster) != nil || !tailRule.MatchString(tail) {
-		return snapshot.Manifest{}, fmt.Errorf("vault: %q is not a snapshot name: want CLUSTER/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST, as list shows", name)
+	base, _, err := ParseName(name)
+	if err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("vault: %w", err)
 	}
 	return v.manifest(ctx, base+".json")
+}
+
+// ParseName checks a snapshot's name (as List prints it, with or without
+// its .json or .db suffix) and returns it without the suffix, and the
+// cluster it is stored under.
+func ParseName(name string) (base, cluster string, err error) {
+	base = strings.TrimSuffix(strings.TrimSuffix(name, ".json"), ".db")
+	cluster, tail, _ := strings.Cut(base, "/")
+	if CheckName("cluster", cluster) != nil || !tailRule.MatchString(tail) {
+		return "", "", fmt.Errorf("%q is not a snapshot name: want CLUSTER/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST, as list shows", name)
+	}
+	return base, cluster, nil
 }
 
 // Fetch downloads m's snapshot to file and verifies it against m.

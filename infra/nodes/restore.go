@@ -1,0 +1,119 @@
+package nodes
+
+import "github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+// SnapshotVault is a region's snapshot vault (dr/vault) and one cluster's
+// snapshots in it: the coord cluster or an entity shard.
+type SnapshotVault struct {
+	// URL is the vault's S3 base URL: https, its certificate signed by
+	// CACertPem (plain http only on loopback).
+	URL       string
+	CACertPem pulumi.StringInput
+	// AccessKey and SecretKey are a vault user that can read the region's
+	// bucket; SecretKey is passed as a secret.
+	AccessKey pulumi.StringInput
+	SecretKey pulumi.StringInput
+	Region    string
+	Cluster   string
+}
+
+func (v SnapshotVault) props() pulumi.Map {
+	m := pulumi.Map{"vaultUrl": pulumi.String(v.URL), "vaultAccessKey": v.AccessKey, "vaultSecretKey": pulumi.ToSecret(v.SecretKey),
+		"region": pulumi.String(v.Region), "cluster": pulumi.String(v.Cluster)}
+	if v.CACertPem != nil {
+		m["vaultCaCertPem"] = v.CACertPem
+	}
+	return m
+}
+
+// VaultSnapshot is one snapshot of a cluster chosen from the vault, by
+// name or "latest", and recorded: "latest" is resolved once, when it is
+// made, and never again, so every member restored from it restores the
+// same snapshot however many the vault gains meanwhile. Outputs are the
+// snapshot's manifest.
+type VaultSnapshot struct {
+	pulumi.CustomResourceState
+	// Manifest is the snapshot's name (CLUSTER/TIME-rREVISION-DIGEST).
+	Manifest        pulumi.StringOutput `pulumi:"manifest"`
+	Revision        pulumi.IntOutput    `pulumi:"revision"`
+	SourceClusterID pulumi.StringOutput `pulumi:"sourceClusterId"`
+	// Epoch and EpochClusterID are the snapshot's epoch record (0 and ""
+	// if it had none); HighestAllocated the coord cluster's highest
+	// allocated epoch, a floor for a restored coord cluster's anchor.
+	Epoch            pulumi.IntOutput    `pulumi:"epoch"`
+	EpochClusterID   pulumi.StringOutput `pulumi:"epochClusterId"`
+	HighestAllocated pulumi.IntOutput    `pulumi:"highestAllocated"`
+	Sha256           pulumi.StringOutput `pulumi:"sha256"`
+	Size             pulumi.IntOutput    `pulumi:"size"`
+	TakenAt          pulumi.StringOutput `pulumi:"takenAt"`
+}
+
+// NewVaultSnapshot chooses snapshot ("latest" or a snapshot's name) of
+// v's cluster. Make one per cluster restored and give it to every
+// member's EtcdRestore.
+func NewVaultSnapshot(ctx *pulumi.Context, name string, v SnapshotVault, snapshot string, opts ...pulumi.ResourceOption) (*VaultSnapshot, error) {
+	props := v.props()
+	props["snapshot"] = pulumi.String(snapshot)
+	var r VaultSnapshot
+	return &r, ctx.RegisterResource(prefix_+"VaultSnapshot", name, props, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"vaultSecretKey"}))...)
+}
+
+// EtcdRestore is one etcd member's data dir made on its host from a
+// snapshot in the vault, as a member of a new cluster (new token, so a
+// new cluster ID: the restored cluster is sealed until the operators
+// advance its epoch). It writes only an absent or empty data dir, never
+// over a member's data. Deleting it leaves the data dir.
+type EtcdRestore struct {
+	pulumi.CustomResourceState
+	Manifest        pulumi.StringOutput `pulumi:"manifest"`
+	Revision        pulumi.IntOutput    `pulumi:"revision"`
+	SourceClusterID pulumi.StringOutput `pulumi:"sourceClusterId"`
+	Epoch           pulumi.IntOutput    `pulumi:"epoch"`
+	EpochClusterID  pulumi.StringOutput `pulumi:"epochClusterId"`
+	// ClusterID is the restored cluster's ID, as etcd will derive it from
+	// the token and the members' peer URLs: what EtcdCluster should see.
+	ClusterID  pulumi.StringOutput `pulumi:"clusterId"`
+	RestoredAt pulumi.StringOutput `pulumi:"restoredAt"`
+}
+
+// EtcdRestoreArgs: the member's host and data dir, the vault, the chosen
+// snapshot, and the new cluster. Members and Token must be the same on
+// every member's EtcdRestore, and the members' etcd flags
+// (--initial-cluster, --initial-cluster-token) must name the same.
+type EtcdRestoreArgs struct {
+	Connection Connection
+	// DataDir is the member's --data-dir on the host (not a mount point).
+	DataDir  string
+	Vault    SnapshotVault
+	Snapshot *VaultSnapshot
+	// MemberName is this member; Members maps every member's name to its
+	// advertised peer URL.
+	MemberName string
+	Members    map[string]string
+	// Token is the new cluster's initial-cluster token (a ClusterToken's),
+	// passed as a secret.
+	Token pulumi.StringInput
+	// RevisionBump, when not zero, starts revisions that far above the
+	// snapshot's and marks the older ones compacted.
+	RevisionBump int
+}
+
+// NewEtcdRestore restores one member's data dir. Order the member's
+// Service after it (pulumi.DependsOn).
+func NewEtcdRestore(ctx *pulumi.Context, name string, a EtcdRestoreArgs, opts ...pulumi.ResourceOption) (*EtcdRestore, error) {
+	props := a.Vault.props()
+	props["connection"] = a.Connection.Input()
+	props["dataDir"] = pulumi.String(a.DataDir)
+	props["snapshot"] = a.Snapshot.Manifest
+	props["snapshotSha256"] = a.Snapshot.Sha256
+	props["memberName"] = pulumi.String(a.MemberName)
+	props["members"] = pulumi.ToStringMap(a.Members)
+	props["token"] = pulumi.ToSecret(a.Token)
+	if a.RevisionBump > 0 {
+		props["revisionBump"] = pulumi.Int(a.RevisionBump)
+	}
+	var r EtcdRestore
+	return &r, ctx.RegisterResource(prefix_+"EtcdRestore", name, props, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"vaultSecretKey", "token"}))...)
+}

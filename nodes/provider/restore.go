@@ -1,0 +1,422 @@
+package provider
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lockplane/lockplane/dr/restore"
+	"github.com/lockplane/lockplane/dr/snapshot"
+	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/nodes/remote"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Deadlines of the restore's network calls: a vault call that moves no
+// snapshot, a check on the host, and the two that move one (a snapshot
+// or a data dir may be gigabytes).
+const (
+	vaultCall    = time.Minute
+	hostCall     = time.Minute
+	fetchTimeout = 30 * time.Minute
+	copyTimeout  = 30 * time.Minute
+)
+
+// Latest names the newest snapshot in the vault as a snapshot input.
+const Latest = "latest"
+
+// vaultRef is a snapshot in a region's vault, and how to reach the vault.
+type vaultRef struct {
+	URL, CACertPem, AccessKey, SecretKey string
+	Region, Cluster, Snapshot            string
+}
+
+// check names the first field that is wrong.
+func (v vaultRef) check() error {
+	u, err := url.Parse(v.URL)
+	switch {
+	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
+		return fmt.Errorf("vaultUrl: want the vault's base URL, e.g. https://vault:9000, got %q", v.URL)
+	case u.Scheme == "https" && v.CACertPem == "":
+		return errors.New("vaultCaCertPem: is required with an https vaultUrl")
+	case u.Scheme == "http" && !isLoopback(u.Hostname()):
+		return errors.New("vaultUrl: must be https (plain http only on loopback)")
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fmt.Errorf("vaultUrl: scheme %q, want https", u.Scheme)
+	case v.AccessKey == "" || v.SecretKey == "":
+		return errors.New("vaultAccessKey, vaultSecretKey: are required (a vault user that can read the region's bucket)")
+	}
+	if err := vault.CheckName("region", v.Region); err != nil {
+		return err
+	}
+	if err := vault.CheckName("cluster", v.Cluster); err != nil {
+		return err
+	}
+	if v.Snapshot == Latest {
+		return nil
+	}
+	_, cluster, err := vault.ParseName(v.Snapshot)
+	if err != nil {
+		return fmt.Errorf("snapshot: want %q or a snapshot's name: %w", Latest, err)
+	}
+	if cluster != v.Cluster {
+		// A coord snapshot restored into a shard (or one shard's into
+		// another) would bring back another cluster's keys and epoch.
+		return fmt.Errorf("snapshot: %q is a snapshot of cluster %q, not of %q", v.Snapshot, cluster, v.Cluster)
+	}
+	return nil
+}
+
+// open is the region's vault; it does not connect.
+func (v vaultRef) open() (vault.Vault, error) {
+	u, err := url.Parse(v.URL)
+	if err != nil {
+		return vault.Vault{}, fmt.Errorf("vaultUrl: %w", err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	secure := u.Scheme == "https"
+	if secure {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(v.CACertPem)) {
+			return vault.Vault{}, errors.New("vaultCaCertPem: no certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	cli, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(v.AccessKey, v.SecretKey, ""), Secure: secure, Transport: tr})
+	if err != nil {
+		return vault.Vault{}, fmt.Errorf("vaultUrl: %w", err)
+	}
+	return vault.Vault{Client: cli, Region: v.Region, OpTimeout: vaultCall}, nil
+}
+
+// resolve reads the manifest of the snapshot named, or of the newest.
+func (v vaultRef) resolve(ctx context.Context) (vault.Vault, snapshot.Manifest, error) {
+	vt, err := v.open()
+	if err != nil {
+		return vt, snapshot.Manifest{}, err
+	}
+	var m snapshot.Manifest
+	if v.Snapshot == Latest {
+		m, err = vt.Latest(ctx, v.Cluster)
+	} else {
+		m, err = vt.Find(ctx, v.Snapshot)
+	}
+	if err != nil {
+		return vt, m, fmt.Errorf("snapshot %s of %s/%s: %w", v.Snapshot, v.Region, v.Cluster, err)
+	}
+	return vt, m, nil
+}
+
+// manifestName is the name a manifest goes by: its object without .db.
+func manifestName(m snapshot.Manifest) string { return strings.TrimSuffix(m.Object, ".db") }
+
+// described are the outputs that say which snapshot was chosen.
+func described(m snapshot.Manifest) map[string]any {
+	out := map[string]any{"manifest": manifestName(m), "revision": m.Revision, "sourceClusterId": m.ClusterID,
+		"sha256": m.SHA256, "size": m.Size, "takenAt": m.TakenAt.UTC().Format(time.RFC3339Nano), "epoch": 0, "epochClusterId": ""}
+	if m.Epoch != nil {
+		out["epoch"], out["epochClusterId"] = int(m.Epoch.Epoch), m.Epoch.ClusterID
+	}
+	if m.HighestAllocated > 0 {
+		out["highestAllocated"] = int(m.HighestAllocated)
+	}
+	return out
+}
+
+// VaultSnapshotInputs choose one snapshot of a cluster in the region's
+// vault, by name or "latest", and record it. "latest" is resolved once,
+// when the resource is made, and never again: refresh and update keep
+// the choice, so every member's EtcdRestore fed its outputs restores the
+// same snapshot, however many snapshots the vault gains between them (an
+// up that fails half way and is run again included). Only a change of
+// region, cluster or snapshot chooses again (a replace).
+type VaultSnapshotInputs struct {
+	VaultURL       string `json:"vaultUrl"`
+	VaultCACertPem string `json:"vaultCaCertPem,omitempty"`
+	VaultAccessKey string `json:"vaultAccessKey"`
+	VaultSecretKey string `json:"vaultSecretKey"`
+	Region         string `json:"region"`
+	Cluster        string `json:"cluster"`
+	Snapshot       string `json:"snapshot"`
+}
+
+func (in *VaultSnapshotInputs) ref() vaultRef {
+	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
+		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot}
+}
+
+// EtcdRestoreInputs make one etcd member's data directory on its host
+// from a snapshot in the region's vault, before the member first starts:
+// the snapshot's keys, as a member of a new cluster (Members, Token), so
+// with a new cluster ID, which seals it until the operators advance its
+// epoch (ADR-03). It writes only a data dir that is absent or empty, and
+// never over a member's data. The snapshot is the one named (Snapshot;
+// a VaultSnapshot's manifest, so every member restores the same one),
+// checked against SnapshotSha256 when set and against its manifest's
+// digest always. Delete leaves the data dir: the member's data belongs
+// to the member, which its own service's deletion owns.
+type EtcdRestoreInputs struct {
+	Connection remote.Target `json:"connection"`
+	// DataDir is the member's --data-dir on the host. Not a mount point.
+	DataDir        string `json:"dataDir"`
+	VaultURL       string `json:"vaultUrl"`
+	VaultCACertPem string `json:"vaultCaCertPem,omitempty"`
+	VaultAccessKey string `json:"vaultAccessKey"`
+	VaultSecretKey string `json:"vaultSecretKey"`
+	Region         string `json:"region"`
+	Cluster        string `json:"cluster"`
+	// Snapshot is a snapshot's name, or "latest" for a one-member cluster
+	// only: members that each resolved "latest" could restore different
+	// snapshots into one cluster.
+	Snapshot       string `json:"snapshot"`
+	SnapshotSha256 string `json:"snapshotSha256,omitempty"`
+	// MemberName is this member; Members every member of the restored
+	// cluster, name to advertised peer URL, the same on every member's
+	// resource.
+	MemberName   string            `json:"memberName"`
+	Members      map[string]string `json:"members"`
+	Token        string            `json:"token"`
+	RevisionBump int64             `json:"revisionBump,omitempty"`
+}
+
+func (in *EtcdRestoreInputs) ref() vaultRef {
+	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
+		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot}
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (in *EtcdRestoreInputs) validate() error {
+	if err := in.Connection.Validate(); err != nil {
+		return err
+	}
+	if err := validatePath("dataDir", in.DataDir); err != nil {
+		return err
+	}
+	if in.DataDir == "/" {
+		return errors.New("dataDir: must not be /")
+	}
+	if err := in.ref().check(); err != nil {
+		return err
+	}
+	if in.SnapshotSha256 != "" && !sha256Hex.MatchString(in.SnapshotSha256) {
+		return fmt.Errorf("snapshotSha256: %q must be 64 lower-case hex digits (a manifest's sha256)", in.SnapshotSha256)
+	}
+	if len(in.Members) == 0 {
+		return errors.New("members: every member of the restored cluster, name to peer URL, is required")
+	}
+	if in.Snapshot == Latest && len(in.Members) > 1 {
+		return fmt.Errorf("snapshot: %q would be resolved by each of the %d members on its own, and they could restore different snapshots: "+
+			"resolve it once with a VaultSnapshot and give every member its manifest", Latest, len(in.Members))
+	}
+	urls := map[string]string{}
+	for name, peer := range in.Members {
+		if name == "" || strings.ContainsAny(name, ",= \t\n") {
+			return fmt.Errorf("members: member name %q must be non-empty, without ',', '=' or spaces", name)
+		}
+		u, err := url.Parse(peer)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.User != nil {
+			return fmt.Errorf("members: %s's peer URL %q must be http(s)://HOST:PORT, as its --initial-advertise-peer-urls", name, peer)
+		}
+		if other, dup := urls[peer]; dup {
+			return fmt.Errorf("members: %s and %s have the same peer URL %s", other, name, peer)
+		}
+		urls[peer] = name
+	}
+	if _, ok := in.Members[in.MemberName]; !ok {
+		return fmt.Errorf("memberName: %q is not one of members", in.MemberName)
+	}
+	if in.Token == "" {
+		return errors.New("token: a new initial-cluster token is required: the restored cluster must have a new cluster ID")
+	}
+	if in.RevisionBump < 0 {
+		return fmt.Errorf("revisionBump: %d must not be negative", in.RevisionBump)
+	}
+	return nil
+}
+
+// plan is the restore of the snapshot at file into the cluster's members,
+// this member's data dir at dir (on this machine).
+func (in *EtcdRestoreInputs) plan(file, dir string) restore.Cluster {
+	names := make([]string, 0, len(in.Members))
+	for name := range in.Members {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	rc := restore.Cluster{Snapshot: file, Token: in.Token, RevisionBump: uint64(in.RevisionBump)}
+	for _, name := range names {
+		m := restore.Member{Name: name, PeerURL: in.Members[name]}
+		if name == in.MemberName {
+			m.DataDir = dir
+		}
+		rc.Members = append(rc.Members, m)
+	}
+	return rc
+}
+
+// empty refuses a data dir on the host that holds anything: it may be a
+// member's data. (PutDir's rename refuses it again, atomically, should
+// one appear meanwhile.)
+func (in *EtcdRestoreInputs) empty(ctx context.Context, c *remote.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, hostCall)
+	defer cancel()
+	st, err := c.Dir(ctx, in.DataDir)
+	if err != nil {
+		return err
+	}
+	switch st {
+	case remote.DirNotEmpty:
+		return fmt.Errorf("dataDir: %s on %s is not empty: a restore writes only a new member's data dir, never over a member's data; "+
+			"remove it first if that member is gone for good", in.DataDir, in.Connection.Host)
+	case remote.DirNotADir:
+		return fmt.Errorf("dataDir: %s on %s is not a directory", in.DataDir, in.Connection.Host)
+	}
+	return nil
+}
+
+// restored reports whether the host holds a member's data dir at DataDir.
+// Only its presence is checked: once etcd runs, it changes the content.
+func (in *EtcdRestoreInputs) restored(ctx context.Context, c *remote.Conn) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, hostCall)
+	defer cancel()
+	out, err := c.Run(ctx, fmt.Sprintf("if [ -d %s ]; then echo present; fi", remote.Quote(path.Join(in.DataDir, "member"))))
+	return strings.TrimSpace(out) == "present", err
+}
+
+func (in *EtcdRestoreInputs) create(ctx context.Context, env *Env) (map[string]any, error) {
+	c, err := env.Pool.Dial(ctx, in.Connection)
+	if err != nil {
+		return nil, err
+	}
+	// Checked first, before gigabytes move, and again by the rename.
+	if err := in.empty(ctx, c); err != nil {
+		return nil, err
+	}
+	vt, m, err := in.ref().resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if in.SnapshotSha256 != "" && m.SHA256 != in.SnapshotSha256 {
+		return nil, fmt.Errorf("snapshot: %s's manifest says sha256 %s, not the %s chosen (snapshotSha256): refusing another snapshot under its name",
+			manifestName(m), m.SHA256, in.SnapshotSha256)
+	}
+	work, err := os.MkdirTemp("", "lockplane-restore-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	file := filepath.Join(work, "snapshot.db")
+	fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	err = vt.Fetch(fctx, m, file)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", manifestName(m), err)
+	}
+	rc := in.plan(file, filepath.Join(work, "data"))
+	id, err := rc.ClusterID()
+	if err != nil {
+		return nil, fmt.Errorf("members: %w", err)
+	}
+	if err := rc.Member(in.MemberName); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	defer cancel()
+	if err := c.PutDir(cctx, filepath.Join(work, "data"), in.DataDir); err != nil {
+		if errors.Is(err, remote.ErrNotEmpty) {
+			return nil, fmt.Errorf("dataDir: %w", err)
+		}
+		return nil, err
+	}
+	out := described(m)
+	out["clusterId"] = id
+	out["restoredAt"] = time.Now().UTC().Format(time.RFC3339)
+	return out, nil
+}
+
+func init() {
+	register("VaultSnapshot", spec[VaultSnapshotInputs]{
+		Validate: func(in *VaultSnapshotInputs) error { return in.ref().check() },
+		Create: func(ctx context.Context, _ *Env, in *VaultSnapshotInputs) (string, map[string]any, error) {
+			_, m, err := in.ref().resolve(ctx)
+			if err != nil {
+				return "", nil, err
+			}
+			return manifestName(m), described(m), nil
+		},
+		// The choice is never read again: a snapshot newer than the one
+		// chosen must not reach a member restored after another. One
+		// expired since is no drift either: restores already made keep
+		// their data, and one yet to be made is refused by name.
+		Read: nil,
+		// A new URL, CA or user reaches the same vault: the choice stands.
+		Update: func(_ context.Context, _ *Env, _ string, _, _ *VaultSnapshotInputs, st map[string]any) (map[string]any, error) {
+			return st, nil
+		},
+		Replaces: []string{"region", "cluster", "snapshot"},
+		Secrets:  []string{"vaultSecretKey"},
+	})
+
+	register("EtcdRestore", spec[EtcdRestoreInputs]{
+		Validate: func(in *EtcdRestoreInputs) error { return in.validate() },
+		Create: func(ctx context.Context, env *Env, in *EtcdRestoreInputs) (string, map[string]any, error) {
+			out, err := in.create(ctx, env)
+			if err != nil {
+				return "", nil, err
+			}
+			return in.Connection.Host + ":" + in.DataDir, out, nil
+		},
+		// Gone only when the data dir is: then the next up restores it
+		// again from the same snapshot, token and members (a member that
+		// lost its data; see docs/dr.md). Its content is not compared:
+		// the running member changes it.
+		Read: func(ctx context.Context, env *Env, _ string, in *EtcdRestoreInputs, st map[string]any) (map[string]any, error) {
+			c, err := env.Pool.Dial(ctx, in.Connection)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := in.restored(ctx, c)
+			if err != nil || !ok {
+				return nil, err
+			}
+			return st, nil
+		},
+		// Nothing an update may change alters the restore: the vault's
+		// address or user, or the connection to the same host (a rotated
+		// key, a new address), which must still find the data dir there.
+		Update: func(ctx context.Context, env *Env, _ string, olds, news *EtcdRestoreInputs, st map[string]any) (map[string]any, error) {
+			if olds.Connection == news.Connection {
+				return st, nil
+			}
+			c, err := env.Pool.Dial(ctx, news.Connection)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := news.restored(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, fmt.Errorf("connection: %s holds no restored data dir at %s: a restore onto another host is a new restore (replace the resource)",
+					news.Connection.Host, news.DataDir)
+			}
+			return st, nil
+		},
+		Replaces: []string{"dataDir", "region", "cluster", "snapshot", "snapshotSha256", "memberName", "members", "token", "revisionBump"},
+		// The data dir stays: see EtcdRestoreInputs.
+		Delete:  nil,
+		Secrets: []string{"vaultSecretKey", "token"},
+	})
+}
