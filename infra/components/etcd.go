@@ -23,6 +23,9 @@ type EtcdCluster struct {
 	ClusterID pulumi.StringOutput
 	// Client is the certificate the deployer checks the cluster with.
 	Client *nodes.Certificate
+	// Snapshot, in a DR stack, is the snapshot every member was restored
+	// from; nil for a cluster made empty.
+	Snapshot *nodes.VaultSnapshot
 }
 
 // EtcdClusterArgs places a cluster.
@@ -35,6 +38,9 @@ type EtcdClusterArgs struct {
 	// pair its members sign auth tokens with (set by NewEtcdCluster).
 	Token    pulumi.StringInput
 	TokenKey *nodes.EtcdAuthTokenKey
+	// Snapshot, in a DR stack, is what every member restores before it
+	// first starts (set by NewEtcdCluster).
+	Snapshot *nodes.VaultSnapshot
 }
 
 // EtcdFlags is the command line of member m of a cluster, from the
@@ -50,7 +56,7 @@ func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, memb
 	peer := fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.PeerPort)
 	before := []string{
 		"--name", m.Name,
-		"--data-dir", m.Host.HostPath(m.Host.DataDisk + "/etcd-" + cluster),
+		"--data-dir", EtcdDataDir(m, cluster),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", strings.Join(initial, ","),
@@ -73,6 +79,11 @@ func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, memb
 // EtcdFiles are a member's TLS files on its host, and its cluster's auth
 // token key pair.
 type EtcdFiles struct{ Cert, Key, CA, TokenKey, TokenPublicKey string }
+
+// EtcdDataDir is member m's --data-dir, on its data disk.
+func EtcdDataDir(m topology.Member, cluster string) string {
+	return m.Host.HostPath(m.Host.DataDisk + "/etcd-" + cluster)
+}
 
 // etcdFiles are where a member of cluster puts its files on h.
 func etcdFiles(env *Env, h topology.Host, cluster string) EtcdFiles {
@@ -112,6 +123,20 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 	}
 	for _, m := range a.Members {
 		c.Endpoints = append(c.Endpoints, fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort))
+	}
+	// A DR stack's cluster comes back from one snapshot, chosen once for
+	// all its members (docs/dr.md).
+	if s.Restore.Enabled() {
+		from := s.Restore.From
+		if obj := s.Restore.Objects[a.Name]; obj != "" {
+			from = obj
+		}
+		v := env.RestoreVault
+		if c.Snapshot, err = nodes.NewVaultSnapshot(ctx, s.Region+"-"+a.Name+"-snapshot", nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem,
+			AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword, Region: s.Region, Cluster: a.Name}, from, in); err != nil {
+			return nil, err
+		}
+		a.Snapshot = c.Snapshot
 	}
 	for _, m := range a.Members {
 		mem, err := NewEtcdMember(ctx, env, a, m, in)
@@ -177,6 +202,23 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 	}
 	deps = append(deps, bin)
 	triggers = append(triggers, bin.Sha256)
+	// In a DR stack the member's data dir is restored before etcd first
+	// starts on it, as a member of a new cluster (the same token and peer
+	// URLs its flags name), so the restored cluster is sealed.
+	if a.Snapshot != nil {
+		v := env.RestoreVault
+		members := map[string]string{}
+		for _, o := range a.Members {
+			members[o.Name] = fmt.Sprintf("https://%s:%d", o.Host.Address, s.Etcd.PeerPort)
+		}
+		r, err := nodes.NewEtcdRestore(ctx, name+"-restore", nodes.EtcdRestoreArgs{Connection: conn, DataDir: EtcdDataDir(m, a.Name),
+			Vault: nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
+				Region: s.Region, Cluster: a.Name}, Snapshot: a.Snapshot, MemberName: m.Name, Members: members, Token: a.Token}, in, gated)
+		if err != nil {
+			return nil, err
+		}
+		deps = append(deps, r)
+	}
 	if mem.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "etcd-" + a.Name,
 		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: append(pulumi.StringArray{pulumi.String(env.BinPath(h, "etcd"))}, EtcdFlags(s, a.Name, a.Token, a.Members, m, files)...),
 		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {

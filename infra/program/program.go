@@ -120,6 +120,11 @@ func Run(ctx *pulumi.Context) error {
 		}
 	}
 	if s.Restore.Enabled() {
+		// A restored cluster keeps the source region's etcd users; only
+		// its root can sign in to set this stack's passwords.
+		if env.EtcdRootPassword == nil {
+			return fmt.Errorf("restore: the restored clusters keep region %s's etcd users: set %s:etcdRootPassword (secret) to that region's root password", s.Region, Namespace)
+		}
 		if env.RestoreVault, err = readVault(ctx, s, "restore.vaultStack", s.Restore.VaultStack, vaults); err != nil {
 			return err
 		}
@@ -154,6 +159,9 @@ func Run(ctx *pulumi.Context) error {
 	}
 	if env.Vault != nil {
 		exportSnapshotAccess(ctx, s, env.Vault, region)
+	}
+	if s.Restore.Enabled() {
+		exportRestore(ctx, region)
 	}
 	// Set by `lockplane promote` when the stack met its acquire gate.
 	if rec := cfg.Get("promotion"); rec != "" {

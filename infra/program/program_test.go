@@ -45,6 +45,10 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 		out["clusterId"] = resource.NewStringProperty("c1d-" + a.Name)
 	case "lockplane:nodes:Password":
 		out["password"] = resource.MakeSecret(resource.NewStringProperty(mockPassword(a.Name)))
+	case "lockplane:nodes:VaultSnapshot":
+		out["manifest"] = resource.NewStringProperty(a.Inputs["cluster"].StringValue() + "/20261204T120000.000Z-r42-0123456789ab")
+		out["sha256"] = resource.NewStringProperty("sha-" + a.Name)
+		out["epoch"], out["highestAllocated"] = resource.NewNumberProperty(3), resource.NewNumberProperty(4)
 	case "pulumi:pulumi:StackReference":
 		// The vault stack (stacks/Pulumi.local-vault.yaml) as deployed.
 		out["outputs"] = resource.NewObjectProperty(m.vaultOutputs())

@@ -185,3 +185,17 @@ func hostEnv(s *topology.Stack) (*components.Env, error) {
 	}
 	return env, nil
 }
+
+// exportRestore exports what a DR stack restored, by cluster: the
+// snapshot, the epoch record it holds (bound to the old cluster ID, so
+// the cluster is sealed) and, for coord, the floor of the operators'
+// anchor. `lockplane up` prints the unseal from it.
+func exportRestore(ctx *pulumi.Context, r *components.Region) {
+	restored := pulumi.Map{}
+	for _, c := range append([]*components.EtcdCluster{r.Coord}, r.Shards...) {
+		restored[c.Name] = pulumi.Map{"manifest": c.Snapshot.Manifest, "revision": c.Snapshot.Revision, "epoch": c.Snapshot.Epoch,
+			"sourceClusterId": c.Snapshot.SourceClusterID, "clusterId": c.ClusterID, "highestAllocated": c.Snapshot.HighestAllocated,
+			"takenAt": c.Snapshot.TakenAt}
+	}
+	ctx.Export("restored", restored)
+}

@@ -141,6 +141,8 @@ type summary struct {
 	Profile string         `json:"profile,omitempty"`
 	// Promotion is promote's record.
 	Promotion *promotion `json:"promotion,omitempty"`
+	// Unseal, after a DR stack's up, is what the operators run next.
+	Unseal []string `json:"unseal,omitempty"`
 }
 
 func (s summary) print(asJSON bool) {
@@ -219,12 +221,18 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 			if out.Profile, err = writeProfile(root, f.stack, res.Outputs); err != nil {
 				return summary{}, err
 			}
+			if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
+				out.Unseal, _ = unsealCommands(out.Profile, restored)
+			}
 			if f.output == "text" {
 				if v, ok := res.Outputs["vaultUrl"]; ok {
 					fmt.Printf("snapshot vault %v\n", v.Value)
 				} else {
 					fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
 						res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
+				}
+				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
+					printRestored(os.Stdout, out.Profile, restored)
 				}
 				if v, ok := res.Outputs["snapshotVault"]; ok {
 					fmt.Printf("snapshots into %v (lockplane snapshot list --stack %s)\n", v.Value, f.stack)
