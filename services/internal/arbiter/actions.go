@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"slices"
 	"strings"
 	"time"
@@ -138,13 +140,13 @@ func newActionID() string {
 
 func validActionID(id string) error {
 	if len(id) != actionIDLen || strings.Trim(id, "0123456789abcdef") != "" {
-		return invalidArgument("id", fmt.Sprintf("must be the %d hex characters a request printed", actionIDLen))
+		return refuse.InvalidArgument("id", fmt.Sprintf("must be the %d hex characters a request printed", actionIDLen))
 	}
 	return nil
 }
 
 func stale(cause, msg string, meta ...string) error {
-	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ACTION_STALE, msg, append([]string{"cause", cause}, meta...)...)
+	return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ACTION_STALE, msg, append([]string{"cause", cause}, meta...)...)
 }
 
 // RequestForceRelease implements adminv1.AdminServiceServer.
@@ -157,7 +159,7 @@ func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.Requ
 		return nil, err
 	}
 	if err := lockkey.Validate(req.GetKey()); err != nil {
-		return nil, invalidArgument("key", err.Error())
+		return nil, refuse.InvalidArgument("key", err.Error())
 	}
 	a, kv, err := s.findHold(ctx, req.GetKey())
 	if err != nil {
@@ -173,7 +175,7 @@ func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.Requ
 			return nil, err
 		}
 		if n := len(rec.SessionHolds); n > maxRevokedHolds {
-			return nil, invalidArgument("revoke_session", fmt.Sprintf("session %d holds %d locks on cluster %s; one force-release can end at most %d "+
+			return nil, refuse.InvalidArgument("revoke_session", fmt.Sprintf("session %d holds %d locks on cluster %s; one force-release can end at most %d "+
 				"(its Txn compares each hold twice, and etcd's max-txn-ops is %d): force-release the holds one by one, without --revoke-session",
 				hold.Session, n, hold.Cluster, maxRevokedHolds, maxTxnOps))
 		}
@@ -224,15 +226,15 @@ const maxRevokedHolds = (maxTxnOps - 1) / 2
 func requireReason(r string) error {
 	switch {
 	case strings.TrimSpace(r) == "":
-		return invalidArgument("reason", "is required: why, for the approver and the audit record")
+		return refuse.InvalidArgument("reason", "is required: why, for the approver and the audit record")
 	case len(r) > maxReason:
-		return invalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
+		return refuse.InvalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
 	}
 	// A reason is printed to the other operator's terminal: a control
 	// character could move the cursor, rewrite lines or hide a warning.
 	for i, c := range r {
 		if isControl(c) {
-			return invalidArgument("reason", fmt.Sprintf("must not hold control characters (C0, DEL, C1) other than newline: U+%04X at byte %d", c, i))
+			return refuse.InvalidArgument("reason", fmt.Sprintf("must not hold control characters (C0, DEL, C1) other than newline: U+%04X at byte %d", c, i))
 		}
 	}
 	return nil
@@ -291,12 +293,12 @@ func (s *adminServer) findHold(ctx context.Context, key string) (*Arbiter, *mvcc
 	}
 	switch len(holders) {
 	case 0:
-		return nil, nil, refusal(codes.NotFound, lockv1.ErrorReason_INVALID_ARGUMENT, "key "+key+" is not held on any cluster this arbiter serves: nothing to release",
+		return nil, nil, refuse.With(codes.NotFound, lockv1.ErrorReason_INVALID_ARGUMENT, "key "+key+" is not held on any cluster this arbiter serves: nothing to release",
 			"field", "key")
 	case 1:
 		return found, kv, nil
 	}
-	return nil, nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_INVALID_ARGUMENT,
+	return nil, nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_INVALID_ARGUMENT,
 		fmt.Sprintf("key %s is held on more than one cluster (%v), which only a range move in progress explains: wait for it to finish", key, holders), "field", "key")
 }
 
@@ -313,7 +315,7 @@ func (s *adminServer) all() []*Arbiter {
 func (s *adminServer) fact(a *Arbiter, key string, kv *mvccpb.KeyValue) (holdFact, error) {
 	h, err := decodeHold(kv.Value)
 	if err != nil {
-		return holdFact{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable hold record for key "+key)
+		return holdFact{}, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable hold record for key "+key)
 	}
 	return holdFact{Key: key, Cluster: a.cfg.Cluster, Identity: h.Identity, Instance: h.Instance, Session: kv.Lease,
 		Class: h.Class, Enforcement: s.enforcement(h.Class), Revision: kv.ModRevision, Since: h.Since, Value: string(kv.Value)}, nil
@@ -384,12 +386,12 @@ func (s *adminServer) load(ctx context.Context, id string) (actionRecord, int64,
 		return actionRecord{}, 0, s.a.etcdFailure(ctx, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return actionRecord{}, 0, refusal(codes.NotFound, lockv1.ErrorReason_ACTION_STALE,
+		return actionRecord{}, 0, refuse.With(codes.NotFound, lockv1.ErrorReason_ACTION_STALE,
 			"no request "+id+": it has expired (requests live "+s.a.cfg.ActionTTL.String()+") or never existed; request again", "cause", "action_expired")
 	}
 	var rec actionRecord
 	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
-		return actionRecord{}, 0, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable request "+id)
+		return actionRecord{}, 0, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable request "+id)
 	}
 	return rec, resp.Kvs[0].ModRevision, nil
 }
@@ -432,7 +434,7 @@ func pending(rec actionRecord, op Operator, verb string) error {
 	case !time.Now().Before(rec.ExpiresAt):
 		return stale("action_expired", fmt.Sprintf("request %s expired at %s; request again", rec.ID, rec.ExpiresAt.Format(time.RFC3339)))
 	case !twoPersonRule(rec.Requester, op):
-		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+		return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
 			fmt.Sprintf("request %s was made by %s: a different operator must %s it (two-person rule, ADR-20)", rec.ID, rec.Requester.String(), verb),
 			"cause", "same_operator")
 	}
@@ -492,7 +494,7 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 			res = &actionResult{Revision: out.EpochAdvance.GetRevision(), Epoch: out.EpochAdvance.GetEpoch()}
 		}
 	default:
-		err = refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
+		err = refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
 	}
 	next := rec
 	var u unsettled
@@ -538,7 +540,7 @@ func (s *adminServer) workTimeout() time.Duration {
 func (s *adminServer) workCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := s.workTimeout()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
-	return withBudget(wctx, time.Now().Add(d)), cancel
+	return etcdcall.WithBudget(wctx, time.Now().Add(d)), cancel
 }
 
 // claimBound is how old a claim may be before reconcile, finding nothing
@@ -770,7 +772,7 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			r, done, err := forceDone(rec, kvs[0])
 			if err != nil {
-				return nil, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+				return nil, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 			}
 			if done {
 				res = r
@@ -904,7 +906,7 @@ func (s *adminServer) ListActions(ctx context.Context, req *adminv1.ListActionsR
 	switch req.GetKind() {
 	case "", kindForceRelease, kindEpochAdvance:
 	default:
-		return nil, invalidArgument("kind", "must be force_release, epoch_advance or empty")
+		return nil, refuse.InvalidArgument("kind", "must be force_release, epoch_advance or empty")
 	}
 	octx, cancel := s.a.opCtx(ctx)
 	defer cancel()

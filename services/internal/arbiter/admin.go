@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"maps"
 	"slices"
 	"sort"
@@ -54,7 +55,7 @@ func newAdminServer(coord *Arbiter, shards map[string]*Arbiter, table shardTable
 // quorum too, from serializable reads, and says so.
 func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*adminv1.StatusResponse, error) {
 	if _, err := identity.Caller(ctx); err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	a, err := s.cluster(req.GetCluster())
 	if err != nil {
@@ -151,24 +152,24 @@ func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*
 func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if !s.a.cfg.IsOperator(caller) {
-		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
+		return nil, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
 	}
 	if s.a.cfg.Operators != nil {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
+		return nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
 			"an epoch advance needs two signed-in operators: lockctl epoch advance requests it and prints an ID, "+
 				"and a different operator runs lockctl epoch approve ID (RequestEpochAdvance, ApproveAction)", "cause", "two_person_required")
 	}
 	if !s.a.cfg.OnePersonEpochAdvance {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
+		return nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
 			"an epoch advance needs two signed-in operators, and this arbiter has no operator sign-in configured "+
 				"(no OpenID Connect verifier): configure it (--oidc-issuer), or, for a trial, start the arbiter with "+
 				"--allow-one-person-epoch-advance", "cause", "no_operator_verifier")
 	}
 	if req.GetReason() == "" {
-		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
+		return nil, refuse.InvalidArgument("reason", "is required: why the epoch is being advanced")
 	}
 	s.a.log.Warn("single-person epoch advance: no operator sign-in is configured", "by", caller.String())
 	return s.advanceEpoch(ctx, caller.String(), req)
@@ -236,7 +237,7 @@ func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, re
 	coord := s.a
 	switch {
 	case req.Above != nil && rec.Anchored:
-		return invalidArgument("above", fmt.Sprintf("is only for a coord cluster that is new, rebuilt empty or restored; this one's allocation records are its own "+
+		return refuse.InvalidArgument("above", fmt.Sprintf("is only for a coord cluster that is new, rebuilt empty or restored; this one's allocation records are its own "+
 			"(highest epoch %d) and every new epoch exceeds them already: advance without --above", rec.Highest))
 	case rec.Anchored:
 		return nil
@@ -245,7 +246,7 @@ func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, re
 		if rec.Initialised {
 			cmd = "lockctl epoch advance --expected E --above N --reason ..., E the epoch lockctl status shows"
 		}
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
 			fmt.Sprintf("the coord cluster's epoch allocation is not anchored (it is new, rebuilt empty or restored): advance the coord cluster first (%s), then %s", cmd, target.cfg.Cluster),
 			"cause", "coord_not_anchored")
 	case req.Above == nil:
@@ -253,7 +254,7 @@ func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, re
 		if rec.Initialised {
 			state = "holds allocation records written by another etcd cluster, so it was restored from a snapshot and may have allocated epochs since"
 		}
-		return invalidArgument("above", "is required: the coord cluster "+state+", and only an operator knows the highest epoch the region served: "+
+		return refuse.InvalidArgument("above", "is required: the coord cluster "+state+", and only an operator knows the highest epoch the region served: "+
 			"take the highest of the audit archive, the newest snapshot manifest, and the highest fencing token stored at a fenced resource "+
 			"shifted right by 48 bits (0 only for a new region); see docs/epochs.md")
 	}
@@ -267,7 +268,7 @@ func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, re
 	for _, name := range s.shardNames() {
 		st, found, err := epoch.Read(ctx, s.shards[name].admin)
 		if err != nil {
-			return refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
+			return refuse.With(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
 				fmt.Sprintf("shard %s's epoch could not be read (%v): the coord cluster is anchored above every live shard's epoch, so every shard must answer", name, err),
 				"shard", name)
 		}
@@ -296,11 +297,11 @@ func advanceFailure(a *Arbiter, ctx context.Context, err error) error {
 	case reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
 		return err
 	case errors.Is(err, epoch.ErrChanged):
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
 	case errors.Is(err, epoch.ErrUninitialised), errors.Is(err, epoch.ErrCoordRestored):
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, err.Error(), "cause", "coord_not_anchored")
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, err.Error(), "cause", "coord_not_anchored")
 	case errors.Is(err, epoch.ErrInvalid):
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
 	}
 	return a.etcdFailure(ctx, err)
 }
@@ -308,10 +309,10 @@ func advanceFailure(a *Arbiter, ctx context.Context, err error) error {
 // ShardMap implements adminv1.AdminServiceServer.
 func (s *adminServer) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) (*adminv1.ShardMapResponse, error) {
 	if _, err := identity.Caller(ctx); err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if s.table == nil || len(s.shards) == 0 {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+		return nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter serves no entity shards: the entity tier is the coord cluster")
 	}
 	if err := s.table.load(ctx); err != nil {
@@ -326,19 +327,19 @@ func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.Admi
 	ctx := stream.Context()
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if !s.a.cfg.IsOperator(caller) {
-		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may change the shard map")
+		return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may change the shard map")
 	}
 	switch {
 	case s.table == nil || len(s.shards) == 0:
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter serves no entity shards: configure them (--shard NAME=ENDPOINTS) first")
 	case req.GetShard() == "":
-		return invalidArgument("shard", "is required: the name of a shard this arbiter has a client for")
+		return refuse.InvalidArgument("shard", "is required: the name of a shard this arbiter has a client for")
 	case s.shards[req.GetShard()] == nil:
-		return invalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), s.shardNames()))
+		return refuse.InvalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), s.shardNames()))
 	}
 	s.a.log.Info("adding shard", "shard", req.GetShard(), "by", caller.String())
 	m, err := shardmap.Add(ctx, s.table.clusters(), req.GetShard(), func(st shardmap.Step) {
@@ -347,10 +348,10 @@ func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.Admi
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return refusal(codes.DeadlineExceeded, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			return refuse.With(codes.DeadlineExceeded, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 				"the add was interrupted; call AddShard again for the same shard to resume: "+err.Error())
 		}
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	}
 	s.table.set(m)
 	return nil
@@ -365,5 +366,5 @@ func (s *adminServer) cluster(name string) (*Arbiter, error) {
 	if a := s.shards[name]; a != nil {
 		return a, nil
 	}
-	return nil, invalidArgument("cluster", fmt.Sprintf("%q is not %s or one of this arbiter's entity shards %v", name, s.a.cfg.Cluster, s.shardNames()))
+	return nil, refuse.InvalidArgument("cluster", fmt.Sprintf("%q is not %s or one of this arbiter's entity shards %v", name, s.a.cfg.Cluster, s.shardNames()))
 }

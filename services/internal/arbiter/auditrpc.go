@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"slices"
 	"strings"
 	"time"
@@ -43,21 +44,21 @@ func (s *adminServer) Audit(ctx context.Context, req *adminv1.AuditRequest) (*ad
 	switch {
 	case req.GetKey() != "" && req.GetIdentity() == "" && req.GetNamespace() == "" && req.GetClass() == "":
 		if err := lockkey.Validate(req.GetKey()); err != nil {
-			return nil, invalidArgument("key", err.Error())
+			return nil, refuse.InvalidArgument("key", err.Error())
 		}
 		evs, err = r.ByKey(ctx, req.GetKey(), since, limit+1)
 	case req.GetIdentity() != "" && req.GetKey() == "" && req.GetNamespace() == "" && req.GetClass() == "":
 		if _, perr := spiffeid.FromString(req.GetIdentity()); perr != nil {
-			return nil, invalidArgument("identity", "must be a SPIFFE ID: "+perr.Error())
+			return nil, refuse.InvalidArgument("identity", "must be a SPIFFE ID: "+perr.Error())
 		}
 		evs, err = r.ByIdentity(ctx, req.GetIdentity(), since, limit+1)
 	case req.GetNamespace() != "" && req.GetKey() == "" && req.GetIdentity() == "":
 		if err := lockkey.Validate(req.GetNamespace() + "/x"); err != nil {
-			return nil, invalidArgument("namespace", err.Error())
+			return nil, refuse.InvalidArgument("namespace", err.Error())
 		}
 		evs, err = r.ByNamespaceClass(ctx, req.GetNamespace(), req.GetClass(), since, limit+1)
 	default:
-		return nil, invalidArgument("key", "name exactly one of key, identity or namespace (class goes with namespace)")
+		return nil, refuse.InvalidArgument("key", "name exactly one of key, identity or namespace (class goes with namespace)")
 	}
 	if err != nil {
 		return nil, s.auditFailure(err)
@@ -100,13 +101,13 @@ func (s *adminServer) AuditExpiries(ctx context.Context, req *adminv1.AuditExpir
 func (s *adminServer) auditReader(ctx context.Context) (audit.Reader, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if !s.a.cfg.IsOperator(caller) {
-		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may read audit history")
+		return nil, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may read audit history")
 	}
 	if s.a.cfg.Audit == nil {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+		return nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter has no audit store (--audit-store): audit history is not available here")
 	}
 	return s.a.cfg.Audit, nil
@@ -114,7 +115,7 @@ func (s *adminServer) auditReader(ctx context.Context) (audit.Reader, error) {
 
 func (s *adminServer) auditFailure(err error) error {
 	s.a.log.Warn("audit store query failed", "err", err)
-	return refusal(codes.Unavailable, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "the audit store did not answer: "+err.Error())
+	return refuse.With(codes.Unavailable, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "the audit store did not answer: "+err.Error())
 }
 
 // auditWindow reads a request's since and limit, with defaults.
@@ -122,7 +123,7 @@ func auditWindow(since *timestamppb.Timestamp, back time.Duration, limit, def in
 	from := time.Now().Add(-back)
 	if since != nil {
 		if err := since.CheckValid(); err != nil {
-			return time.Time{}, 0, invalidArgument("since", err.Error())
+			return time.Time{}, 0, refuse.InvalidArgument("since", err.Error())
 		}
 		from = since.AsTime()
 	}
@@ -130,7 +131,7 @@ func auditWindow(since *timestamppb.Timestamp, back time.Duration, limit, def in
 	case limit == 0:
 		limit = def
 	case limit < 0 || limit > maxAuditLimit:
-		return time.Time{}, 0, invalidArgument("limit", fmt.Sprintf("must be 1 to %d", maxAuditLimit))
+		return time.Time{}, 0, refuse.InvalidArgument("limit", fmt.Sprintf("must be 1 to %d", maxAuditLimit))
 	}
 	return from, int(limit), nil
 }
@@ -216,7 +217,7 @@ func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*
 				KeepalivesEstimated: c.KeepalivesEstimated})
 		}
 	default:
-		return nil, invalidArgument("kind", "must be register, contention or cost")
+		return nil, refuse.InvalidArgument("kind", "must be register, contention or cost")
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"sync"
 	"time"
 
@@ -174,7 +175,7 @@ func (a *Arbiter) sealedErr(st epoch.State) error {
 			"no grants until an operator advances the epoch (lockctl epoch advance%s --expected %d --reason ...)",
 			a.cfg.Cluster, st.Epoch, flag, st.Epoch)
 	}
-	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, msg, "cause", cause, "cluster", a.cfg.Cluster)
+	return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, msg, "cause", cause, "cluster", a.cfg.Cluster)
 }
 
 // reloadEpoch reads the record, and the cluster ID with it, in one read.

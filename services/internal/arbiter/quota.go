@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"strconv"
 	"sync"
 	"time"
@@ -299,7 +300,7 @@ func (a *Arbiter) withinQuota(ctx context.Context, caller spiffeid.ID, what stri
 		n = a.usage.count(of, caller.String())
 	}
 	if n >= max {
-		return refusal(codes.ResourceExhausted, lockv1.ErrorReason_QUOTA_EXCEEDED,
+		return refuse.With(codes.ResourceExhausted, lockv1.ErrorReason_QUOTA_EXCEEDED,
 			fmt.Sprintf("identity %s has %d live %s; its quota (LockGrant spec.quota.%s) is %d", caller, n, what, what, max),
 			"limit", what, "quota", strconv.Itoa(max))
 	}

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"maps"
 	"slices"
 	"strconv"
@@ -149,7 +150,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return nil, err
 		}
 	}
-	ro := &Router{etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger}, cfg: cfg,
+	ro := &Router{etcdCalls: newEtcdCalls(cfg.Config), cfg: cfg,
 		gate: newAdmitter(cfg.Config, m), metrics: m, coord: coord, coordEtcd: cfg.Etcd,
 		shards: map[string]cluster{}, table: table}
 	shared.shardOf = true
@@ -239,7 +240,7 @@ func (ro *Router) route(ctx context.Context, r request) (cluster, string, reques
 	if ro.cfg.Homes != nil {
 		if home := ro.cfg.Homes.RegionOf(ns); home != "" && home != ro.cfg.Region {
 			ro.metrics.refused(r.labels, lockv1.ErrorReason_WRONG_REGION)
-			return nil, "", r, refusal(codes.FailedPrecondition, lockv1.ErrorReason_WRONG_REGION,
+			return nil, "", r, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_WRONG_REGION,
 				fmt.Sprintf("namespace %s is homed to region %s; call that region's arbiters", ns, home), "region", home)
 		}
 	}
@@ -254,13 +255,13 @@ func (ro *Router) route(ctx context.Context, r request) (cluster, string, reques
 		m = ro.table.current()
 	}
 	if m.Moving(r.key) {
-		return nil, "", r, refusal(codes.Unavailable, lockv1.ErrorReason_MOVING,
+		return nil, "", r, refuse.With(codes.Unavailable, lockv1.ErrorReason_MOVING,
 			fmt.Sprintf("key %s's range is moving to shard %s; retry shortly", r.key, m.Adding))
 	}
 	name := m.Home(r.key)
 	c := ro.shards[name]
 	if c == nil {
-		return nil, "", r, refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+		return nil, "", r, refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
 			fmt.Sprintf("shard map version %d homes the key to shard %s, which this arbiter has no client for", m.Version, name), "shard", name)
 	}
 	return c, name, r.on(name, m.Version), nil
@@ -416,7 +417,7 @@ func (ro *Router) releaseAnyOnEveryShard(ctx context.Context, r request, req *lo
 	for _, name := range slices.Sorted(maps.Keys(leases)) {
 		c := ro.shards[name]
 		if c == nil {
-			return nil, refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+			return nil, refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
 				fmt.Sprintf("the session has a lease on shard %s, which this arbiter has no client for", name), "shard", name)
 		}
 		sreq := proto.CloneOf(req)

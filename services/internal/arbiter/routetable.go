@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"log/slog"
 	"maps"
 	"slices"
@@ -40,7 +41,7 @@ func newRouteTable(cfg RouterConfig) *routeTable {
 	for name := range cfg.Shards {
 		admin.Shards[name] = cfg.adminShard(name)
 	}
-	return &routeTable{etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
+	return &routeTable{etcdCalls: newEtcdCalls(cfg.Config),
 		coord: cfg.Etcd, shards: cfg.Shards, admin: admin, log: cfg.Logger}
 }
 
@@ -78,7 +79,7 @@ func (t *routeTable) behind(v int64) bool {
 // (the store is guarded on absence).
 func (t *routeTable) ensure(ctx context.Context) error {
 	// Init reads and stamps every shard: a few calls, one bound.
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(2+len(t.shards)*2)*t.timeout)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(2+len(t.shards)*2)*t.bound.Timeout)
 	defer cancel()
 	_, _, found, err := shardmap.Load(ctx, t.coord)
 	if err != nil || found {
@@ -100,9 +101,9 @@ func (t *routeTable) load(ctx context.Context) error {
 	case err != nil && octx.Err() != nil:
 		return t.etcdFailure(ctx, err)
 	case err != nil:
-		return refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+		return refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	case !found:
-		return refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_MAP_MISSING,
+		return refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_MAP_MISSING,
 			"the coord cluster has no shard map ("+shardmap.Key+") yet; an arbiter writes it when it starts")
 	}
 	t.set(m)

@@ -266,7 +266,7 @@ func (cfg Config) withDefaults() (Config, error) {
 // holds into the metrics.
 func newArbiter(cfg Config, with collaborators) *Arbiter {
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: newHealthState(),
-		etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
+		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,
 		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"sync"
 	"time"
 
@@ -27,11 +28,11 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 // validateAdmitted serves a ValidateToken admitted as r (see admitter).
 func (a *Arbiter) validateAdmitted(ctx context.Context, r request, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
 	if req.GetToken() == 0 {
-		return nil, invalidArgument("token", "is required: the token the writer presented")
+		return nil, refuse.InvalidArgument("token", "is required: the token the writer presented")
 	}
 	if ns := lockkey.Namespace(r.key); !a.validations.allow(ns) {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_RATE_LIMITED)
-		return nil, refusal(codes.ResourceExhausted, lockv1.ErrorReason_RATE_LIMITED,
+		return nil, refuse.With(codes.ResourceExhausted, lockv1.ErrorReason_RATE_LIMITED,
 			"namespace is over its ValidateToken rate; use a conditional write at the resource instead", "namespace", ns)
 	}
 	a.metrics.validated(r.labels)
