@@ -228,7 +228,7 @@ func (a *Arbiter) cacheRecord(kvs []*mvccpb.KeyValue, o obs) (st epoch.State, fo
 
 func (a *Arbiter) observeHeader(h *etcdserverpb.ResponseHeader) bool {
 	sealed := a.epochs.observe(h)
-	a.health.set(sealed)
+	a.health.Set(sealed)
 	return sealed
 }
 
@@ -237,7 +237,7 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 	for ctx.Err() == nil {
 		rev, err := a.readEpoch(ctx)
 		if err != nil {
-			a.health.unavailable()
+			a.health.Unavailable()
 			select {
 			case <-ctx.Done():
 				return
@@ -263,7 +263,7 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 					a.log.Error("the epoch record was deleted; the cluster is sealed until an operator advances its epoch", "cluster", a.cfg.Cluster)
 				}
 			}
-			a.health.set(a.epochs.sealed())
+			a.health.Set(a.epochs.sealed())
 		}
 		cancel()
 	}

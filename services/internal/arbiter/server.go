@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockplane/lockplane/services/internal/arbiter/health"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -116,7 +116,7 @@ type Arbiter struct {
 	log     *slog.Logger
 	epochs  epochCache
 	metrics *metrics
-	health  *healthState
+	health  *health.State
 	// gate admits the calls this Arbiter serves as the gRPC server.
 	gate admitter
 	// validations limits ValidateToken per namespace.
@@ -265,7 +265,7 @@ func (cfg Config) withDefaults() (Config, error) {
 // the collaborators it is given. It counts its cluster's live sessions and
 // holds into the metrics.
 func newArbiter(cfg Config, with collaborators) *Arbiter {
-	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: newHealthState(),
+	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: health.New(),
 		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,
@@ -285,7 +285,7 @@ func (a *Arbiter) Register(s *grpc.Server) {
 // cluster's health, and reflection.
 func (a *Arbiter) registerOthers(s *grpc.Server, admin adminv1.AdminServiceServer) {
 	adminv1.RegisterAdminServiceServer(s, admin)
-	healthpb.RegisterHealthServer(s, a.health.srv)
+	a.health.Register(s)
 	reflection.Register(s)
 }
 
