@@ -3,12 +3,12 @@ package arbiter
 import (
 	"context"
 	"errors"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"

@@ -3,12 +3,12 @@ package arbiter
 import (
 	"context"
 	"fmt"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"sync"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"

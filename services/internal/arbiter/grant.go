@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"strconv"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -54,7 +55,7 @@ func (a *Arbiter) acquireAdmitted(ctx context.Context, r request, req *lockv1.Ac
 		return nil, err
 	}
 	r.instance = req.GetInstance()
-	if err := a.withinQuota(ctx, r.caller, "holds"); err != nil {
+	if err := a.withinQuota(ctx, r.caller, quota.Holds); err != nil {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
 	}

@@ -2,9 +2,9 @@ package arbiter
 
 import (
 	"fmt"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"time"
 
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"

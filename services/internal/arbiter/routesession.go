@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"context"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.etcd.io/etcd/api/v3/mvccpb"

@@ -3,14 +3,15 @@ package arbiter
 import (
 	"context"
 	"errors"
-	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"io"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -34,7 +35,7 @@ func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionReques
 	if err := validInstance(req.GetInstance()); err != nil {
 		return nil, err
 	}
-	if err := a.withinQuota(ctx, caller, "sessions"); err != nil {
+	if err := a.withinQuota(ctx, caller, quota.Sessions); err != nil {
 		a.metrics.refused(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
 	}

@@ -2,12 +2,12 @@ package arbiter
 
 import (
 	"context"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"sync"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/token"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"

@@ -2,11 +2,11 @@ package arbiter
 
 import (
 	"context"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"math/rand/v2"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"

@@ -1,9 +1,8 @@
-package arbiter
+package admin
 
 import (
 	"context"
 	"fmt"
-	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
@@ -29,7 +29,7 @@ const (
 )
 
 // Audit implements adminv1.AdminServiceServer.
-func (s *adminServer) Audit(ctx context.Context, req *adminv1.AuditRequest) (*adminv1.AuditResponse, error) {
+func (s *Server) Audit(ctx context.Context, req *adminv1.AuditRequest) (*adminv1.AuditResponse, error) {
 	r, err := s.auditReader(ctx)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func (s *adminServer) Audit(ctx context.Context, req *adminv1.AuditRequest) (*ad
 }
 
 // AuditExpiries implements adminv1.AdminServiceServer.
-func (s *adminServer) AuditExpiries(ctx context.Context, req *adminv1.AuditExpiriesRequest) (*adminv1.AuditExpiriesResponse, error) {
+func (s *Server) AuditExpiries(ctx context.Context, req *adminv1.AuditExpiriesRequest) (*adminv1.AuditExpiriesResponse, error) {
 	r, err := s.auditReader(ctx)
 	if err != nil {
 		return nil, err
@@ -98,23 +98,23 @@ func (s *adminServer) AuditExpiries(ctx context.Context, req *adminv1.AuditExpir
 
 // auditReader admits an operator to the audit store. History names every
 // identity's keys, so only operators read it.
-func (s *adminServer) auditReader(ctx context.Context) (audit.Reader, error) {
+func (s *Server) auditReader(ctx context.Context) (audit.Reader, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
-	if !s.a.cfg.IsOperator(caller) {
+	if !s.cfg.IsOperator(caller) {
 		return nil, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may read audit history")
 	}
-	if s.a.cfg.Audit == nil {
+	if s.cfg.Audit == nil {
 		return nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter has no audit store (--audit-store): audit history is not available here")
 	}
-	return s.a.cfg.Audit, nil
+	return s.cfg.Audit, nil
 }
 
-func (s *adminServer) auditFailure(err error) error {
-	s.a.log.Warn("audit store query failed", "err", err)
+func (s *Server) auditFailure(err error) error {
+	s.log().Warn("audit store query failed", "err", err)
 	return refuse.With(codes.Unavailable, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "the audit store did not answer: "+err.Error())
 }
 
@@ -177,7 +177,7 @@ type ClassFacts interface {
 }
 
 // Report implements adminv1.AdminServiceServer.
-func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*adminv1.ReportResponse, error) {
+func (s *Server) Report(ctx context.Context, req *adminv1.ReportRequest) (*adminv1.ReportResponse, error) {
 	r, err := s.auditReader(ctx)
 	if err != nil {
 		return nil, err
@@ -224,10 +224,10 @@ func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*
 
 // register lists every class the registry knows, with its grants, and any
 // class with grants it no longer knows.
-func (s *adminServer) register(grants map[string]int64) []*adminv1.RegisterRow {
+func (s *Server) register(grants map[string]int64) []*adminv1.RegisterRow {
 	var out []*adminv1.RegisterRow
 	seen := map[string]bool{}
-	if f, ok := s.a.cfg.Classes.(ClassFacts); ok {
+	if f, ok := s.cfg.Classes.(ClassFacts); ok {
 		for _, c := range f.ClassFacts() {
 			row := &adminv1.RegisterRow{Class: c.Name, Namespace: c.Namespace, Enforcement: c.Enforcement,
 				Purpose: c.Purpose, RiskOwner: c.RiskOwner, Grants: grants[c.Name]}
