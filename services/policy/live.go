@@ -97,7 +97,7 @@ func (l *Live) MayLock(id spiffeid.ID, key string) bool {
 	return l.current.Load().grants.MayLock(id, key)
 }
 
-// LimitsFor implements the arbiter's Quotas.
+// LimitsFor implements the arbiter's Quotas (quota.Quotas).
 func (l *Live) LimitsFor(id spiffeid.ID) quota.Limits {
 	q, ok := l.current.Load().quotas[id.String()]
 	if !ok {
@@ -112,7 +112,7 @@ func (l *Live) RegionOf(namespace string) string {
 	return l.current.Load().set.Regions[namespace]
 }
 
-// ClassFacts implements the arbiter's ClassFacts: the register's view of
+// ClassFacts implements the Admin API's ClassFacts: the register's view of
 // every class of the serving set.
 func (l *Live) ClassFacts() []admin.ClassFact {
 	set := l.Set()

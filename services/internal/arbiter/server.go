@@ -1,5 +1,7 @@
 // Package arbiter is the lock service: the only writer of grants to etcd
-// (ADR-18). It serves lockplane.lock.v1 and lockplane.admin.v1.
+// (ADR-18). It serves lockplane.lock.v1, and wires in the packages that
+// serve the rest (admin: lockplane.admin.v1; health) or that it asks
+// (quota); see docs/architecture.md for which package owns what.
 //
 // Guarantees, each enforced by an etcd transaction rather than by arbiter
 // memory, so any number of arbiters may serve one cluster and any of them

@@ -1,3 +1,10 @@
+// Package admin serves lockplane.admin.v1 for an arbiter: status, the
+// epoch advance (direct, and two-person with force-release: actions.go),
+// the shard map and shard add, the audit queries, and operators' sign-in
+// (operator.go, oidc.go). It reaches the lock core
+// (services/internal/arbiter), which wires it, only through the Cluster
+// and ShardTable interfaces declared here, and is told the settings it
+// needs (Config).
 package admin
 
 import (
