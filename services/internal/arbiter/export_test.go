@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/lockplane/lockplane/services/internal/records"
 )
 
@@ -19,15 +20,13 @@ func EncodeHold(identity string, session int64, class string, since time.Time) s
 // ValidateLimiters is the number of namespaces with a ValidateToken
 // limiter of their own.
 func ValidateLimiters(a *Arbiter) int {
-	a.validations.mu.Lock()
-	defer a.validations.mu.Unlock()
-	return len(a.validations.by)
+	return a.validations.Size()
 }
 
 // MaxNamespaceLabels and MaxLimiters are the caps the tests check.
 const (
 	MaxNamespaceLabels = maxNamespaceLabels
-	MaxLimiters        = maxLimiters
+	MaxLimiters        = quota.MaxLimiters
 )
 
 // TestHooks lets this package's external tests set the arbiter's test

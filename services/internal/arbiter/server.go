@@ -124,7 +124,7 @@ type Arbiter struct {
 	// gate admits the calls this Arbiter serves as the gRPC server.
 	gate admitter
 	// validations limits ValidateToken per namespace.
-	validations *limiters
+	validations *quota.Rates
 	// waiters queues waiting Acquires per key.
 	waiters queues
 	// drained ends when Drain is called; every wait ends with it.
@@ -288,7 +288,7 @@ func newArbiter(cfg Config, with collaborators) *Arbiter {
 		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, shardOf: with.shardOf,
-		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}
+		validations: quota.NewRates(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}
 	a.quota = quota.New(quota.Config{Quotas: cfg.Quotas, Usage: with.usage, Cluster: cfg.Cluster, Etcd: cfg.Etcd, Shard: with.shardOf,
 		Bound: a.etcdCalls.bound, PollInterval: cfg.PollInterval})
 	a.drained, a.drain = context.WithCancel(context.Background())

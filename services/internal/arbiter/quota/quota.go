@@ -3,7 +3,7 @@
 // cluster's arbiter follows that cluster's records into a Usage the
 // region's arbiters share, and refuses a new session or hold past the
 // caller's limit. The lock core knows it only as a small interface
-// (Run, Ready, Check).
+// (Run, Ready, Check). Rates limits a call per namespace (ValidateToken).
 package quota
 
 import (
