@@ -14,8 +14,8 @@ import (
 )
 
 // ForcePrefix is where a force-release writes its record, in the Txn that
-// deletes the hold.
-const ForcePrefix = "/sys/force/"
+// deletes the hold (records.ForcePrefix).
+const ForcePrefix = records.ForcePrefix
 
 // revision is the etcd events of one revision: one Txn, one lease's end,
 // or one put. etcd never splits a revision across watch responses.

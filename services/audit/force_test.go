@@ -14,7 +14,7 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -23,12 +23,12 @@ import (
 // its wiring (services/operator).
 type twoOperators struct{}
 
-func (twoOperators) Verify(_ context.Context, raw string) (arbiter.Operator, error) {
+func (twoOperators) Verify(_ context.Context, raw string) (admin.Operator, error) {
 	switch raw {
 	case "alice", "bob":
-		return arbiter.Operator{Issuer: "https://idp.test", Subject: "u-" + raw, Name: raw}, nil
+		return admin.Operator{Issuer: "https://idp.test", Subject: "u-" + raw, Name: raw}, nil
 	}
-	return arbiter.Operator{}, errors.New("unknown token")
+	return admin.Operator{}, errors.New("unknown token")
 }
 
 // A force-release's Txn deletes the hold and puts /sys/force/<id>: the

@@ -17,7 +17,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -47,7 +47,7 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 	waiver := time.Date(2031, 1, 2, 0, 0, 0, 0, time.UTC)
 	// The register's facts of two classes, as a policy set gives them:
 	// entity (granted below) and ledger (never granted).
-	classes := withFacts{Static: class.NewStatic(devenvtest.Fast, entity), facts: []arbiter.ClassFact{
+	classes := withFacts{Static: class.NewStatic(devenvtest.Fast, entity), facts: []admin.ClassFact{
 		{Name: entity.Name, Namespace: "team-a", Enforcement: "advisory", Purpose: "correctness", RiskOwner: "alice@example.com", WaiverExpires: waiver},
 		{Name: "ledger", Namespace: "payments", Enforcement: "fenced", Purpose: "correctness", RiskOwner: "bob@example.com"},
 	}}
@@ -158,7 +158,7 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 // policy set's does (policy.Live).
 type withFacts struct {
 	class.Static
-	facts []arbiter.ClassFact
+	facts []admin.ClassFact
 }
 
-func (w withFacts) ClassFacts() []arbiter.ClassFact { return w.facts }
+func (w withFacts) ClassFacts() []admin.ClassFact { return w.facts }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"log/slog"
 	"maps"
 	"net"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/class"
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
@@ -29,6 +29,8 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
 	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/shardmap"
@@ -101,10 +103,10 @@ type Options struct {
 	Region string
 	Homes  arbiter.Homes
 	// Quotas limits each identity's sessions and holds; none when nil.
-	Quotas arbiter.Quotas
+	Quotas quota.Quotas
 	// Operators verifies operators' ID tokens for the two-person actions
 	// (force-release, epoch advance); they are refused without one.
-	Operators arbiter.OperatorVerifier
+	Operators admin.OperatorVerifier
 	// ActionTTL overrides how long a two-person request lives (1 h).
 	ActionTTL time.Duration
 	// WrapEtcd, when set, wraps the coord cluster's client as the arbiter

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
@@ -96,13 +97,13 @@ func (l *Live) MayLock(id spiffeid.ID, key string) bool {
 	return l.current.Load().grants.MayLock(id, key)
 }
 
-// LimitsFor implements the arbiter's Quotas.
-func (l *Live) LimitsFor(id spiffeid.ID) arbiter.Limits {
+// LimitsFor implements the arbiter's Quotas (quota.Quotas).
+func (l *Live) LimitsFor(id spiffeid.ID) quota.Limits {
 	q, ok := l.current.Load().quotas[id.String()]
 	if !ok {
 		q = DefaultQuota
 	}
-	return arbiter.Limits{Sessions: q.Sessions, Holds: q.Holds}
+	return quota.Limits{Sessions: q.Sessions, Holds: q.Holds}
 }
 
 // RegionOf implements the arbiter's Homes: "" for a namespace homed
@@ -111,13 +112,13 @@ func (l *Live) RegionOf(namespace string) string {
 	return l.current.Load().set.Regions[namespace]
 }
 
-// ClassFacts implements the arbiter's ClassFacts: the register's view of
+// ClassFacts implements the Admin API's ClassFacts: the register's view of
 // every class of the serving set.
-func (l *Live) ClassFacts() []arbiter.ClassFact {
+func (l *Live) ClassFacts() []admin.ClassFact {
 	set := l.Set()
-	out := make([]arbiter.ClassFact, 0, len(set.Classes))
+	out := make([]admin.ClassFact, 0, len(set.Classes))
 	for _, c := range set.Classes {
-		out = append(out, arbiter.ClassFact{Name: c.Name, Namespace: c.Spec.Namespace, Enforcement: c.Spec.Enforcement,
+		out = append(out, admin.ClassFact{Name: c.Name, Namespace: c.Spec.Namespace, Enforcement: c.Spec.Enforcement,
 			Purpose: c.Spec.Purpose, RiskOwner: c.Spec.RiskOwner, WaiverExpires: c.WaiverExpires})
 	}
 	return out

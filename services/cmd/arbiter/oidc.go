@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
 )
 
@@ -32,7 +32,7 @@ func (o *oidcFlags) register(fs *flag.FlagSet) {
 
 // verifier is the operators' verifier of the flags, nil without
 // --oidc-issuer. It does not reach the provider: the first sign-in does.
-func (o oidcFlags) verifier() (arbiter.OperatorVerifier, error) {
+func (o oidcFlags) verifier() (admin.OperatorVerifier, error) {
 	if o.issuer == "" {
 		if o.ca != "" || o.acr != "" {
 			return nil, errors.New("--oidc-ca, --oidc-acr: given without --oidc-issuer")
@@ -62,5 +62,5 @@ func (o oidcFlags) verifier() (arbiter.OperatorVerifier, error) {
 		}
 		cfg.CAPEM = pem
 	}
-	return arbiter.OIDCOperators(cfg), nil
+	return admin.OIDCOperators(cfg), nil
 }

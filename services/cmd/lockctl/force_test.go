@@ -14,7 +14,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/operator/login"
 )
 
@@ -23,12 +23,12 @@ import (
 // against the real provider comes with its wiring (services/operator).
 type fileOperators struct{}
 
-func (fileOperators) Verify(_ context.Context, raw string) (arbiter.Operator, error) {
+func (fileOperators) Verify(_ context.Context, raw string) (admin.Operator, error) {
 	switch raw {
 	case "alice", "bob":
-		return arbiter.Operator{Issuer: "https://idp.test", Subject: "u-" + raw, Name: raw}, nil
+		return admin.Operator{Issuer: "https://idp.test", Subject: "u-" + raw, Name: raw}, nil
 	}
-	return arbiter.Operator{}, errors.New("unknown token")
+	return admin.Operator{}, errors.New("unknown token")
 }
 
 // tokenFile writes who's cached ID token as lockctl login does (the

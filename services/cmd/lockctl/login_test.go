@@ -13,7 +13,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/operator/devidp"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
 )
@@ -31,7 +31,7 @@ func TestLoginCachesATokenTheArbiterAccepts(t *testing.T) {
 	defer idp.Close()
 	ca := filepath.Join(t.TempDir(), "idp-ca.pem")
 	os.WriteFile(ca, idp.CAPEM(), 0o644)
-	env := devenvtest.Start(t, devenv.Options{Operators: arbiter.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(),
+	env := devenvtest.Start(t, devenv.Options{Operators: admin.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(),
 		ClientID: idp.ClientID(), Role: "lock-operator", RequireAMR: []string{"otp"}, CAPEM: idp.CAPEM()})})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

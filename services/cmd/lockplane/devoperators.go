@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/operator/devidp"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
 	"github.com/pquerna/otp/totp"
@@ -27,7 +27,7 @@ type devOperator struct {
 // startOperators starts the embedded default's OpenID provider (alice and
 // bob with the operator role, carol without) and writes its CA and users
 // under dir. The arbiter verifies their ID tokens as a deployed one does.
-func startOperators(dir string) (*devidp.Provider, arbiter.OperatorVerifier, error) {
+func startOperators(dir string) (*devidp.Provider, admin.OperatorVerifier, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -51,7 +51,7 @@ func startOperators(dir string) (*devidp.Provider, arbiter.OperatorVerifier, err
 		idp.Close()
 		return nil, nil, err
 	}
-	return idp, arbiter.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(), ClientID: idp.ClientID(), Role: "lock-operator",
+	return idp, admin.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(), ClientID: idp.ClientID(), Role: "lock-operator",
 		RequireAMR: []string{"otp"}, CAPEM: idp.CAPEM()}), nil
 }
 

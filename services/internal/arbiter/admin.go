@@ -2,368 +2,58 @@ package arbiter
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
-	"sort"
-	"strconv"
-	"sync"
-	"time"
 
-	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
-	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
-	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/lockkey"
-	"github.com/lockplane/lockplane/services/shardmap"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
 )
 
-// adminServer serves lockplane.admin.v1 for the coord cluster's arbiter
-// and, behind a Router, the entity shards' arbiters and shard map.
-type adminServer struct {
-	adminv1.UnimplementedAdminServiceServer
-	a *Arbiter
-	// shards are a Router's entity shards' arbiters by name; none for a
-	// lone Arbiter.
-	shards map[string]*Arbiter
-	// table is the shard map a Router routes by: the shard map RPCs. nil
-	// for a lone Arbiter.
-	table shardTable
+// The Admin API (lockplane.admin.v1) lives in services/internal/arbiter/admin
+// and reaches the lock core only through admin.Cluster: this file is the
+// wiring.
+
+// newAdmin is the Admin API for the coord cluster's arbiter coord and,
+// behind a Router, its entity shards' arbiters and shard map (nil, nil
+// for a lone Arbiter).
+func newAdmin(coord *Arbiter, shards map[string]*Arbiter, table admin.ShardTable) *admin.Server {
+	cfg := coord.cfg
+	d := admin.Deps{
+		Config: admin.Config{Self: cfg.Self, Classes: cfg.Classes, IsOperator: cfg.IsOperator, Operators: cfg.Operators,
+			OnePersonEpochAdvance: cfg.OnePersonEpochAdvance, ActionTTL: cfg.ActionTTL, Audit: cfg.Audit, Bound: coord.etcdCalls.bound},
+		Coord: adminCluster{coord}, Table: table, Hooks: coord.adminHooks,
+	}
+	if len(shards) > 0 {
+		d.Shards = map[string]admin.Cluster{}
+		for name, a := range shards {
+			d.Shards[name] = adminCluster{a}
+		}
+	}
+	return admin.New(d)
 }
 
-// shardTable is what the admin service needs of the shard map a Router
-// routes by (routeTable).
-type shardTable interface {
-	load(ctx context.Context) error
-	current() *shardmap.Map
-	set(m shardmap.Map)
-	clusters() shardmap.Clusters
+// adminCluster is an Arbiter as the Admin API reaches it (admin.Cluster).
+type adminCluster struct{ a *Arbiter }
+
+func (c adminCluster) Name() string { return c.a.cfg.Cluster }
+
+func (c adminCluster) Etcd() etcdcall.Etcd { return c.a.admin }
+
+func (c adminCluster) CacheEpoch(st *epoch.State, clusterID uint64, rev int64) {
+	if st == nil {
+		c.a.epochs.setMissing(obs{clusterID, rev})
+		return
+	}
+	c.a.epochs.set(*st, obs{clusterID, rev})
 }
 
-// newAdminServer serves the admin API for coord and, behind a Router, its
-// entity shards and shard map (nil, nil for a lone Arbiter).
-func newAdminServer(coord *Arbiter, shards map[string]*Arbiter, table shardTable) *adminServer {
-	return &adminServer{a: coord, shards: shards, table: table}
+func (c adminCluster) ObserveHeader(h *etcdserverpb.ResponseHeader) { c.a.observeHeader(h) }
+
+func (c adminCluster) ReloadEpoch(ctx context.Context) error { return c.a.reloadEpoch(ctx) }
+
+func (c adminCluster) RevokeSession(ctx context.Context, session int64) error {
+	return c.a.revokeAs(ctx, c.a.admin, session)
 }
 
-// Status implements adminv1.AdminServiceServer. It answers without a
-// quorum too, from serializable reads, and says so.
-func (s *adminServer) Status(ctx context.Context, req *adminv1.StatusRequest) (*adminv1.StatusResponse, error) {
-	if _, err := identity.Caller(ctx); err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
-	a, err := s.cluster(req.GetCluster())
-	if err != nil {
-		return nil, err
-	}
-	out := &adminv1.StatusResponse{Arbiter: a.cfg.Self.String(), Cluster: a.cfg.Cluster}
-	sctx, cancel := context.WithTimeout(ctx, a.cfg.OpTimeout)
-	defer cancel()
-
-	// Members and the leader, from each endpoint's own status, asked at
-	// once and within half the bound: a member that is down must not use
-	// up the time the reads below need.
-	var leader uint64
-	healthy := map[uint64]bool{}
-	eps := a.admin.Endpoints()
-	statuses := make([]*clientv3.StatusResponse, len(eps))
-	ectx, ecancel := context.WithTimeout(sctx, a.cfg.OpTimeout/2)
-	var wg sync.WaitGroup
-	for i, ep := range eps {
-		wg.Go(func() { statuses[i], _ = a.admin.Status(ectx, ep) })
-	}
-	wg.Wait()
-	ecancel()
-	for _, st := range statuses {
-		if st == nil {
-			continue
-		}
-		healthy[st.Header.MemberId] = true
-		if st.Leader != 0 {
-			leader = st.Leader
-		}
-		out.ClusterId = epoch.FormatID(st.Header.ClusterId)
-	}
-	if ml, err := a.admin.MemberList(sctx, clientv3.WithSerializable()); err == nil {
-		out.ClusterId = epoch.FormatID(ml.Header.ClusterId)
-		for _, m := range ml.Members {
-			out.Members = append(out.Members, &adminv1.Member{
-				Id: epoch.FormatID(m.ID), Name: m.Name, ClientUrls: m.ClientURLs, PeerUrls: m.PeerURLs,
-				Healthy: healthy[m.ID], IsLeader: m.ID == leader, IsLearner: m.IsLearner,
-			})
-		}
-		sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
-	}
-	if leader != 0 {
-		out.Leader = epoch.FormatID(leader)
-		out.Quorum = true
-	}
-
-	// The epoch record: linearizable when there is a quorum, else the
-	// local copy of whichever member answers.
-	var opts []clientv3.OpOption
-	if !out.Quorum {
-		opts = append(opts, clientv3.WithSerializable())
-	}
-	resp, err := a.admin.Get(sctx, lockkey.EpochKey, opts...)
-	if err != nil {
-		if out.ClusterId == "" {
-			return nil, a.etcdFailure(ctx, err)
-		}
-		return out, nil
-	}
-	out.Revision = resp.Header.Revision
-	out.ClusterId = epoch.FormatID(resp.Header.ClusterId)
-	if len(resp.Kvs) > 0 {
-		if st, err := epoch.Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision); err == nil {
-			out.Epoch, out.EpochClusterId, out.MapVersion = st.Epoch, st.ClusterID, st.MapVersion
-			out.Sealed = st.Sealed(resp.Header.ClusterId)
-			if out.Quorum {
-				a.epochs.set(st, at(resp.Header))
-				a.observeHeader(resp.Header)
-			}
-		}
-	} else {
-		out.EpochMissing, out.Sealed = true, true
-		if out.Quorum {
-			a.epochs.setMissing(at(resp.Header))
-			a.observeHeader(resp.Header)
-		}
-	}
-	if out.Quorum {
-		if rec, err := epoch.ReadRecorded(sctx, s.a.admin); err == nil {
-			out.HighestAllocated = rec.Highest
-		}
-	}
-	return out, nil
-}
-
-// AdvanceEpoch implements adminv1.AdminServiceServer: the direct,
-// one-person advance. Once the arbiter verifies operators' sign-in
-// (Config.Operators) it is refused, naming the two-person flow
-// (RequestEpochAdvance, ApproveAction), which runs the same advance
-// (advanceEpoch). Without sign-in it serves a SPIFFE operator only where
-// Config.OnePersonEpochAdvance opts in (trials, the embedded default).
-func (s *adminServer) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
-	caller, err := identity.Caller(ctx)
-	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
-	if !s.a.cfg.IsOperator(caller) {
-		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may advance the epoch")
-	}
-	if s.a.cfg.Operators != nil {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
-			"an epoch advance needs two signed-in operators: lockctl epoch advance requests it and prints an ID, "+
-				"and a different operator runs lockctl epoch approve ID (RequestEpochAdvance, ApproveAction)", "cause", "two_person_required")
-	}
-	if !s.a.cfg.OnePersonEpochAdvance {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
-			"an epoch advance needs two signed-in operators, and this arbiter has no operator sign-in configured "+
-				"(no OpenID Connect verifier): configure it (--oidc-issuer), or, for a trial, start the arbiter with "+
-				"--allow-one-person-epoch-advance", "cause", "no_operator_verifier")
-	}
-	if req.GetReason() == "" {
-		return nil, invalidArgument("reason", "is required: why the epoch is being advanced")
-	}
-	s.a.log.Warn("single-person epoch advance: no operator sign-in is configured", "by", caller.String())
-	return s.advanceEpoch(ctx, caller.String(), req)
-}
-
-// advanceEpoch advances req's cluster's epoch. The epoch comes from the
-// coord cluster's allocation (epoch.Advance), so it exceeds every epoch
-// any cluster of the region was given; here are the empty coord cluster's
-// floor and how the outcome is reported. by names who decided it, for the
-// epoch record and the log.
-func (s *adminServer) advanceEpoch(ctx context.Context, by string, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
-	a, err := s.cluster(req.GetCluster())
-	if err != nil {
-		return nil, err
-	}
-	// One deadline for the whole advance: its reads, the anchor and the
-	// allocation on the coord cluster, the Txn on the cluster advanced.
-	octx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), time.Duration(6+len(s.shards))*a.cfg.OpTimeout)
-	defer cancel()
-	coord := s.a
-	rec, err := epoch.ReadRecorded(octx, coord.admin)
-	if err != nil {
-		return nil, advanceFailure(coord, ctx, err)
-	}
-	if err := s.anchor(octx, by, a, rec, req); err != nil {
-		return nil, advanceFailure(coord, ctx, err)
-	}
-	ch := epoch.Change{Cluster: a.cfg.Cluster, Expected: req.GetExpectedEpoch(),
-		Reason: fmt.Sprintf("%s (by %s at %s)", req.GetReason(), by, time.Now().UTC().Format(time.RFC3339))}
-	if a != coord {
-		// A shard rebuilt empty must be stamped with the map version it
-		// serves under, or every grant routed to it is refused MOVING.
-		m, _, found, err := shardmap.Load(octx, coord.admin)
-		if err != nil {
-			return nil, advanceFailure(coord, ctx, err)
-		}
-		if found && slices.Contains(m.Shards, a.cfg.Cluster) {
-			ch.MapVersion = m.Version
-		}
-	}
-	adv, err := epoch.Advance(octx, coord.admin, a.admin, ch)
-	if err != nil {
-		return nil, advanceFailure(a, ctx, err)
-	}
-	if id, err := strconv.ParseUint(adv.ClusterID, 16, 64); err == nil {
-		a.epochs.set(adv.State, obs{id, adv.Revision})
-	}
-	a.log.Info("epoch advanced", "cluster", a.cfg.Cluster, "from", adv.Previous, "epoch", adv.Epoch, "cluster_id", adv.ClusterID, "by", by,
-		"deleted_holds", adv.DeletedHolds, "deleted_waiters", adv.DeletedWaiters)
-	// Re-check the seal against the cluster now serving.
-	a.reloadEpoch(ctx)
-	return &adminv1.AdvanceEpochResponse{
-		Epoch: adv.Epoch, PreviousEpoch: adv.Previous, ClusterId: adv.ClusterID, DeletedHolds: adv.DeletedHolds,
-		DeletedWaiters: adv.DeletedWaiters, Revision: adv.Revision,
-	}, nil
-}
-
-// anchor checks the advance against the coord cluster's allocation
-// records: a coord cluster that is new, rebuilt empty or restored (its
-// records not its own) takes the operator's floor, raised to every live
-// shard's epoch, before anything is allocated; above is refused otherwise.
-// The target's expected epoch is checked first, so a refused advance
-// anchors nothing.
-func (s *adminServer) anchor(ctx context.Context, by string, target *Arbiter, rec epoch.Recorded, req *adminv1.AdvanceEpochRequest) error {
-	coord := s.a
-	switch {
-	case req.Above != nil && rec.Anchored:
-		return invalidArgument("above", fmt.Sprintf("is only for a coord cluster that is new, rebuilt empty or restored; this one's allocation records are its own "+
-			"(highest epoch %d) and every new epoch exceeds them already: advance without --above", rec.Highest))
-	case rec.Anchored:
-		return nil
-	case target != coord:
-		cmd := "lockctl epoch advance --expected 0 --above N --reason ..."
-		if rec.Initialised {
-			cmd = "lockctl epoch advance --expected E --above N --reason ..., E the epoch lockctl status shows"
-		}
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED,
-			fmt.Sprintf("the coord cluster's epoch allocation is not anchored (it is new, rebuilt empty or restored): advance the coord cluster first (%s), then %s", cmd, target.cfg.Cluster),
-			"cause", "coord_not_anchored")
-	case req.Above == nil:
-		state := "has no epoch records, so it is new or was rebuilt empty"
-		if rec.Initialised {
-			state = "holds allocation records written by another etcd cluster, so it was restored from a snapshot and may have allocated epochs since"
-		}
-		return invalidArgument("above", "is required: the coord cluster "+state+", and only an operator knows the highest epoch the region served: "+
-			"take the highest of the audit archive, the newest snapshot manifest, and the highest fencing token stored at a fenced resource "+
-			"shifted right by 48 bits (0 only for a new region); see docs/epochs.md")
-	}
-	// The target's expected epoch first: a refused advance anchors nothing.
-	if st, found, err := epoch.Read(ctx, target.admin); err != nil {
-		return err
-	} else if !found && req.GetExpectedEpoch() != 0 || found && st.Epoch != req.GetExpectedEpoch() {
-		return fmt.Errorf("%w: cluster %s: expected epoch %d, found %d (0: no record)", epoch.ErrChanged, target.cfg.Cluster, req.GetExpectedEpoch(), st.Epoch)
-	}
-	above := req.GetAbove()
-	for _, name := range s.shardNames() {
-		st, found, err := epoch.Read(ctx, s.shards[name].admin)
-		if err != nil {
-			return refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
-				fmt.Sprintf("shard %s's epoch could not be read (%v): the coord cluster is anchored above every live shard's epoch, so every shard must answer", name, err),
-				"shard", name)
-		}
-		if found {
-			above = max(above, st.Epoch)
-		}
-	}
-	if _, err := epoch.Anchor(ctx, coord.admin, above); err != nil {
-		return err
-	}
-	coord.log.Info("epoch allocation anchored", "above", above, "operator_floor", req.GetAbove(), "by", by)
-	return nil
-}
-
-// shardNames names the Router's entity shards, sorted; none for a lone
-// Arbiter.
-func (s *adminServer) shardNames() []string {
-	return slices.Sorted(maps.Keys(s.shards))
-}
-
-// advanceFailure maps an advance's error: a precondition (the epoch moved,
-// the coord cluster not anchored, an unreadable record) is said as such;
-// only a failure to reach etcd is NO_QUORUM.
-func advanceFailure(a *Arbiter, ctx context.Context, err error) error {
-	switch {
-	case reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
-		return err
-	case errors.Is(err, epoch.ErrChanged):
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
-	case errors.Is(err, epoch.ErrUninitialised), errors.Is(err, epoch.ErrCoordRestored):
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, err.Error(), "cause", "coord_not_anchored")
-	case errors.Is(err, epoch.ErrInvalid):
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_EPOCH_CHANGED, err.Error())
-	}
-	return a.etcdFailure(ctx, err)
-}
-
-// ShardMap implements adminv1.AdminServiceServer.
-func (s *adminServer) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) (*adminv1.ShardMapResponse, error) {
-	if _, err := identity.Caller(ctx); err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
-	if s.table == nil || len(s.shards) == 0 {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
-			"this arbiter serves no entity shards: the entity tier is the coord cluster")
-	}
-	if err := s.table.load(ctx); err != nil {
-		return nil, err
-	}
-	m := s.table.current()
-	return &adminv1.ShardMapResponse{Version: m.Version, Shards: m.Shards, Adding: m.Adding, Configured: s.shardNames()}, nil
-}
-
-// AddShard implements adminv1.AdminServiceServer.
-func (s *adminServer) AddShard(req *adminv1.AddShardRequest, stream adminv1.AdminService_AddShardServer) error {
-	ctx := stream.Context()
-	caller, err := identity.Caller(ctx)
-	if err != nil {
-		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
-	if !s.a.cfg.IsOperator(caller) {
-		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may change the shard map")
-	}
-	switch {
-	case s.table == nil || len(s.shards) == 0:
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
-			"this arbiter serves no entity shards: configure them (--shard NAME=ENDPOINTS) first")
-	case req.GetShard() == "":
-		return invalidArgument("shard", "is required: the name of a shard this arbiter has a client for")
-	case s.shards[req.GetShard()] == nil:
-		return invalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), s.shardNames()))
-	}
-	s.a.log.Info("adding shard", "shard", req.GetShard(), "by", caller.String())
-	m, err := shardmap.Add(ctx, s.table.clusters(), req.GetShard(), func(st shardmap.Step) {
-		s.a.log.Info("add shard", "shard", req.GetShard(), "phase", st.Phase, "detail", st.Detail)
-		stream.Send(&adminv1.AddShardResponse{Phase: st.Phase, Detail: st.Detail})
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return refusal(codes.DeadlineExceeded, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
-				"the add was interrupted; call AddShard again for the same shard to resume: "+err.Error())
-		}
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
-	}
-	s.table.set(m)
-	return nil
-}
-
-// cluster is the arbiter of the named cluster: "" or the coord cluster's
-// own name for it, else an entity shard of this arbiter's Router.
-func (s *adminServer) cluster(name string) (*Arbiter, error) {
-	if name == "" || name == s.a.cfg.Cluster {
-		return s.a, nil
-	}
-	if a := s.shards[name]; a != nil {
-		return a, nil
-	}
-	return nil, invalidArgument("cluster", fmt.Sprintf("%q is not %s or one of this arbiter's entity shards %v", name, s.a.cfg.Cluster, s.shardNames()))
-}
+func (c adminCluster) DiscardLease(lease clientv3.LeaseID) { c.a.discardAdminLease(lease) }

@@ -8,6 +8,7 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
@@ -72,17 +73,17 @@ func newAdmitter(cfg Config, m *metrics) admitter {
 func (g admitter) admit(ctx context.Context, key, className string) (request, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return request{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return request{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if err := lockkey.Validate(key); err != nil {
 		var ke *lockkey.Error
 		errors.As(err, &ke)
 		g.metrics.refused(labels{cluster: g.cluster}, lockv1.ErrorReason_INVALID_KEY)
-		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_KEY, err.Error(), "field", "key", "rule", string(ke.Rule))
+		return request{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_KEY, err.Error(), "field", "key", "rule", string(ke.Rule))
 	}
 	cls, err := g.classes.Lookup(className)
 	if err != nil {
-		return request{}, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+		return request{}, refuse.With(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
 	r := request{caller: caller, key: key, class: cls, labels: labels{
 		class: cls.Name, tier: string(cls.Tier), cluster: g.cluster}}
@@ -90,13 +91,13 @@ func (g admitter) admit(ctx context.Context, key, className string) (request, er
 		// No namespace label: the key is the caller's say, not yet checked,
 		// and any workload could mint a series per denied namespace.
 		g.metrics.refused(r.labels, lockv1.ErrorReason_PERMISSION_DENIED)
-		return request{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
+		return request{}, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, deniedMsg)
 	}
 	r.labels.namespace = g.metrics.namespace(lockkey.Namespace(key))
 	// After authorization, so a caller learns nothing of a namespace it
 	// may not lock, not even its classes.
 	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {
-		return request{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+		return request{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
 			"class: "+cls.Name+" locks keys of namespace "+cls.Namespace+" only", "field", "class", "rule", "class-namespace")
 	}
 	return r, nil
@@ -109,7 +110,7 @@ func (a *Arbiter) admit(ctx context.Context, key, className string) (request, er
 
 func requireSession(id int64) error {
 	if id == 0 {
-		return invalidArgument("session_id", "is required (open one with OpenSession)")
+		return refuse.InvalidArgument("session_id", "is required (open one with OpenSession)")
 	}
 	return nil
 }

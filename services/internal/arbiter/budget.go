@@ -5,19 +5,9 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"google.golang.org/grpc"
 )
-
-// budgetKey marks a call whose etcd requests share one deadline, so the
-// call answers within OpTimeout of its start however many requests it
-// makes. A value, not a context deadline: etcdFailure still tells the
-// caller's own deadline (its answer) from the arbiter's (NO_QUORUM).
-type budgetKey struct{}
-
-// withBudget gives every etcd request made under ctx the deadline until.
-func withBudget(ctx context.Context, until time.Time) context.Context {
-	return context.WithValue(ctx, budgetKey{}, until)
-}
 
 // UnaryInterceptor gives each unary call but a waiting Acquire one
 // deadline, OpTimeout from its arrival, for all its etcd requests: the
@@ -34,7 +24,7 @@ func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor { return budget
 func budgeted(opTimeout time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if acq, ok := req.(*lockv1.AcquireRequest); !ok || !acq.GetWait() {
-			ctx = withBudget(ctx, time.Now().Add(opTimeout))
+			ctx = etcdcall.WithBudget(ctx, time.Now().Add(opTimeout))
 		}
 		return handler(ctx, req)
 	}

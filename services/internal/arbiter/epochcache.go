@@ -8,6 +8,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -174,7 +175,7 @@ func (a *Arbiter) sealedErr(st epoch.State) error {
 			"no grants until an operator advances the epoch (lockctl epoch advance%s --expected %d --reason ...)",
 			a.cfg.Cluster, st.Epoch, flag, st.Epoch)
 	}
-	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, msg, "cause", cause, "cluster", a.cfg.Cluster)
+	return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SEALED, msg, "cause", cause, "cluster", a.cfg.Cluster)
 }
 
 // reloadEpoch reads the record, and the cluster ID with it, in one read.
@@ -227,7 +228,7 @@ func (a *Arbiter) cacheRecord(kvs []*mvccpb.KeyValue, o obs) (st epoch.State, fo
 
 func (a *Arbiter) observeHeader(h *etcdserverpb.ResponseHeader) bool {
 	sealed := a.epochs.observe(h)
-	a.health.set(sealed)
+	a.health.Set(sealed)
 	return sealed
 }
 
@@ -236,7 +237,7 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 	for ctx.Err() == nil {
 		rev, err := a.readEpoch(ctx)
 		if err != nil {
-			a.health.unavailable()
+			a.health.Unavailable()
 			select {
 			case <-ctx.Done():
 				return
@@ -262,7 +263,7 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 					a.log.Error("the epoch record was deleted; the cluster is sealed until an operator advances its epoch", "cluster", a.cfg.Cluster)
 				}
 			}
-			a.health.set(a.epochs.sealed())
+			a.health.Set(a.epochs.sealed())
 		}
 		cancel()
 	}

@@ -2,43 +2,34 @@ package arbiter
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 )
 
-// Etcd is what the arbiter needs of one etcd cluster. *clientv3.Client
-// satisfies it; nothing else in the arbiter touches the network to etcd.
-type Etcd interface {
-	clientv3.KV
-	clientv3.Lease
-	clientv3.Watcher
-	clientv3.Cluster
-	Status(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error)
-	Endpoints() []string
-}
+// Etcd is what the arbiter needs of one etcd cluster (etcdcall.Etcd).
+// *clientv3.Client satisfies it.
+type Etcd = etcdcall.Etcd
 
 // etcdCalls bounds the etcd calls of an Arbiter or a Router (opCtx) and
 // maps their failures (etcdFailure), so that every call fails closed
-// within OpTimeout.
-type etcdCalls struct {
-	timeout time.Duration
-	logger  *slog.Logger
+// within OpTimeout; see etcdcall.Bound.
+type etcdCalls struct{ bound etcdcall.Bound }
+
+func newEtcdCalls(cfg Config) etcdCalls {
+	return etcdCalls{bound: etcdcall.Bound{Timeout: cfg.OpTimeout, Logger: cfg.Logger}}
 }
 
-// opCtx bounds one etcd call. WithRequireLeader makes a member without a
-// leader refuse at once instead of queueing the call until it has one.
+// opCtx bounds one etcd call (etcdcall.Bound.Ctx).
 func (c etcdCalls) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(clientv3.WithRequireLeader(ctx), c.opDeadline(ctx))
+	return c.bound.Ctx(ctx)
 }
 
-// opDeadline is when an etcd call sent now must be answered: OpTimeout from
-// now, or sooner when the call's etcd requests share one deadline (budget).
-func (c etcdCalls) opDeadline(ctx context.Context) time.Time {
-	d := time.Now().Add(c.timeout)
-	if b, ok := ctx.Value(budgetKey{}).(time.Time); ok && b.Before(d) {
-		return b
-	}
-	return d
+// opDeadline is when an etcd call sent now must be answered
+// (etcdcall.Bound.Deadline).
+func (c etcdCalls) opDeadline(ctx context.Context) time.Time { return c.bound.Deadline(ctx) }
+
+// etcdFailure maps an etcd call's failure (etcdcall.Bound.Failure).
+func (c etcdCalls) etcdFailure(ctx context.Context, err error) error {
+	return c.bound.Failure(ctx, err)
 }

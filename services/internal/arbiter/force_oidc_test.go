@@ -11,7 +11,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/operator/devidp"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
 )
@@ -26,7 +26,7 @@ func TestForceReleaseWithOperatorsSignedInAtARealProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idp.Close()
-	verifier := arbiter.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(), ClientID: idp.ClientID(), Role: "lock-operator",
+	verifier := admin.OIDCOperators(oidcauth.Config{Issuer: idp.Issuer(), ClientID: idp.ClientID(), Role: "lock-operator",
 		RequireAMR: []string{"otp"}, CAPEM: idp.CAPEM()})
 	env := devenvtest.Start(t, devenv.Options{Operators: verifier, Classes: forceEnvClasses()})
 	ctx := ctxT(t, 2*time.Minute)

@@ -17,6 +17,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -27,12 +28,12 @@ import (
 // fakeOperators stands in for the OpenID Connect verifier (go-oidc, in
 // services/operator): a token is the key of an operator. The integration
 // test against the real development provider comes with that wiring.
-type fakeOperators map[string]arbiter.Operator
+type fakeOperators map[string]admin.Operator
 
-func (f fakeOperators) Verify(_ context.Context, raw string) (arbiter.Operator, error) {
+func (f fakeOperators) Verify(_ context.Context, raw string) (admin.Operator, error) {
 	op, ok := f[raw]
 	if !ok {
-		return arbiter.Operator{}, errors.New("signature: unknown token")
+		return admin.Operator{}, errors.New("signature: unknown token")
 	}
 	return op, nil
 }
@@ -52,10 +53,10 @@ var advisory = class.Class{Name: "adv", TTL: 3 * time.Second, Tier: class.TierCo
 // the force-release facts come from.
 type factsRegistry struct {
 	class.Static
-	facts []arbiter.ClassFact
+	facts []admin.ClassFact
 }
 
-func (r factsRegistry) ClassFacts() []arbiter.ClassFact { return r.facts }
+func (r factsRegistry) ClassFacts() []admin.ClassFact { return r.facts }
 
 func forceEnv(t *testing.T, opts devenv.Options) *devenv.Env {
 	t.Helper()
@@ -66,7 +67,7 @@ func forceEnv(t *testing.T, opts devenv.Options) *devenv.Env {
 
 // forceEnvClasses are a fenced class and an advisory one.
 func forceEnvClasses() factsRegistry {
-	return factsRegistry{Static: class.NewStatic(devenvtest.Fast, advisory), facts: []arbiter.ClassFact{
+	return factsRegistry{Static: class.NewStatic(devenvtest.Fast, advisory), facts: []admin.ClassFact{
 		{Name: devenvtest.Fast.Name, Enforcement: "fenced"}, {Name: advisory.Name, Enforcement: "advisory"},
 	}}
 }

@@ -2,61 +2,28 @@ package arbiter
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/lockplane/lockplane/services/audit"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/records"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// forceRecordTTL is how long a force record lives on its cluster, on a
-// lease: long enough for the audit tailer to copy it (ADR-21) and for any
-// holder that was partitioned to hear of it at its next keepalive.
-const forceRecordTTL = 24 * time.Hour
 
 // maxForced caps the ended holds one cluster's arbiter remembers: past
 // it the oldest are forgotten first. Force-releases are rare and
 // two-person; the cap only bounds memory against a flood.
 const maxForced = 10000
 
-// forceRecord is the value of /sys/force/<id> on the ended holds'
-// cluster, put in the Txn that deleted them. Never a token: a hold's
-// revision is there, as the audit log has it, not its epoch.
-type forceRecord struct {
-	Action    string `json:"action"`
-	Kind      string `json:"kind"`
-	Key       string `json:"key"`
-	Cluster   string `json:"cluster"`
-	Requester string `json:"requester"`
-	Approver  string `json:"approver"`
-	Reason    string `json:"reason"`
-	Class     string `json:"class"`
-	// Enforcement is the class's (fenced, advisory), or "unknown".
-	Enforcement   string       `json:"enforcement"`
-	Identity      string       `json:"identity"`
-	Instance      string       `json:"instance,omitempty"`
-	Session       int64        `json:"session"`
-	RevokeSession bool         `json:"revoke_session,omitempty"`
-	Holds         []forcedHold `json:"holds"`
-	At            time.Time    `json:"at"`
-}
-
-// forcedHold is one hold a force-release ended.
-type forcedHold struct {
-	Key      string `json:"key"`
-	Session  int64  `json:"session"`
-	Revision int64  `json:"revision"`
-}
-
-func (r forceRecord) encode() string {
-	b, _ := json.Marshal(r)
-	return string(b)
-}
+// forceRecord and forcedHold are a force record's value and one hold it
+// ended, defined once in services/internal/records: the Admin API writes
+// them, keepalives report them.
+type (
+	forceRecord = records.Force
+	forcedHold  = records.ForcedHold
+)
 
 // forcedEntry is one ended hold as keepalives report it.
 type forcedEntry struct {
@@ -122,13 +89,13 @@ func (f *forcedHolds) revokedBy(session int64) string {
 // put records a force record's holds; a record put again replaces its
 // entries.
 func (f *forcedHolds) put(key string, value []byte) {
-	var r forceRecord
-	if json.Unmarshal(value, &r) != nil {
+	r, err := records.DecodeForce(value)
+	if err != nil {
 		return
 	}
-	until := time.Now().Add(forceRecordTTL)
+	until := time.Now().Add(records.ForceTTL)
 	if !r.At.IsZero() {
-		until = r.At.Add(forceRecordTTL)
+		until = r.At.Add(records.ForceTTL)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -191,16 +158,10 @@ func (f *forcedHolds) reset(kvs []*mvccpb.KeyValue) {
 	f.bySession, f.n = map[int64][]forcedEntry{}, 0
 	f.mu.Unlock()
 	for _, kv := range kvs {
-		if isForceRecord(string(kv.Key)) {
+		if records.IsForceKey(string(kv.Key)) {
 			f.put(string(kv.Key), kv.Value)
 		}
 	}
-}
-
-// isForceRecord tells a force record from a pending action, which lives
-// under the same prefix on the coord cluster.
-func isForceRecord(key string) bool {
-	return strings.HasPrefix(key, audit.ForcePrefix) && !strings.HasPrefix(key, actionPrefix)
 }
 
 // watchForced keeps a.forced current until ctx ends: a listing, then a
@@ -209,7 +170,7 @@ func isForceRecord(key string) bool {
 func (a *Arbiter) watchForced(ctx context.Context) {
 	for ctx.Err() == nil {
 		lctx, lcancel := a.opCtx(ctx)
-		resp, err := a.etcd.Get(lctx, audit.ForcePrefix, clientv3.WithPrefix())
+		resp, err := a.etcd.Get(lctx, records.ForcePrefix, clientv3.WithPrefix())
 		lcancel()
 		if err != nil {
 			select {
@@ -221,13 +182,13 @@ func (a *Arbiter) watchForced(ctx context.Context) {
 		}
 		a.forced.reset(resp.Kvs)
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range a.etcd.Watch(wctx, audit.ForcePrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		for wr := range a.etcd.Watch(wctx, records.ForcePrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 			if wr.Err() != nil {
 				break
 			}
 			for _, ev := range wr.Events {
 				k := string(ev.Kv.Key)
-				if !isForceRecord(k) {
+				if !records.IsForceKey(k) {
 					continue
 				}
 				switch ev.Type {

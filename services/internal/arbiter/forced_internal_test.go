@@ -12,7 +12,7 @@ import (
 func TestForcedHoldsAreBounded(t *testing.T) {
 	f := newForcedHolds()
 	rec := func(id string, session int64, at time.Time) []byte {
-		return []byte(forceRecord{Action: id, At: at, Holds: []forcedHold{{Key: "ns/" + id, Session: session, Revision: 5}}}.encode())
+		return []byte(forceRecord{Action: id, At: at, Holds: []forcedHold{{Key: "ns/" + id, Session: session, Revision: 5}}}.Encode())
 	}
 	now := time.Now()
 	f.put("/sys/force/old", rec("old", 1, now.Add(-25*time.Hour)))

@@ -11,6 +11,8 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -53,7 +55,7 @@ func (a *Arbiter) acquireAdmitted(ctx context.Context, r request, req *lockv1.Ac
 		return nil, err
 	}
 	r.instance = req.GetInstance()
-	if err := a.withinQuota(ctx, r.caller, "holds"); err != nil {
+	if err := a.withinQuota(ctx, r.caller, quota.Holds); err != nil {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
 	}
@@ -189,14 +191,14 @@ func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) err
 		// so, never CONTENDED, so that the caller cleans up.
 		return err
 	case a.drained.Err() != nil && ctx.Err() == nil:
-		return refusal(codes.Unavailable, lockv1.ErrorReason_DRAINING,
+		return refuse.With(codes.Unavailable, lockv1.ErrorReason_DRAINING,
 			"this arbiter is shutting down; retry the Acquire on another")
 	case errors.Is(ctx.Err(), context.Canceled):
 		return status.FromContextError(ctx.Err()).Err()
 	case wctx.Err() == nil:
 		return err
 	}
-	return refusal(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
+	return refuse.With(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,
 		fmt.Sprintf("key %s was still held when the wait ended", r.key))
 }
 
@@ -218,7 +220,7 @@ func (a *Arbiter) servingMap(ctx context.Context, r request) (epoch.State, error
 			return st, err
 		}
 	}
-	return epoch.State{}, refusal(codes.Unavailable, lockv1.ErrorReason_MOVING,
+	return epoch.State{}, refuse.With(codes.Unavailable, lockv1.ErrorReason_MOVING,
 		fmt.Sprintf("the shard map is changing (version %d here, %d routed); retry shortly", st.MapVersion, r.mapVersion),
 		"map_version", strconv.FormatInt(st.MapVersion, 10))
 }
@@ -254,7 +256,7 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 	}
 	t, err := token.Mint(st.Epoch, kvs[0].ModRevision)
 	if err != nil {
-		return grant{}, false, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+		return grant{}, false, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	}
 	return grant{token: t}, true, nil
 }
@@ -316,7 +318,7 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 		if resp.Succeeded {
 			t, err := token.Mint(st.Epoch, resp.Header.Revision)
 			if err != nil {
-				return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+				return grant{}, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 			}
 			return grant{token: t}, nil
 		}
@@ -345,30 +347,30 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 			// The record is gone (deleted, or the cluster rebuilt empty).
 			return grant{}, a.sealedErr(st), false
 		}
-		return grant{}, refusal(codes.Unavailable, lockv1.ErrorReason_EPOCH_CHANGED, "the epoch changed during the grant; retry"), true
+		return grant{}, refuse.With(codes.Unavailable, lockv1.ErrorReason_EPOCH_CHANGED, "the epoch changed during the grant; retry"), true
 	}
 	if len(sessKVs) == 0 {
-		return grant{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED,
+		return grant{}, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED,
 			"the session has expired or was closed; open a new one"), false
 	}
 	if got := string(sessKVs[0].Value); got != want {
 		rec, _ := decodeSession(sessKVs[0].Value)
 		if rec.Identity != r.caller.String() {
-			return grant{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED,
+			return grant{}, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED,
 				"the session belongs to another identity"), false
 		}
 		if rec.Instance != r.instance {
-			return grant{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+			return grant{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
 				fmt.Sprintf("instance: the session was opened with instance %q, the request names %q; send the session's", rec.Instance, r.instance),
 				"field", "instance"), false
 		}
-		return grant{}, refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
+		return grant{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
 			fmt.Sprintf("class: class %s has TTL %s but the session has TTL %ds; use a session of the class's TTL",
 				r.class.Name, r.class.TTL, rec.TTLSeconds), "field", "class"), false
 	}
 	if len(holdKVs) == 0 {
 		// Released between the compare and the read: nothing to classify.
-		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
+		return grant{}, &contended{rev: resp.Header.Revision, err: refuse.With(codes.Aborted, lockv1.ErrorReason_CONTENDED,
 			fmt.Sprintf("key %s changed during the grant", r.key))}, true
 	}
 	kv := holdKVs[0]
@@ -379,7 +381,7 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 		// write of the hold: holds are written only by grants.
 		t, err := token.Mint(st.Epoch, kv.ModRevision)
 		if err != nil {
-			return grant{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
+			return grant{}, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
 		}
 		return grant{token: t}, nil, false
 	case heldBySameProcess(kv.Value, r):
@@ -389,7 +391,7 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	default:
 		// Another process, of this identity or not: replicas of one
 		// deployment share a SPIFFE ID, and queue like anyone else.
-		return grant{}, &contended{rev: resp.Header.Revision, err: refusal(codes.Aborted, lockv1.ErrorReason_CONTENDED,
+		return grant{}, &contended{rev: resp.Header.Revision, err: refuse.With(codes.Aborted, lockv1.ErrorReason_CONTENDED,
 			fmt.Sprintf("key %s is held by another session", r.key))}, false
 	}
 }
@@ -400,10 +402,10 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 func (a *Arbiter) leaked(r request, hold []byte, lease int64) error {
 	holder := leakedHolder(a.shardOf, r, hold, lease)
 	if holder == 0 {
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
 			fmt.Sprintf("key %s is held by this process (instance %s) under another of its sessions; release it there or close that session", r.key, r.instance))
 	}
-	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+	return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
 		fmt.Sprintf("key %s is held by this process (instance %s) under its session %d; release it there or close that session", r.key, r.instance, holder),
 		"holder_session", strconv.FormatInt(holder, 10))
 }

@@ -1,5 +1,7 @@
 package arbiter
 
+import "github.com/lockplane/lockplane/services/internal/arbiter/admin"
+
 // testHooks are points of a wait that tests synchronise on instead of
 // sleeping. Each runs on the goroutine at that point and may block it.
 // Only this package's tests set them (SetTestHooks in export_test.go);
@@ -24,20 +26,12 @@ type testHooks struct {
 	// Answered runs when Acquire has decided its answer, after any
 	// release of a grant its caller could no longer hear of.
 	Answered func(key string, session int64, err error)
-	// ActionLoaded runs when an approval or a denial has read a pending
-	// request, before its claim (decide).
-	ActionLoaded func(id string)
-	// ActionClaimed runs when an approval has claimed a request
-	// (executing), before it carries it out; true stops the approval
-	// there, as a crash of the arbiter would.
-	ActionClaimed func(id string) (crash bool)
-	// ActionTxn runs before an approval's Txn (force record, epoch
-	// advance). A non-nil error replaces its answer: with run, after the
-	// Txn, as a deadline passing after the commit would; without, in its
-	// place, as a Txn that never reached etcd.
-	ActionTxn func(id string) (run bool, err error)
-	// SessionRevoking runs before a force-release revokes the holder's
-	// session lease; a non-nil error stands for the revoke failing.
+	// ActionLoaded, ActionClaimed, ActionTxn and SessionRevoking are the
+	// Admin API's, documented on admin.Hooks: the two-person actions'
+	// points (adminHooks hands them over).
+	ActionLoaded    func(id string)
+	ActionClaimed   func(id string) (crash bool)
+	ActionTxn       func(id string) (run bool, err error)
 	SessionRevoking func(session int64) error
 }
 
@@ -77,29 +71,11 @@ func (a *Arbiter) anyTokenReadHook(key string, session int64) {
 	}
 }
 
-func (a *Arbiter) actionLoadedHook(id string) {
-	if h := a.hooks.Load(); h != nil && h.ActionLoaded != nil {
-		h.ActionLoaded(id)
+// adminHooks are the Admin API's hooks of those set; nil when none are.
+func (a *Arbiter) adminHooks() *admin.Hooks {
+	h := a.hooks.Load()
+	if h == nil {
+		return nil
 	}
-}
-
-func (a *Arbiter) actionClaimedHook(id string) bool {
-	if h := a.hooks.Load(); h != nil && h.ActionClaimed != nil {
-		return h.ActionClaimed(id)
-	}
-	return false
-}
-
-func (a *Arbiter) actionTxnHook(id string) (run bool, err error) {
-	if h := a.hooks.Load(); h != nil && h.ActionTxn != nil {
-		return h.ActionTxn(id)
-	}
-	return true, nil
-}
-
-func (a *Arbiter) sessionRevokingHook(session int64) error {
-	if h := a.hooks.Load(); h != nil && h.SessionRevoking != nil {
-		return h.SessionRevoking(session)
-	}
-	return nil
+	return &admin.Hooks{ActionLoaded: h.ActionLoaded, ActionClaimed: h.ActionClaimed, ActionTxn: h.ActionTxn, SessionRevoking: h.SessionRevoking}
 }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
-type fixedQuota Limits
+type fixedQuota quota.Limits
 
-func (q fixedQuota) LimitsFor(spiffeid.ID) Limits { return Limits(q) }
+func (q fixedQuota) LimitsFor(spiffeid.ID) quota.Limits { return quota.Limits(q) }
 
 // BenchmarkQuotaCheck prices the hold quota check side by side: far below
 // the limit it reads the watched count; near it, it also confirms the

@@ -11,7 +11,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
-	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,14 +20,14 @@ import (
 // quotaOf limits one identity; every other identity is unlimited.
 type quotaOf struct {
 	path string
-	lim  arbiter.Limits
+	lim  quota.Limits
 }
 
-func (q quotaOf) LimitsFor(id spiffeid.ID) arbiter.Limits {
+func (q quotaOf) LimitsFor(id spiffeid.ID) quota.Limits {
 	if id.Path() == q.path {
 		return q.lim
 	}
-	return arbiter.Limits{}
+	return quota.Limits{}
 }
 
 func wantQuota(t *testing.T, err error, limit, quota string) {
@@ -45,7 +45,7 @@ func wantQuota(t *testing.T, err error, limit, quota string) {
 func TestQuotasLimitAnIdentitysSessionsAndHoldsAcrossClusters(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{
 		Classes: class.NewStatic(devenvtest.Fast, entity), Shards: []string{"a", "b"},
-		Quotas: quotaOf{devenv.Identities["demo"], arbiter.Limits{Sessions: 2, Holds: 3}},
+		Quotas: quotaOf{devenv.Identities["demo"], quota.Limits{Sessions: 2, Holds: 3}},
 	})
 	ctx := ctxT(t, time.Minute)
 	demo := devenvtest.Client(t, env, "demo")

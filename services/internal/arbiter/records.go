@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -64,11 +65,11 @@ const maxInstance = 64
 // [A-Za-z0-9._-], so it can be stored, shown and compared as it is.
 func validInstance(s string) error {
 	if len(s) > maxInstance {
-		return invalidArgument("instance", fmt.Sprintf("is %d bytes; at most %d", len(s), maxInstance))
+		return refuse.InvalidArgument("instance", fmt.Sprintf("is %d bytes; at most %d", len(s), maxInstance))
 	}
 	for _, c := range []byte(s) {
 		if !lockkey.SegmentByte(c) {
-			return invalidArgument("instance", "may hold only A-Z, a-z, 0-9, '.', '_' and '-'")
+			return refuse.InvalidArgument("instance", "may hold only A-Z, a-z, 0-9, '.', '_' and '-'")
 		}
 	}
 	return nil

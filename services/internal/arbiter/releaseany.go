@@ -4,6 +4,7 @@ import (
 	"context"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -14,9 +15,9 @@ import (
 func releaseArgs(req *lockv1.ReleaseRequest) error {
 	switch {
 	case req.GetAnyToken() && req.GetToken() != 0:
-		return invalidArgument("token", "must be 0 with any_token, which ends whatever hold the session has on the key")
+		return refuse.InvalidArgument("token", "must be 0 with any_token, which ends whatever hold the session has on the key")
 	case !req.GetAnyToken() && req.GetToken() == 0:
-		return invalidArgument("token", "is required: the token of the grant to release (or any_token)")
+		return refuse.InvalidArgument("token", "is required: the token of the grant to release (or any_token)")
 	}
 	return nil
 }
@@ -49,7 +50,7 @@ func (a *Arbiter) releaseAny(ctx context.Context, r request, session int64) (boo
 		return false, nil // the session ended, and its holds and queue keys with its lease
 	}
 	if rec, err := decodeSession(get.Kvs[0].Value); err != nil || rec.Identity != r.caller.String() {
-		return false, refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+		return false, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
 	}
 	a.anyTokenReadHook(r.key, session)
 	upTo := get.Header.Revision + 1

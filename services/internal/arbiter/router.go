@@ -13,6 +13,8 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -141,7 +143,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	shared := collaborators{metrics: m, usage: newUsage()}
+	shared := collaborators{metrics: m, usage: quota.NewUsage()}
 	coord := newArbiter(cfg.Config, shared)
 	table := newRouteTable(cfg)
 	if cfg.Metrics != nil && len(cfg.Shards) > 0 {
@@ -149,7 +151,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return nil, err
 		}
 	}
-	ro := &Router{etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger}, cfg: cfg,
+	ro := &Router{etcdCalls: newEtcdCalls(cfg.Config), cfg: cfg,
 		gate: newAdmitter(cfg.Config, m), metrics: m, coord: coord, coordEtcd: cfg.Etcd,
 		shards: map[string]cluster{}, table: table}
 	shared.shardOf = true
@@ -160,7 +162,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		arbiters[name] = newArbiter(sc, shared)
 		ro.shards[name] = arbiters[name]
 	}
-	ro.admin = newAdminServer(coord, arbiters, table)
+	ro.admin = newAdmin(coord, arbiters, table)
 	return ro, nil
 }
 
@@ -194,15 +196,15 @@ func (ro *Router) Ready(ctx context.Context) error {
 	if len(ro.shards) == 0 {
 		return nil
 	}
-	if ro.table.current() == nil {
+	if ro.table.Current() == nil {
 		if err := ro.table.ensure(ctx); err != nil {
 			return err
 		}
-		if err := ro.table.load(ctx); err != nil {
+		if err := ro.table.Load(ctx); err != nil {
 			return err
 		}
 	}
-	m := ro.table.current()
+	m := ro.table.Current()
 	for _, name := range m.Shards {
 		c := ro.shards[name]
 		if c == nil {
@@ -239,28 +241,28 @@ func (ro *Router) route(ctx context.Context, r request) (cluster, string, reques
 	if ro.cfg.Homes != nil {
 		if home := ro.cfg.Homes.RegionOf(ns); home != "" && home != ro.cfg.Region {
 			ro.metrics.refused(r.labels, lockv1.ErrorReason_WRONG_REGION)
-			return nil, "", r, refusal(codes.FailedPrecondition, lockv1.ErrorReason_WRONG_REGION,
+			return nil, "", r, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_WRONG_REGION,
 				fmt.Sprintf("namespace %s is homed to region %s; call that region's arbiters", ns, home), "region", home)
 		}
 	}
 	if !ro.onEntityTier(r.class) {
 		return ro.coord, "", r, nil
 	}
-	m := ro.table.current()
+	m := ro.table.Current()
 	if m == nil {
-		if err := ro.table.load(ctx); err != nil {
+		if err := ro.table.Load(ctx); err != nil {
 			return nil, "", r, err
 		}
-		m = ro.table.current()
+		m = ro.table.Current()
 	}
 	if m.Moving(r.key) {
-		return nil, "", r, refusal(codes.Unavailable, lockv1.ErrorReason_MOVING,
+		return nil, "", r, refuse.With(codes.Unavailable, lockv1.ErrorReason_MOVING,
 			fmt.Sprintf("key %s's range is moving to shard %s; retry shortly", r.key, m.Adding))
 	}
 	name := m.Home(r.key)
 	c := ro.shards[name]
 	if c == nil {
-		return nil, "", r, refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+		return nil, "", r, refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
 			fmt.Sprintf("shard map version %d homes the key to shard %s, which this arbiter has no client for", m.Version, name), "shard", name)
 	}
 	return c, name, r.on(name, m.Version), nil
@@ -290,7 +292,7 @@ func (ro *Router) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	}
 	resp, err := ro.acquire(ctx, r, req)
 	if why, meta := reason.Info(err); why == lockv1.ErrorReason_MOVING && meta["map_version"] != "" {
-		if v, _ := strconv.ParseInt(meta["map_version"], 10, 64); ro.table.behind(v) && ro.table.load(ctx) == nil {
+		if v, _ := strconv.ParseInt(meta["map_version"], 10, 64); ro.table.behind(v) && ro.table.Load(ctx) == nil {
 			resp, err = ro.acquire(ctx, r, req)
 		}
 	}
@@ -384,7 +386,7 @@ func (ro *Router) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 // homeOf is the shard a moving key still lives on (its source), and r as
 // that shard serves it.
 func (ro *Router) homeOf(r request) (string, cluster, request) {
-	m := ro.table.current()
+	m := ro.table.Current()
 	if m == nil || !ro.onEntityTier(r.class) {
 		return "", nil, r
 	}
@@ -416,7 +418,7 @@ func (ro *Router) releaseAnyOnEveryShard(ctx context.Context, r request, req *lo
 	for _, name := range slices.Sorted(maps.Keys(leases)) {
 		c := ro.shards[name]
 		if c == nil {
-			return nil, refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+			return nil, refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
 				fmt.Sprintf("the session has a lease on shard %s, which this arbiter has no client for", name), "shard", name)
 		}
 		sreq := proto.CloneOf(req)

@@ -12,6 +12,7 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -81,13 +82,13 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 	if kvs := put.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		return ro.remember(session, shard, kvs[0].Value)
 	}
-	return 0, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+	return 0, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 }
 
 func (ro *Router) remember(session int64, shard string, raw []byte) (int64, error) {
 	lease, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
-		return 0, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
+		return 0, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
 	}
 	ro.remembered(session, shard, lease)
 	return lease, nil
@@ -134,11 +135,11 @@ func (ro *Router) forgetUnusedSince(cutoff time.Time) {
 // to caller, returning its bytes (for a compare) and its fields.
 func ownedSession(caller spiffeid.ID, kvs []*mvccpb.KeyValue) ([]byte, sessionRecord, error) {
 	if len(kvs) == 0 {
-		return nil, sessionRecord{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+		return nil, sessionRecord{}, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 	}
 	rec, err := decodeSession(kvs[0].Value)
 	if err != nil || rec.Identity != caller.String() {
-		return nil, sessionRecord{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+		return nil, sessionRecord{}, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
 	}
 	return kvs[0].Value, rec, nil
 }
@@ -223,7 +224,7 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	session := req.GetSessionId()
 	if err := requireSession(session); err != nil {
@@ -263,7 +264,7 @@ func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequ
 func (ro *Router) unknownShard(leases map[string]int64) error {
 	for _, shard := range slices.Sorted(maps.Keys(leases)) {
 		if ro.shards[shard] == nil {
-			return refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
+			return refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_UNKNOWN,
 				"the session holds on shard "+shard+", which this arbiter has no client for; retry through another arbiter", "shard", shard)
 		}
 	}

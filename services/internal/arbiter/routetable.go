@@ -11,6 +11,7 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,7 +41,7 @@ func newRouteTable(cfg RouterConfig) *routeTable {
 	for name := range cfg.Shards {
 		admin.Shards[name] = cfg.adminShard(name)
 	}
-	return &routeTable{etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
+	return &routeTable{etcdCalls: newEtcdCalls(cfg.Config),
 		coord: cfg.Etcd, shards: cfg.Shards, admin: admin, log: cfg.Logger}
 }
 
@@ -48,7 +49,7 @@ func newRouteTable(cfg RouterConfig) *routeTable {
 func (t *routeTable) register(reg prometheus.Registerer) error {
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lockplane_shard_map_version",
 		Help: "The entity shard map version this arbiter routes by (0 until loaded)."}, func() float64 {
-		if m := t.current(); m != nil {
+		if m := t.Current(); m != nil {
 			return float64(m.Version)
 		}
 		return 0
@@ -62,14 +63,14 @@ func (t *routeTable) names() []string {
 
 // clusters are the coord cluster and the configured shards as the Admin
 // API's user, as a change of the shard map spans them.
-func (t *routeTable) clusters() shardmap.Clusters { return t.admin }
+func (t *routeTable) Clusters() shardmap.Clusters { return t.admin }
 
 // current is the shard map routed by; nil until loaded.
-func (t *routeTable) current() *shardmap.Map { return t.cur.Load() }
+func (t *routeTable) Current() *shardmap.Map { return t.cur.Load() }
 
 // behind reports whether the map routed by is older than version v.
 func (t *routeTable) behind(v int64) bool {
-	m := t.current()
+	m := t.Current()
 	return m != nil && m.Version < v
 }
 
@@ -78,13 +79,13 @@ func (t *routeTable) behind(v int64) bool {
 // (the store is guarded on absence).
 func (t *routeTable) ensure(ctx context.Context) error {
 	// Init reads and stamps every shard: a few calls, one bound.
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(2+len(t.shards)*2)*t.timeout)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(2+len(t.shards)*2)*t.bound.Timeout)
 	defer cancel()
 	_, _, found, err := shardmap.Load(ctx, t.coord)
 	if err != nil || found {
 		return err
 	}
-	if _, err := shardmap.Init(ctx, t.clusters(), t.names(), nil); err != nil && !errors.Is(err, shardmap.ErrConflict) {
+	if _, err := shardmap.Init(ctx, t.Clusters(), t.names(), nil); err != nil && !errors.Is(err, shardmap.ErrConflict) {
 		return fmt.Errorf("shard map: %w", err)
 	}
 	t.log.Info("shard map initialised", "shards", t.names())
@@ -92,7 +93,7 @@ func (t *routeTable) ensure(ctx context.Context) error {
 }
 
 // load reads the shard map once.
-func (t *routeTable) load(ctx context.Context) error {
+func (t *routeTable) Load(ctx context.Context) error {
 	octx, cancel := t.opCtx(ctx)
 	defer cancel()
 	m, _, found, err := shardmap.Load(octx, t.coord)
@@ -100,18 +101,18 @@ func (t *routeTable) load(ctx context.Context) error {
 	case err != nil && octx.Err() != nil:
 		return t.etcdFailure(ctx, err)
 	case err != nil:
-		return refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+		return refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 	case !found:
-		return refusal(codes.Unavailable, lockv1.ErrorReason_SHARD_MAP_MISSING,
+		return refuse.With(codes.Unavailable, lockv1.ErrorReason_SHARD_MAP_MISSING,
 			"the coord cluster has no shard map ("+shardmap.Key+") yet; an arbiter writes it when it starts")
 	}
-	t.set(m)
+	t.Set(m)
 	return nil
 }
 
 // set routes by m unless the map routed by is newer.
-func (t *routeTable) set(m shardmap.Map) {
-	if cur := t.current(); cur == nil || m.Version >= cur.Version {
+func (t *routeTable) Set(m shardmap.Map) {
+	if cur := t.Current(); cur == nil || m.Version >= cur.Version {
 		t.cur.Store(&m)
 	}
 }
@@ -128,7 +129,7 @@ func (t *routeTable) watch(ctx context.Context) {
 		if err != nil {
 			t.log.Warn("shard map unreadable", "err", err)
 		} else if found {
-			t.set(m)
+			t.Set(m)
 		}
 		if err == nil {
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -138,7 +139,7 @@ func (t *routeTable) watch(ctx context.Context) {
 				}
 				for _, ev := range wr.Events {
 					if m, err := shardmap.Decode(ev.Kv.Value); err == nil {
-						t.set(m)
+						t.Set(m)
 						t.log.Info("shard map changed", "version", m.Version, "shards", m.Shards, "adding", m.Adding)
 					}
 				}

@@ -1,5 +1,7 @@
 // Package arbiter is the lock service: the only writer of grants to etcd
-// (ADR-18). It serves lockplane.lock.v1 and lockplane.admin.v1.
+// (ADR-18). It serves lockplane.lock.v1, and wires in the packages that
+// serve the rest (admin: lockplane.admin.v1; health) or that it asks
+// (quota); see docs/architecture.md for which package owns what.
 //
 // Guarantees, each enforced by an etcd transaction rather than by arbiter
 // memory, so any number of arbiters may serve one cluster and any of them
@@ -26,10 +28,12 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
+	"github.com/lockplane/lockplane/services/internal/arbiter/health"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -73,7 +77,7 @@ type Config struct {
 	// Operators verifies operators' OpenID Connect ID tokens: the
 	// two-person actions (force-release, epoch advance) need it, and are
 	// refused, saying so, when it is nil.
-	Operators OperatorVerifier
+	Operators admin.OperatorVerifier
 	// OnePersonEpochAdvance lets a single SPIFFE operator advance an
 	// epoch (AdvanceEpoch) while Operators is nil. Off, the direct advance
 	// is refused until operator sign-in is configured: one person alone
@@ -96,7 +100,7 @@ type Config struct {
 	ValidateRate  float64
 	ValidateBurst int
 	// Quotas limits each identity's live sessions and holds; none when nil.
-	Quotas Quotas
+	Quotas quota.Quotas
 	// Metrics receives the arbiter's metrics; not registered when nil.
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
@@ -116,26 +120,41 @@ type Arbiter struct {
 	log     *slog.Logger
 	epochs  epochCache
 	metrics *metrics
-	health  *healthState
+	health  *health.State
 	// gate admits the calls this Arbiter serves as the gRPC server.
 	gate admitter
 	// validations limits ValidateToken per namespace.
-	validations *limiters
+	validations *quota.Rates
 	// waiters queues waiting Acquires per key.
 	waiters queues
 	// drained ends when Drain is called; every wait ends with it.
 	drained context.Context
 	drain   context.CancelFunc
-	// usage counts live sessions and holds per identity for Quotas; a
-	// Router's arbiters share one. shardOf marks an entity shard's arbiter,
+	// quota enforces Quotas, counting this cluster's live sessions and
+	// holds into the usage a Router's arbiters share. shardOf marks an entity shard's arbiter,
 	// whose session records are shard leases of coord sessions.
-	usage   *usage
+	quota   quotaGate
 	shardOf bool
 	// forced are the holds force-released on this cluster in the last
 	// day, which keepalives of their sessions report.
 	forced *forcedHolds
 	// hooks are the tests' synchronisation points; nil in production.
 	hooks atomic.Pointer[testHooks]
+}
+
+// quotaGate is what the lock core needs of quota enforcement
+// (quota.Gate): following its cluster's usage, and the check before a
+// new session or hold.
+type quotaGate interface {
+	Run(ctx context.Context)
+	Ready(ctx context.Context) error
+	Check(ctx context.Context, caller spiffeid.ID, what quota.What) error
+}
+
+// withinQuota refuses a new session or hold past the caller's limit
+// (quota.Gate.Check).
+func (a *Arbiter) withinQuota(ctx context.Context, caller spiffeid.ID, what quota.What) error {
+	return a.quota.Check(ctx, caller, what)
 }
 
 // collaborators are what an Arbiter is given at construction rather than
@@ -145,7 +164,7 @@ type Arbiter struct {
 // whether it serves an entity shard behind a Router.
 type collaborators struct {
 	metrics *metrics
-	usage   *usage
+	usage   *quota.Usage
 	shardOf bool
 }
 
@@ -159,7 +178,7 @@ func New(cfg Config) (*Arbiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newArbiter(cfg, collaborators{metrics: m, usage: newUsage()}), nil
+	return newArbiter(cfg, collaborators{metrics: m, usage: quota.NewUsage()}), nil
 }
 
 // starting is what is done once per server, an Arbiter alone or a Router
@@ -265,11 +284,13 @@ func (cfg Config) withDefaults() (Config, error) {
 // the collaborators it is given. It counts its cluster's live sessions and
 // holds into the metrics.
 func newArbiter(cfg Config, with collaborators) *Arbiter {
-	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: newHealthState(),
-		etcdCalls: etcdCalls{timeout: cfg.OpTimeout, logger: cfg.Logger},
+	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: health.New(),
+		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
-		metrics:   with.metrics, usage: with.usage, shardOf: with.shardOf,
-		validations: newLimiters(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}
+		metrics:   with.metrics, shardOf: with.shardOf,
+		validations: quota.NewRates(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}
+	a.quota = quota.New(quota.Config{Quotas: cfg.Quotas, Usage: with.usage, Cluster: cfg.Cluster, Etcd: cfg.Etcd, Shard: with.shardOf,
+		Bound: a.etcdCalls.bound, PollInterval: cfg.PollInterval})
 	a.drained, a.drain = context.WithCancel(context.Background())
 	with.metrics.live.add(a)
 	return a
@@ -278,14 +299,14 @@ func newArbiter(cfg Config, with collaborators) *Arbiter {
 // Register adds the lock, admin, health and reflection services to s.
 func (a *Arbiter) Register(s *grpc.Server) {
 	lockv1.RegisterLockServiceServer(s, a)
-	a.registerOthers(s, newAdminServer(a, nil, nil))
+	a.registerOthers(s, newAdmin(a, nil, nil))
 }
 
 // registerOthers adds every service but the lock service: admin, this
 // cluster's health, and reflection.
 func (a *Arbiter) registerOthers(s *grpc.Server, admin adminv1.AdminServiceServer) {
 	adminv1.RegisterAdminServiceServer(s, admin)
-	healthpb.RegisterHealthServer(s, a.health.srv)
+	a.health.Register(s)
 	reflection.Register(s)
 }
 
@@ -302,7 +323,7 @@ func (a *Arbiter) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.watchEpoch(ctx) })
 	wg.Go(func() { a.watchForced(ctx) })
-	wg.Go(func() { a.runUsage(ctx) })
+	wg.Go(func() { a.quota.Run(ctx) })
 	wg.Wait()
 }
 
@@ -314,5 +335,5 @@ func (a *Arbiter) Ready(ctx context.Context) error {
 	if _, err := a.epochFor(ctx); err != nil {
 		return err
 	}
-	return a.usage.following(ctx, a.usageFollowers()...)
+	return a.quota.Ready(ctx)
 }

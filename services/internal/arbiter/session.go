@@ -9,6 +9,9 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
+	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -23,16 +26,16 @@ import (
 func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	cls, err := a.cfg.Classes.Lookup(req.GetClass())
 	if err != nil {
-		return nil, refusal(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+		return nil, refuse.With(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
 	if err := validInstance(req.GetInstance()); err != nil {
 		return nil, err
 	}
-	if err := a.withinQuota(ctx, caller, "sessions"); err != nil {
+	if err := a.withinQuota(ctx, caller, quota.Sessions); err != nil {
 		a.metrics.refused(labels{class: cls.Name, tier: string(cls.Tier), cluster: a.cfg.Cluster}, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
 	}
@@ -106,7 +109,7 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Durat
 	ctx := stream.Context()
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	for {
 		req, err := stream.Recv()
@@ -116,7 +119,7 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Durat
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(renew(withBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId())); err != nil {
+		if err := stream.Send(renew(etcdcall.WithBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId())); err != nil {
 			return err
 		}
 	}
@@ -216,11 +219,11 @@ func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session in
 	}
 	a.observeHeader(resp.Header)
 	if len(resp.Kvs) == 0 {
-		return refusal(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 	}
 	rec, err := decodeSession(resp.Kvs[0].Value)
 	if err != nil || rec.Identity != caller.String() {
-		return refusal(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+		return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
 	}
 	return nil
 }
@@ -230,7 +233,7 @@ func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session in
 func (a *Arbiter) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if err := requireSession(req.GetSessionId()); err != nil {
 		return nil, err

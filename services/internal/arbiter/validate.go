@@ -2,14 +2,12 @@ package arbiter
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/token"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 )
 
@@ -27,11 +25,11 @@ func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRe
 // validateAdmitted serves a ValidateToken admitted as r (see admitter).
 func (a *Arbiter) validateAdmitted(ctx context.Context, r request, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
 	if req.GetToken() == 0 {
-		return nil, invalidArgument("token", "is required: the token the writer presented")
+		return nil, refuse.InvalidArgument("token", "is required: the token the writer presented")
 	}
-	if ns := lockkey.Namespace(r.key); !a.validations.allow(ns) {
+	if ns := lockkey.Namespace(r.key); !a.validations.Allow(ns) {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_RATE_LIMITED)
-		return nil, refusal(codes.ResourceExhausted, lockv1.ErrorReason_RATE_LIMITED,
+		return nil, refuse.With(codes.ResourceExhausted, lockv1.ErrorReason_RATE_LIMITED,
 			"namespace is over its ValidateToken rate; use a conditional write at the resource instead", "namespace", ns)
 	}
 	a.metrics.validated(r.labels)
@@ -71,74 +69,4 @@ func (a *Arbiter) validate(ctx context.Context, key string, t token.Token) (*loc
 		out.State = lockv1.TokenState_TOKEN_STATE_NOT_ISSUED
 	}
 	return out, nil
-}
-
-// maxLimiters caps the namespaces with a limiter of their own. Any
-// authorised caller names namespaces; past the cap (all of them active
-// within a refill period) new ones share overflow.
-const maxLimiters = 4096
-
-// limiters rate-limits a call per namespace. An entry idle for longer
-// than a refill period is full again, the same as a new one, so it is
-// dropped: the map holds only namespaces active within that period.
-type limiters struct {
-	mu    sync.Mutex
-	rate  rate.Limit
-	burst int
-	idle  time.Duration // time to refill a burst from empty
-	by    map[string]*limiter
-	// overflow serves new namespaces while the map is at its cap.
-	overflow  *limiter
-	lastSweep time.Time
-}
-
-type limiter struct {
-	lim  *rate.Limiter
-	used time.Time
-}
-
-func newLimiters(perSecond float64, burst int) *limiters {
-	l := &limiters{rate: rate.Limit(perSecond), burst: burst, by: map[string]*limiter{}}
-	if perSecond > 0 {
-		l.idle = time.Duration(float64(burst) / perSecond * float64(time.Second))
-	}
-	l.overflow = &limiter{lim: rate.NewLimiter(l.rate, l.burst)}
-	return l
-}
-
-func (l *limiters) allow(namespace string) bool {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.by[namespace]
-	if !ok {
-		if len(l.by) >= maxLimiters || now.Sub(l.lastSweep) > l.idle {
-			l.sweep(now)
-		}
-		if len(l.by) < maxLimiters {
-			e = &limiter{lim: rate.NewLimiter(l.rate, l.burst)}
-			l.by[namespace] = e
-		} else {
-			e = l.overflow
-		}
-	}
-	e.used = now
-	return e.lim.AllowN(now, 1)
-}
-
-// sweep drops limiters idle for longer than a refill period.
-func (l *limiters) sweep(now time.Time) {
-	l.lastSweep = now
-	for ns, e := range l.by {
-		if now.Sub(e.used) > l.idle {
-			delete(l.by, ns)
-		}
-	}
-}
-
-// size is the number of namespaces with a limiter of their own.
-func (l *limiters) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.by)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -58,7 +59,7 @@ func (a *Arbiter) withdraw(ctx context.Context, r request, w *waiter, unsure boo
 		if o.unknown {
 			// A handoff whose Txn's outcome is unknown: unless the read
 			// below finds it, the caller must hear "unknown", not CONTENDED.
-			unsure, err = true, refusal(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
+			unsure, err = true, refuse.With(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
 				"the wait ended while a handoff to this session had an unknown outcome; end any hold it may have (Release with any_token)")
 		}
 		break

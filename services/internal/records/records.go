@@ -1,11 +1,14 @@
 // Package records defines the values the arbiter writes at a hold key
-// (/l/<key>) and a session key (/s/<lease>): one definition, which the
-// arbiter encodes and compares and the audit tailer decodes, so the two
-// never drift apart.
+// (/l/<key>), a session key (/s/<lease>) and a force record
+// (/sys/force/<action>): one definition, which the arbiter encodes and
+// compares and the audit tailer decodes, so the two never drift apart. A
+// force record is written by the Admin API (services/internal/arbiter/admin)
+// and read by the lock core, whose keepalives report the holds it ended.
 package records
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -69,4 +72,73 @@ func DecodeSession(b []byte) (Session, error) {
 	var s Session
 	err := json.Unmarshal(b, &s)
 	return s, err
+}
+
+// ForcePrefix is where a force-release writes its record, in the Txn that
+// deletes the holds: /sys/force/<action> on the holds' cluster.
+// ActionPrefix, under it on the coord cluster, is where two-person
+// requests live, so that the Admin API's etcd role (put under /sys/force)
+// covers both; IsForceKey tells them apart.
+const (
+	ForcePrefix  = "/sys/force/"
+	ActionPrefix = ForcePrefix + "req/"
+)
+
+// ForceTTL is how long a force record lives on its cluster, on a lease:
+// long enough for the audit tailer to copy it (ADR-21) and for any holder
+// that was partitioned to hear of it at its next keepalive.
+const ForceTTL = 24 * time.Hour
+
+// ForceKey is the force record of action id, on the ended holds' cluster.
+func ForceKey(id string) string { return ForcePrefix + id }
+
+// ActionKey is two-person request id's key on the coord cluster.
+func ActionKey(id string) string { return ActionPrefix + id }
+
+// IsForceKey tells a force record from a pending action, which lives
+// under the same prefix on the coord cluster.
+func IsForceKey(key string) bool {
+	return strings.HasPrefix(key, ForcePrefix) && !strings.HasPrefix(key, ActionPrefix)
+}
+
+// Force is the value of a force record, put in the Txn that deleted the
+// holds it names. Never a token: a hold's revision is there, as the audit
+// log has it, not its epoch.
+type Force struct {
+	Action    string `json:"action"`
+	Kind      string `json:"kind"`
+	Key       string `json:"key"`
+	Cluster   string `json:"cluster"`
+	Requester string `json:"requester"`
+	Approver  string `json:"approver"`
+	Reason    string `json:"reason"`
+	Class     string `json:"class"`
+	// Enforcement is the class's (fenced, advisory), or "unknown".
+	Enforcement   string       `json:"enforcement"`
+	Identity      string       `json:"identity"`
+	Instance      string       `json:"instance,omitempty"`
+	Session       int64        `json:"session"`
+	RevokeSession bool         `json:"revoke_session,omitempty"`
+	Holds         []ForcedHold `json:"holds"`
+	At            time.Time    `json:"at"`
+}
+
+// ForcedHold is one hold a force-release ended.
+type ForcedHold struct {
+	Key      string `json:"key"`
+	Session  int64  `json:"session"`
+	Revision int64  `json:"revision"`
+}
+
+// Encode is the force record's value.
+func (r Force) Encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// DecodeForce reads a force record's value.
+func DecodeForce(b []byte) (Force, error) {
+	var r Force
+	err := json.Unmarshal(b, &r)
+	return r, err
 }

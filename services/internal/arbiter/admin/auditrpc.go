@@ -1,4 +1,4 @@
-package arbiter
+package admin
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
@@ -28,7 +29,7 @@ const (
 )
 
 // Audit implements adminv1.AdminServiceServer.
-func (s *adminServer) Audit(ctx context.Context, req *adminv1.AuditRequest) (*adminv1.AuditResponse, error) {
+func (s *Server) Audit(ctx context.Context, req *adminv1.AuditRequest) (*adminv1.AuditResponse, error) {
 	r, err := s.auditReader(ctx)
 	if err != nil {
 		return nil, err
@@ -43,21 +44,21 @@ func (s *adminServer) Audit(ctx context.Context, req *adminv1.AuditRequest) (*ad
 	switch {
 	case req.GetKey() != "" && req.GetIdentity() == "" && req.GetNamespace() == "" && req.GetClass() == "":
 		if err := lockkey.Validate(req.GetKey()); err != nil {
-			return nil, invalidArgument("key", err.Error())
+			return nil, refuse.InvalidArgument("key", err.Error())
 		}
 		evs, err = r.ByKey(ctx, req.GetKey(), since, limit+1)
 	case req.GetIdentity() != "" && req.GetKey() == "" && req.GetNamespace() == "" && req.GetClass() == "":
 		if _, perr := spiffeid.FromString(req.GetIdentity()); perr != nil {
-			return nil, invalidArgument("identity", "must be a SPIFFE ID: "+perr.Error())
+			return nil, refuse.InvalidArgument("identity", "must be a SPIFFE ID: "+perr.Error())
 		}
 		evs, err = r.ByIdentity(ctx, req.GetIdentity(), since, limit+1)
 	case req.GetNamespace() != "" && req.GetKey() == "" && req.GetIdentity() == "":
 		if err := lockkey.Validate(req.GetNamespace() + "/x"); err != nil {
-			return nil, invalidArgument("namespace", err.Error())
+			return nil, refuse.InvalidArgument("namespace", err.Error())
 		}
 		evs, err = r.ByNamespaceClass(ctx, req.GetNamespace(), req.GetClass(), since, limit+1)
 	default:
-		return nil, invalidArgument("key", "name exactly one of key, identity or namespace (class goes with namespace)")
+		return nil, refuse.InvalidArgument("key", "name exactly one of key, identity or namespace (class goes with namespace)")
 	}
 	if err != nil {
 		return nil, s.auditFailure(err)
@@ -68,7 +69,7 @@ func (s *adminServer) Audit(ctx context.Context, req *adminv1.AuditRequest) (*ad
 }
 
 // AuditExpiries implements adminv1.AdminServiceServer.
-func (s *adminServer) AuditExpiries(ctx context.Context, req *adminv1.AuditExpiriesRequest) (*adminv1.AuditExpiriesResponse, error) {
+func (s *Server) AuditExpiries(ctx context.Context, req *adminv1.AuditExpiriesRequest) (*adminv1.AuditExpiriesResponse, error) {
 	r, err := s.auditReader(ctx)
 	if err != nil {
 		return nil, err
@@ -97,24 +98,24 @@ func (s *adminServer) AuditExpiries(ctx context.Context, req *adminv1.AuditExpir
 
 // auditReader admits an operator to the audit store. History names every
 // identity's keys, so only operators read it.
-func (s *adminServer) auditReader(ctx context.Context) (audit.Reader, error) {
+func (s *Server) auditReader(ctx context.Context) (audit.Reader, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return nil, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
-	if !s.a.cfg.IsOperator(caller) {
-		return nil, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may read audit history")
+	if !s.cfg.IsOperator(caller) {
+		return nil, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may read audit history")
 	}
-	if s.a.cfg.Audit == nil {
-		return nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+	if s.cfg.Audit == nil {
+		return nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
 			"this arbiter has no audit store (--audit-store): audit history is not available here")
 	}
-	return s.a.cfg.Audit, nil
+	return s.cfg.Audit, nil
 }
 
-func (s *adminServer) auditFailure(err error) error {
-	s.a.log.Warn("audit store query failed", "err", err)
-	return refusal(codes.Unavailable, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "the audit store did not answer: "+err.Error())
+func (s *Server) auditFailure(err error) error {
+	s.log().Warn("audit store query failed", "err", err)
+	return refuse.With(codes.Unavailable, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "the audit store did not answer: "+err.Error())
 }
 
 // auditWindow reads a request's since and limit, with defaults.
@@ -122,7 +123,7 @@ func auditWindow(since *timestamppb.Timestamp, back time.Duration, limit, def in
 	from := time.Now().Add(-back)
 	if since != nil {
 		if err := since.CheckValid(); err != nil {
-			return time.Time{}, 0, invalidArgument("since", err.Error())
+			return time.Time{}, 0, refuse.InvalidArgument("since", err.Error())
 		}
 		from = since.AsTime()
 	}
@@ -130,7 +131,7 @@ func auditWindow(since *timestamppb.Timestamp, back time.Duration, limit, def in
 	case limit == 0:
 		limit = def
 	case limit < 0 || limit > maxAuditLimit:
-		return time.Time{}, 0, invalidArgument("limit", fmt.Sprintf("must be 1 to %d", maxAuditLimit))
+		return time.Time{}, 0, refuse.InvalidArgument("limit", fmt.Sprintf("must be 1 to %d", maxAuditLimit))
 	}
 	return from, int(limit), nil
 }
@@ -176,7 +177,7 @@ type ClassFacts interface {
 }
 
 // Report implements adminv1.AdminServiceServer.
-func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*adminv1.ReportResponse, error) {
+func (s *Server) Report(ctx context.Context, req *adminv1.ReportRequest) (*adminv1.ReportResponse, error) {
 	r, err := s.auditReader(ctx)
 	if err != nil {
 		return nil, err
@@ -216,17 +217,17 @@ func (s *adminServer) Report(ctx context.Context, req *adminv1.ReportRequest) (*
 				KeepalivesEstimated: c.KeepalivesEstimated})
 		}
 	default:
-		return nil, invalidArgument("kind", "must be register, contention or cost")
+		return nil, refuse.InvalidArgument("kind", "must be register, contention or cost")
 	}
 	return out, nil
 }
 
 // register lists every class the registry knows, with its grants, and any
 // class with grants it no longer knows.
-func (s *adminServer) register(grants map[string]int64) []*adminv1.RegisterRow {
+func (s *Server) register(grants map[string]int64) []*adminv1.RegisterRow {
 	var out []*adminv1.RegisterRow
 	seen := map[string]bool{}
-	if f, ok := s.a.cfg.Classes.(ClassFacts); ok {
+	if f, ok := s.cfg.Classes.(ClassFacts); ok {
 		for _, c := range f.ClassFacts() {
 			row := &adminv1.RegisterRow{Class: c.Name, Namespace: c.Namespace, Enforcement: c.Enforcement,
 				Purpose: c.Purpose, RiskOwner: c.RiskOwner, Grants: grants[c.Name]}

@@ -1,4 +1,10 @@
-package arbiter
+// Package quota enforces each identity's quotas (live sessions and live
+// holds across a region's clusters) for the lock core: a Gate per
+// cluster's arbiter follows that cluster's records into a Usage the
+// region's arbiters share, and refuses a new session or hold past the
+// caller's limit. The lock core knows it only as a small interface
+// (Run, Ready, Check). Rates limits a call per namespace (ValidateToken).
+package quota
 
 import (
 	"context"
@@ -9,6 +15,8 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,13 +35,13 @@ type Quotas interface {
 	LimitsFor(id spiffeid.ID) Limits
 }
 
-// usage counts live sessions and holds per identity, as the clusters
+// Usage counts live sessions and holds per identity, as the clusters
 // report them: a full read, then a watch whose events carry the previous
 // record, so expiries and other arbiters' grants count too. Far below a
 // limit the watched count is enough; near it, exact asks every watch for a
 // progress notification and waits for it, so the count includes every
 // write committed before the check.
-type usage struct {
+type Usage struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when a follower reports
 	// by cluster, then identity: a cluster re-read replaces its own part.
@@ -44,12 +52,13 @@ type usage struct {
 }
 
 type follower struct {
-	etcd Etcd
+	etcd etcdcall.Etcd
 	seen int64 // the revision the counts are complete to
 }
 
-func newUsage() *usage {
-	return &usage{changed: make(chan struct{}), sessions: map[string]map[string]int{}, holds: map[string]map[string]int{},
+// NewUsage is a Usage counting nothing yet.
+func NewUsage() *Usage {
+	return &Usage{changed: make(chan struct{}), sessions: map[string]map[string]int{}, holds: map[string]map[string]int{},
 		followers: map[string]*follower{}}
 }
 
@@ -59,7 +68,7 @@ func usageStream(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "lockplane-watch", "quota-usage")
 }
 
-func (u *usage) count(of map[string]map[string]int, id string) int {
+func (u *Usage) count(of map[string]map[string]int, id string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := 0
@@ -71,7 +80,7 @@ func (u *usage) count(of map[string]map[string]int, id string) int {
 
 // follow registers a watch etcd has created, replacing its part of the
 // counts with the read the watch continues from.
-func (u *usage) follow(name string, etcd Etcd, of map[string]map[string]int, cluster string, counts map[string]int, read int64) {
+func (u *Usage) follow(name string, etcd etcdcall.Etcd, of map[string]map[string]int, cluster string, counts map[string]int, read int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	of[cluster] = counts
@@ -81,7 +90,7 @@ func (u *usage) follow(name string, etcd Etcd, of map[string]map[string]int, clu
 }
 
 // following waits until the named followers run.
-func (u *usage) following(ctx context.Context, names ...string) error {
+func (u *Usage) following(ctx context.Context, names ...string) error {
 	for {
 		u.mu.Lock()
 		missing, ch := 0, u.changed
@@ -102,13 +111,13 @@ func (u *usage) following(ctx context.Context, names ...string) error {
 	}
 }
 
-func (u *usage) unfollow(name string) {
+func (u *Usage) unfollow(name string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	delete(u.followers, name)
 }
 
-func (u *usage) apply(name string, of map[string]map[string]int, cluster string, deltas map[string]int, rev int64) {
+func (u *Usage) apply(name string, of map[string]map[string]int, cluster string, deltas map[string]int, rev int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if of[cluster] == nil {
@@ -129,9 +138,9 @@ func (u *usage) apply(name string, of map[string]map[string]int, cluster string,
 // exact waits until every follower has seen its cluster's revision as of
 // the call (read linearizably), asking for progress notifications: the
 // counts then include every write committed before it.
-func (u *usage) exact(ctx context.Context) error {
+func (u *Usage) exact(ctx context.Context) error {
 	u.mu.Lock()
-	clients := map[Etcd][]string{}
+	clients := map[etcdcall.Etcd][]string{}
 	for name, f := range u.followers {
 		clients[f.etcd] = append(clients[f.etcd], name)
 	}
@@ -195,13 +204,39 @@ func identityOf(raw []byte) string {
 	return r.Identity
 }
 
-// followUsage keeps u's counts of the records under prefix on this
+// Config is one cluster's Gate.
+type Config struct {
+	// Quotas says each identity's limits; none (every Check passes, Run
+	// follows nothing) when nil.
+	Quotas Quotas
+	// Usage is the counts the gate follows into and checks: one per
+	// region, shared by a Router's arbiters, as limits span its clusters.
+	Usage *Usage
+	// Cluster names the cluster; Etcd is it, as the lock path's user.
+	Cluster string
+	Etcd    etcdcall.Etcd
+	// Shard marks an entity shard, whose session records are shard leases
+	// of coord sessions, counted on the coord cluster.
+	Shard bool
+	// Bound bounds every etcd call and logs; PollInterval spaces the
+	// retries of a follow that failed.
+	Bound        etcdcall.Bound
+	PollInterval time.Duration
+}
+
+// Gate enforces Quotas on one cluster's arbiter.
+type Gate struct{ cfg Config }
+
+// New is the Gate of cfg.
+func New(cfg Config) *Gate { return &Gate{cfg: cfg} }
+
+// follow keeps the shared counts of the records under prefix on g's
 // cluster current until ctx ends.
-func (a *Arbiter) followUsage(ctx context.Context, prefix string, of map[string]map[string]int) {
-	u, name := a.usage, a.cfg.Cluster+prefix
+func (g *Gate) follow(ctx context.Context, prefix string, of map[string]map[string]int) {
+	u, name := g.cfg.Usage, g.cfg.Cluster+prefix
 	for ctx.Err() == nil {
-		octx, cancel := a.opCtx(ctx)
-		resp, err := a.etcd.Get(octx, prefix, clientv3.WithPrefix())
+		octx, cancel := g.cfg.Bound.Ctx(ctx)
+		resp, err := g.cfg.Etcd.Get(octx, prefix, clientv3.WithPrefix())
 		cancel()
 		if err == nil {
 			counts := map[string]int{}
@@ -213,13 +248,13 @@ func (a *Arbiter) followUsage(ctx context.Context, prefix string, of map[string]
 			// progress request only once the store has reached every
 			// watch's start. Events of that revision are in the read.
 			read := resp.Header.Revision
-			for wr := range a.etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(read), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()) {
+			for wr := range g.cfg.Etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(read), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()) {
 				if wr.Err() != nil {
 					break
 				}
 				if wr.Created {
 					// Progress requests need the stream: count from now on.
-					u.follow(name, a.etcd, of, a.cfg.Cluster, counts, read)
+					u.follow(name, g.cfg.Etcd, of, g.cfg.Cluster, counts, read)
 					continue
 				}
 				deltas := map[string]int{}
@@ -236,72 +271,89 @@ func (a *Arbiter) followUsage(ctx context.Context, prefix string, of map[string]
 						deltas[identityOf(ev.Kv.Value)]++
 					}
 				}
-				u.apply(name, of, a.cfg.Cluster, deltas, wr.Header.Revision)
+				u.apply(name, of, g.cfg.Cluster, deltas, wr.Header.Revision)
 			}
 			cancel()
 			u.unfollow(name)
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(a.cfg.PollInterval):
+		case <-time.After(g.cfg.PollInterval):
 		}
 	}
 }
 
-// usageFollowers names this arbiter's followers.
-func (a *Arbiter) usageFollowers() []string {
-	if a.cfg.Quotas == nil {
+// followers names g's followers.
+func (g *Gate) followers() []string {
+	if g.cfg.Quotas == nil {
 		return nil
 	}
-	if a.shardOf {
-		return []string{a.cfg.Cluster + lockkey.HoldPrefix}
+	if g.cfg.Shard {
+		return []string{g.cfg.Cluster + lockkey.HoldPrefix}
 	}
-	return []string{a.cfg.Cluster + lockkey.SessionPrefix, a.cfg.Cluster + lockkey.HoldPrefix}
+	return []string{g.cfg.Cluster + lockkey.SessionPrefix, g.cfg.Cluster + lockkey.HoldPrefix}
 }
 
-// runUsage follows this cluster's sessions (unless they are shard leases,
-// counted on the coord cluster) and holds.
-func (a *Arbiter) runUsage(ctx context.Context) {
-	if a.cfg.Quotas == nil {
+// Run follows g's cluster's sessions (unless they are shard leases,
+// counted on the coord cluster) and holds until ctx ends.
+func (g *Gate) Run(ctx context.Context) {
+	if g.cfg.Quotas == nil {
 		return
 	}
 	var wg sync.WaitGroup
-	if !a.shardOf {
-		wg.Go(func() { a.followUsage(ctx, lockkey.SessionPrefix, a.usage.sessions) })
+	if !g.cfg.Shard {
+		wg.Go(func() { g.follow(ctx, lockkey.SessionPrefix, g.cfg.Usage.sessions) })
 	}
-	wg.Go(func() { a.followUsage(ctx, lockkey.HoldPrefix, a.usage.holds) })
+	wg.Go(func() { g.follow(ctx, lockkey.HoldPrefix, g.cfg.Usage.holds) })
 	wg.Wait()
 }
 
-// withinQuota refuses a new session or hold past the caller's limit with
+// Ready waits until g's cluster's counts are followed (at once without
+// Quotas).
+func (g *Gate) Ready(ctx context.Context) error {
+	return g.cfg.Usage.following(ctx, g.followers()...)
+}
+
+// What names what a quota limits: the live sessions or the live holds of
+// an identity.
+type What string
+
+// The two quotas.
+const (
+	Sessions What = "sessions"
+	Holds    What = "holds"
+)
+
+// Check refuses a new session or hold past the caller's limit with
 // RESOURCE_EXHAUSTED, naming the limit.
-func (a *Arbiter) withinQuota(ctx context.Context, caller spiffeid.ID, what string) error {
-	if a.cfg.Quotas == nil {
+func (g *Gate) Check(ctx context.Context, caller spiffeid.ID, what What) error {
+	if g.cfg.Quotas == nil {
 		return nil
 	}
-	lim := a.cfg.Quotas.LimitsFor(caller)
-	max, of := lim.Holds, a.usage.holds
-	if what == "sessions" {
-		max, of = lim.Sessions, a.usage.sessions
+	lim := g.cfg.Quotas.LimitsFor(caller)
+	u := g.cfg.Usage
+	max, of := lim.Holds, u.holds
+	if what == Sessions {
+		max, of = lim.Sessions, u.sessions
 	}
 	if max <= 0 {
 		return nil
 	}
-	n := a.usage.count(of, caller.String())
+	n := u.count(of, caller.String())
 	if n >= max*3/4-1 {
 		// Near the limit: count every write committed before this check.
-		ectx, cancel := context.WithDeadline(ctx, a.opDeadline(ctx))
-		err := a.usage.exact(ectx)
+		ectx, cancel := context.WithDeadline(ctx, g.cfg.Bound.Deadline(ctx))
+		err := u.exact(ectx)
 		cancel()
 		if err != nil {
-			a.log.Warn("quota usage not confirmed; checking the watched count", "err", err)
+			g.cfg.Bound.Logger.Warn("quota usage not confirmed; checking the watched count", "err", err)
 		}
-		n = a.usage.count(of, caller.String())
+		n = u.count(of, caller.String())
 	}
 	if n >= max {
-		return refusal(codes.ResourceExhausted, lockv1.ErrorReason_QUOTA_EXCEEDED,
+		return refuse.With(codes.ResourceExhausted, lockv1.ErrorReason_QUOTA_EXCEEDED,
 			fmt.Sprintf("identity %s has %d live %s; its quota (LockGrant spec.quota.%s) is %d", caller, n, what, what, max),
-			"limit", what, "quota", strconv.Itoa(max))
+			"limit", string(what), "quota", strconv.Itoa(max))
 	}
 	return nil
 }

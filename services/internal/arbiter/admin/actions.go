@@ -1,4 +1,4 @@
-package arbiter
+package admin
 
 import (
 	"context"
@@ -11,11 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockplane/lockplane/services/audit"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
+	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,15 +29,10 @@ import (
 
 // Two-person actions (ADR-20, ADR-03). One operator requests, a different
 // one approves; both are signed in (operator.go). A request is a record
-// on the coord cluster under actionPrefix, on a lease of cfg.ActionTTL, so
-// an unanswered request is forgotten by etcd itself. Force-release and
+// on the coord cluster under records.ActionPrefix, on a lease of
+// Config.ActionTTL, so an unanswered request is forgotten by etcd itself. Force-release and
 // epoch advance share this storage and these steps; only what approval
 // carries out differs (approveForce, approveAdvance).
-
-// actionPrefix is where requests live on the coord cluster. Under
-// /sys/force/ so the Admin API's etcd role (put under /sys/force) covers
-// them; force records are told apart by isForceRecord.
-const actionPrefix = audit.ForcePrefix + "req/"
 
 // The kinds and states of an action.
 const (
@@ -125,11 +122,6 @@ func (r actionRecord) encode() string {
 	return string(b)
 }
 
-func actionKey(id string) string { return actionPrefix + id }
-
-// forceKey is the force record of action id, on the ended holds' cluster.
-func forceKey(id string) string { return audit.ForcePrefix + id }
-
 func newActionID() string {
 	b := make([]byte, actionIDLen/2)
 	rand.Read(b)
@@ -138,17 +130,17 @@ func newActionID() string {
 
 func validActionID(id string) error {
 	if len(id) != actionIDLen || strings.Trim(id, "0123456789abcdef") != "" {
-		return invalidArgument("id", fmt.Sprintf("must be the %d hex characters a request printed", actionIDLen))
+		return refuse.InvalidArgument("id", fmt.Sprintf("must be the %d hex characters a request printed", actionIDLen))
 	}
 	return nil
 }
 
 func stale(cause, msg string, meta ...string) error {
-	return refusal(codes.FailedPrecondition, lockv1.ErrorReason_ACTION_STALE, msg, append([]string{"cause", cause}, meta...)...)
+	return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ACTION_STALE, msg, append([]string{"cause", cause}, meta...)...)
 }
 
 // RequestForceRelease implements adminv1.AdminServiceServer.
-func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.RequestForceReleaseRequest) (*adminv1.RequestForceReleaseResponse, error) {
+func (s *Server) RequestForceRelease(ctx context.Context, req *adminv1.RequestForceReleaseRequest) (*adminv1.RequestForceReleaseResponse, error) {
 	op, err := s.signedInOperator(ctx)
 	if err != nil {
 		return nil, err
@@ -157,7 +149,7 @@ func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.Requ
 		return nil, err
 	}
 	if err := lockkey.Validate(req.GetKey()); err != nil {
-		return nil, invalidArgument("key", err.Error())
+		return nil, refuse.InvalidArgument("key", err.Error())
 	}
 	a, kv, err := s.findHold(ctx, req.GetKey())
 	if err != nil {
@@ -172,22 +164,22 @@ func (s *adminServer) RequestForceRelease(ctx context.Context, req *adminv1.Requ
 		if rec.SessionHolds, err = s.sessionHolds(ctx, a, hold.Session); err != nil {
 			return nil, err
 		}
-		if n := len(rec.SessionHolds); n > maxRevokedHolds {
-			return nil, invalidArgument("revoke_session", fmt.Sprintf("session %d holds %d locks on cluster %s; one force-release can end at most %d "+
+		if n := len(rec.SessionHolds); n > MaxRevokedHolds {
+			return nil, refuse.InvalidArgument("revoke_session", fmt.Sprintf("session %d holds %d locks on cluster %s; one force-release can end at most %d "+
 				"(its Txn compares each hold twice, and etcd's max-txn-ops is %d): force-release the holds one by one, without --revoke-session",
-				hold.Session, n, hold.Cluster, maxRevokedHolds, maxTxnOps))
+				hold.Session, n, hold.Cluster, MaxRevokedHolds, maxTxnOps))
 		}
 	}
 	if err := s.store(ctx, &rec); err != nil {
 		return nil, err
 	}
-	s.a.log.Info("force-release requested", "action", rec.ID, "key", hold.Key, "cluster", hold.Cluster, "holder", hold.Identity,
+	s.log().Info("force-release requested", "action", rec.ID, "key", hold.Key, "cluster", hold.Cluster, "holder", hold.Identity,
 		"class", hold.Class, "enforcement", hold.Enforcement, "revoke_session", rec.RevokeSession, "by", op.String(), "reason", rec.Reason)
 	return &adminv1.RequestForceReleaseResponse{Action: rec.proto()}, nil
 }
 
 // RequestEpochAdvance implements adminv1.AdminServiceServer.
-func (s *adminServer) RequestEpochAdvance(ctx context.Context, req *adminv1.RequestEpochAdvanceRequest) (*adminv1.RequestEpochAdvanceResponse, error) {
+func (s *Server) RequestEpochAdvance(ctx context.Context, req *adminv1.RequestEpochAdvanceRequest) (*adminv1.RequestEpochAdvanceResponse, error) {
 	op, err := s.signedInOperator(ctx)
 	if err != nil {
 		return nil, err
@@ -201,7 +193,7 @@ func (s *adminServer) RequestEpochAdvance(ctx context.Context, req *adminv1.Requ
 		return nil, err
 	}
 	rec := actionRecord{Kind: kindEpochAdvance, Requester: op, Reason: adv.GetReason(),
-		Advance: &advanceArgs{Cluster: a.cfg.Cluster, Expected: adv.GetExpectedEpoch(), Reason: adv.GetReason()}}
+		Advance: &advanceArgs{Cluster: a.Name(), Expected: adv.GetExpectedEpoch(), Reason: adv.GetReason()}}
 	if adv.Above != nil {
 		above := adv.GetAbove()
 		rec.Advance.Above = &above
@@ -209,7 +201,7 @@ func (s *adminServer) RequestEpochAdvance(ctx context.Context, req *adminv1.Requ
 	if err := s.store(ctx, &rec); err != nil {
 		return nil, err
 	}
-	s.a.log.Info("epoch advance requested", "action", rec.ID, "cluster", a.cfg.Cluster, "expected", rec.Advance.Expected, "by", op.String(), "reason", rec.Reason)
+	s.log().Info("epoch advance requested", "action", rec.ID, "cluster", a.Name(), "expected", rec.Advance.Expected, "by", op.String(), "reason", rec.Reason)
 	return &adminv1.RequestEpochAdvanceResponse{Action: rec.proto()}, nil
 }
 
@@ -217,22 +209,22 @@ func (s *adminServer) RequestEpochAdvance(ctx context.Context, req *adminv1.Requ
 // operations of a branch, one Txn may have.
 const maxTxnOps = 128
 
-// maxRevokedHolds is the most holds a revoke_session force-release ends:
+// MaxRevokedHolds is the most holds a revoke_session force-release ends:
 // its Txn compares the force record and each hold's revision and value.
-const maxRevokedHolds = (maxTxnOps - 1) / 2
+const MaxRevokedHolds = (maxTxnOps - 1) / 2
 
 func requireReason(r string) error {
 	switch {
 	case strings.TrimSpace(r) == "":
-		return invalidArgument("reason", "is required: why, for the approver and the audit record")
+		return refuse.InvalidArgument("reason", "is required: why, for the approver and the audit record")
 	case len(r) > maxReason:
-		return invalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
+		return refuse.InvalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
 	}
 	// A reason is printed to the other operator's terminal: a control
 	// character could move the cursor, rewrite lines or hide a warning.
 	for i, c := range r {
 		if isControl(c) {
-			return invalidArgument("reason", fmt.Sprintf("must not hold control characters (C0, DEL, C1) other than newline: U+%04X at byte %d", c, i))
+			return refuse.InvalidArgument("reason", fmt.Sprintf("must not hold control characters (C0, DEL, C1) other than newline: U+%04X at byte %d", c, i))
 		}
 	}
 	return nil
@@ -245,26 +237,26 @@ func isControl(c rune) bool {
 
 // store gives rec an ID and puts it, pending, on a lease of ActionTTL on
 // the coord cluster.
-func (s *adminServer) store(ctx context.Context, rec *actionRecord) error {
-	coord := s.a
-	ttl := coord.cfg.ActionTTL
+func (s *Server) store(ctx context.Context, rec *actionRecord) error {
+	coord := s.coord
+	ttl := s.cfg.ActionTTL
 	rec.ID, rec.State = newActionID(), statePending
 	rec.RequestedAt = time.Now().UTC()
 	rec.ExpiresAt = rec.RequestedAt.Add(ttl)
-	octx, cancel := coord.opCtx(ctx)
+	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
-	lease, err := coord.admin.Grant(octx, int64(ttl/time.Second))
+	lease, err := coord.Etcd().Grant(octx, int64(ttl/time.Second))
 	if err != nil {
-		return coord.etcdFailure(ctx, err)
+		return s.cfg.Bound.Failure(ctx, err)
 	}
-	put, err := coord.admin.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(actionKey(rec.ID)), "=", 0)).
-		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithLease(lease.ID))).Commit()
+	put, err := coord.Etcd().Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(records.ActionKey(rec.ID)), "=", 0)).
+		Then(clientv3.OpPut(records.ActionKey(rec.ID), rec.encode(), clientv3.WithLease(lease.ID))).Commit()
 	if err != nil || !put.Succeeded {
-		coord.discardAdminLease(lease.ID)
+		coord.DiscardLease(lease.ID)
 		if err == nil {
 			err = errors.New("action ID collision")
 		}
-		return coord.etcdFailure(ctx, err)
+		return s.cfg.Bound.Failure(ctx, err)
 	}
 	return nil
 }
@@ -272,37 +264,37 @@ func (s *adminServer) store(ctx context.Context, rec *actionRecord) error {
 // findHold finds key's hold on whichever of this arbiter's clusters has
 // it: its class's tier and the shard map say where it should be, but the
 // hold is what is to end, wherever it is.
-func (s *adminServer) findHold(ctx context.Context, key string) (*Arbiter, *mvccpb.KeyValue, error) {
+func (s *Server) findHold(ctx context.Context, key string) (Cluster, *mvccpb.KeyValue, error) {
 	var (
-		found   *Arbiter
+		found   Cluster
 		kv      *mvccpb.KeyValue
 		holders []string
 	)
 	for _, a := range s.all() {
-		octx, cancel := a.opCtx(ctx)
-		resp, err := a.admin.Get(octx, lockkey.HoldKey(key))
+		octx, cancel := s.cfg.Bound.Ctx(ctx)
+		resp, err := a.Etcd().Get(octx, lockkey.HoldKey(key))
 		cancel()
 		if err != nil {
-			return nil, nil, a.etcdFailure(ctx, err)
+			return nil, nil, s.cfg.Bound.Failure(ctx, err)
 		}
 		if len(resp.Kvs) > 0 {
-			found, kv, holders = a, resp.Kvs[0], append(holders, a.cfg.Cluster)
+			found, kv, holders = a, resp.Kvs[0], append(holders, a.Name())
 		}
 	}
 	switch len(holders) {
 	case 0:
-		return nil, nil, refusal(codes.NotFound, lockv1.ErrorReason_INVALID_ARGUMENT, "key "+key+" is not held on any cluster this arbiter serves: nothing to release",
+		return nil, nil, refuse.With(codes.NotFound, lockv1.ErrorReason_INVALID_ARGUMENT, "key "+key+" is not held on any cluster this arbiter serves: nothing to release",
 			"field", "key")
 	case 1:
 		return found, kv, nil
 	}
-	return nil, nil, refusal(codes.FailedPrecondition, lockv1.ErrorReason_INVALID_ARGUMENT,
+	return nil, nil, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_INVALID_ARGUMENT,
 		fmt.Sprintf("key %s is held on more than one cluster (%v), which only a range move in progress explains: wait for it to finish", key, holders), "field", "key")
 }
 
 // all is the coord cluster's arbiter and the entity shards', sorted.
-func (s *adminServer) all() []*Arbiter {
-	out := []*Arbiter{s.a}
+func (s *Server) all() []Cluster {
+	out := []Cluster{s.coord}
 	for _, name := range s.shardNames() {
 		out = append(out, s.shards[name])
 	}
@@ -310,19 +302,19 @@ func (s *adminServer) all() []*Arbiter {
 }
 
 // fact is what an operator is shown of the hold kv of key on a's cluster.
-func (s *adminServer) fact(a *Arbiter, key string, kv *mvccpb.KeyValue) (holdFact, error) {
-	h, err := decodeHold(kv.Value)
+func (s *Server) fact(a Cluster, key string, kv *mvccpb.KeyValue) (holdFact, error) {
+	h, err := records.DecodeHold(kv.Value)
 	if err != nil {
-		return holdFact{}, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable hold record for key "+key)
+		return holdFact{}, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable hold record for key "+key)
 	}
-	return holdFact{Key: key, Cluster: a.cfg.Cluster, Identity: h.Identity, Instance: h.Instance, Session: kv.Lease,
+	return holdFact{Key: key, Cluster: a.Name(), Identity: h.Identity, Instance: h.Instance, Session: kv.Lease,
 		Class: h.Class, Enforcement: s.enforcement(h.Class), Revision: kv.ModRevision, Since: h.Since, Value: string(kv.Value)}, nil
 }
 
 // enforcement is the class's, from the policy set: fenced or advisory;
 // "" for a class the registry reports no facts of.
-func (s *adminServer) enforcement(class string) string {
-	if f, ok := s.a.cfg.Classes.(ClassFacts); ok {
+func (s *Server) enforcement(class string) string {
+	if f, ok := s.cfg.Classes.(ClassFacts); ok {
 		for _, c := range f.ClassFacts() {
 			if c.Name == class {
 				return c.Enforcement
@@ -334,12 +326,12 @@ func (s *adminServer) enforcement(class string) string {
 
 // sessionHolds are the holds on session's lease on a's cluster, from the
 // keys etcd has attached to the lease.
-func (s *adminServer) sessionHolds(ctx context.Context, a *Arbiter, session int64) ([]holdFact, error) {
-	octx, cancel := a.opCtx(ctx)
+func (s *Server) sessionHolds(ctx context.Context, a Cluster, session int64) ([]holdFact, error) {
+	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
-	ttl, err := a.admin.TimeToLive(octx, clientv3.LeaseID(session), clientv3.WithAttachedKeys())
+	ttl, err := a.Etcd().TimeToLive(octx, clientv3.LeaseID(session), clientv3.WithAttachedKeys())
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
+		return nil, s.cfg.Bound.Failure(ctx, err)
 	}
 	var gets []clientv3.Op
 	for _, k := range ttl.Keys {
@@ -350,9 +342,9 @@ func (s *adminServer) sessionHolds(ctx context.Context, a *Arbiter, session int6
 	if len(gets) == 0 {
 		return nil, nil
 	}
-	resp, err := a.admin.Txn(octx).Then(gets...).Commit()
+	resp, err := a.Etcd().Txn(octx).Then(gets...).Commit()
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
+		return nil, s.cfg.Bound.Failure(ctx, err)
 	}
 	var out []holdFact
 	for _, r := range resp.Responses {
@@ -373,36 +365,36 @@ func (s *adminServer) sessionHolds(ctx context.Context, a *Arbiter, session int6
 
 // load reads action id: its record and revision. NOT_FOUND once its
 // lease has ended.
-func (s *adminServer) load(ctx context.Context, id string) (actionRecord, int64, error) {
+func (s *Server) load(ctx context.Context, id string) (actionRecord, int64, error) {
 	if err := validActionID(id); err != nil {
 		return actionRecord{}, 0, err
 	}
-	octx, cancel := s.a.opCtx(ctx)
+	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
-	resp, err := s.a.admin.Get(octx, actionKey(id))
+	resp, err := s.coord.Etcd().Get(octx, records.ActionKey(id))
 	if err != nil {
-		return actionRecord{}, 0, s.a.etcdFailure(ctx, err)
+		return actionRecord{}, 0, s.cfg.Bound.Failure(ctx, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return actionRecord{}, 0, refusal(codes.NotFound, lockv1.ErrorReason_ACTION_STALE,
-			"no request "+id+": it has expired (requests live "+s.a.cfg.ActionTTL.String()+") or never existed; request again", "cause", "action_expired")
+		return actionRecord{}, 0, refuse.With(codes.NotFound, lockv1.ErrorReason_ACTION_STALE,
+			"no request "+id+": it has expired (requests live "+s.cfg.ActionTTL.String()+") or never existed; request again", "cause", "action_expired")
 	}
 	var rec actionRecord
 	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
-		return actionRecord{}, 0, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable request "+id)
+		return actionRecord{}, 0, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable request "+id)
 	}
 	return rec, resp.Kvs[0].ModRevision, nil
 }
 
 // decide moves action rec, read at rev, to its next state, if no one
 // else has decided it since; the record keeps its lease.
-func (s *adminServer) decide(ctx context.Context, rec actionRecord, rev int64) (int64, error) {
-	octx, cancel := s.a.opCtx(ctx)
+func (s *Server) decide(ctx context.Context, rec actionRecord, rev int64) (int64, error) {
+	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
-	resp, err := s.a.admin.Txn(octx).If(claimCompare(rec.ID, rev)...).
-		Then(clientv3.OpPut(actionKey(rec.ID), rec.encode(), clientv3.WithIgnoreLease())).Commit()
+	resp, err := s.coord.Etcd().Txn(octx).If(claimCompare(rec.ID, rev)...).
+		Then(clientv3.OpPut(records.ActionKey(rec.ID), rec.encode(), clientv3.WithIgnoreLease())).Commit()
 	if err != nil {
-		return 0, s.a.etcdFailure(ctx, err)
+		return 0, s.cfg.Bound.Failure(ctx, err)
 	}
 	if !resp.Succeeded {
 		return 0, stale("action_changed", "request "+rec.ID+" was decided or expired meanwhile: lockctl force-release show "+rec.ID)
@@ -414,7 +406,7 @@ func (s *adminServer) decide(ctx context.Context, rec actionRecord, rev int64) (
 // revision it was read at. A var so that tests can show a broken variant
 // let two decisions both win.
 var claimCompare = func(id string, rev int64) []clientv3.Cmp {
-	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(actionKey(id)), "=", rev)}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(records.ActionKey(id)), "=", rev)}
 }
 
 // pending checks action rec may be decided by op now.
@@ -432,7 +424,7 @@ func pending(rec actionRecord, op Operator, verb string) error {
 	case !time.Now().Before(rec.ExpiresAt):
 		return stale("action_expired", fmt.Sprintf("request %s expired at %s; request again", rec.ID, rec.ExpiresAt.Format(time.RFC3339)))
 	case !twoPersonRule(rec.Requester, op):
-		return refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+		return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
 			fmt.Sprintf("request %s was made by %s: a different operator must %s it (two-person rule, ADR-20)", rec.ID, rec.Requester.String(), verb),
 			"cause", "same_operator")
 	}
@@ -453,7 +445,7 @@ var twoPersonRule = func(requester, approver Operator) bool { return !requester.
 // longer applies; nothing was changed), or pending again when etcd could
 // not be reached and reading back showed nothing done. When even the
 // read-back fails it stays executing, and reconcile settles it later.
-func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRequest) (*adminv1.ApproveActionResponse, error) {
+func (s *Server) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRequest) (*adminv1.ApproveActionResponse, error) {
 	op, err := s.signedInOperator(ctx)
 	if err != nil {
 		return nil, err
@@ -466,7 +458,7 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 	if err := pending(rec, op, "approve"); err != nil {
 		return nil, err
 	}
-	s.a.actionLoadedHook(rec.ID)
+	s.actionLoadedHook(rec.ID)
 	before := rec
 	now := time.Now().UTC()
 	rec.State, rec.DecidedBy, rec.DecidedAt, rec.ClaimedAt = stateExecuting, &op, now, now
@@ -474,7 +466,7 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 	if err != nil {
 		return nil, err
 	}
-	if s.a.actionClaimedHook(rec.ID) {
+	if s.actionClaimedHook(rec.ID) {
 		return nil, status.Error(codes.Aborted, "the approval stopped after its claim (test hook)")
 	}
 	wctx, cancel := s.workCtx(ctx)
@@ -492,7 +484,7 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 			res = &actionResult{Revision: out.EpochAdvance.GetRevision(), Epoch: out.EpochAdvance.GetEpoch()}
 		}
 	default:
-		err = refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
+		err = refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
 	}
 	next := rec
 	var u unsettled
@@ -500,7 +492,7 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 	case err == nil:
 		next.State, next.Result = stateApproved, res
 	case errors.As(err, &u):
-		s.a.log.Error("approval's outcome unknown: the request stays executing until it is read back", "action", rec.ID, "err", u.error)
+		s.log().Error("approval's outcome unknown: the request stays executing until it is read back", "action", rec.ID, "err", u.error)
 		return nil, u.error
 	case precondition(err):
 		next.State, next.DecisionReason = stateFailed, reasonText(err)
@@ -509,7 +501,7 @@ func (s *adminServer) ApproveAction(ctx context.Context, req *adminv1.ApproveAct
 		next = before
 	}
 	if _, derr := s.decide(wctx, next, claimed); derr != nil {
-		s.a.log.Error("approved request's outcome not recorded; reconcile records it", "action", rec.ID, "state", next.State, "err", derr)
+		s.log().Error("approved request's outcome not recorded; reconcile records it", "action", rec.ID, "state", next.State, "err", derr)
 	}
 	if err != nil {
 		return nil, err
@@ -527,25 +519,25 @@ func (u unsettled) Unwrap() error { return u.error }
 // workTimeout bounds all an approval does once it has claimed its
 // request: the reads, the Txn, reading back, the session revoke and the
 // record of the outcome, or an epoch advance (advanceEpoch).
-func (s *adminServer) workTimeout() time.Duration {
-	return time.Duration(10+len(s.shards)) * s.a.cfg.OpTimeout
+func (s *Server) workTimeout() time.Duration {
+	return time.Duration(10+len(s.shards)) * s.cfg.Bound.Timeout
 }
 
 // workCtx is ctx without its cancellation and with a fresh budget of
 // workTimeout: an approval that has claimed its request runs to a known
 // outcome even if its caller goes, or its own budget went on verifying
 // the operator's token.
-func (s *adminServer) workCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Server) workCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := s.workTimeout()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
-	return withBudget(wctx, time.Now().Add(d)), cancel
+	return etcdcall.WithBudget(wctx, time.Now().Add(d)), cancel
 }
 
 // claimBound is how old a claim may be before reconcile, finding nothing
 // done, puts the request back to pending: past the approval's own
 // deadline (workTimeout) and one more call, its approver has stopped. A
 // var so that tests need not wait that long.
-var claimBound = func(s *adminServer) time.Duration { return s.workTimeout() + s.a.cfg.OpTimeout }
+var claimBound = func(s *Server) time.Duration { return s.workTimeout() + s.cfg.Bound.Timeout }
 
 // reconcile settles a request left executing, by an approval that stopped
 // between its claim and recording the outcome, from what is in etcd: the
@@ -557,13 +549,13 @@ var claimBound = func(s *adminServer) time.Duration { return s.workTimeout() + s
 // run of an action commit, and a second approval then finds the first's
 // record and reports it. Otherwise, or when etcd cannot say, it is left
 // as it is.
-func (s *adminServer) reconcile(ctx context.Context, rec actionRecord, rev int64) (actionRecord, int64) {
+func (s *Server) reconcile(ctx context.Context, rec actionRecord, rev int64) (actionRecord, int64) {
 	if rec.State != stateExecuting {
 		return rec, rev
 	}
 	res, done, err := s.outcome(ctx, rec)
 	if err != nil {
-		s.a.log.Warn("executing request not reconciled", "action", rec.ID, "err", err)
+		s.log().Warn("executing request not reconciled", "action", rec.ID, "err", err)
 		return rec, rev
 	}
 	next := rec
@@ -583,24 +575,24 @@ func (s *adminServer) reconcile(ctx context.Context, rec actionRecord, rev int64
 		}
 		return rec, rev
 	}
-	s.a.log.Warn("executing request reconciled", "action", rec.ID, "state", next.State)
+	s.log().Warn("executing request reconciled", "action", rec.ID, "state", next.State)
 	return next, nrev
 }
 
 // outcome reads back whether action rec was carried out: its force record
 // on the holds' cluster, or the epoch record its advance wrote.
-func (s *adminServer) outcome(ctx context.Context, rec actionRecord) (*actionResult, bool, error) {
+func (s *Server) outcome(ctx context.Context, rec actionRecord) (*actionResult, bool, error) {
 	switch rec.Kind {
 	case kindForceRelease:
 		a, err := s.cluster(rec.Hold.Cluster)
 		if err != nil {
 			return nil, false, err
 		}
-		octx, cancel := a.opCtx(ctx)
+		octx, cancel := s.cfg.Bound.Ctx(ctx)
 		defer cancel()
-		resp, err := a.admin.Get(octx, forceKey(rec.ID))
+		resp, err := a.Etcd().Get(octx, records.ForceKey(rec.ID))
 		if err != nil {
-			return nil, false, a.etcdFailure(ctx, err)
+			return nil, false, s.cfg.Bound.Failure(ctx, err)
 		}
 		if len(resp.Kvs) == 0 {
 			return nil, false, nil
@@ -611,11 +603,11 @@ func (s *adminServer) outcome(ctx context.Context, rec actionRecord) (*actionRes
 		if err != nil {
 			return nil, false, err
 		}
-		octx, cancel := a.opCtx(ctx)
+		octx, cancel := s.cfg.Bound.Ctx(ctx)
 		defer cancel()
-		st, found, err := epoch.Read(octx, a.admin)
+		st, found, err := epoch.Read(octx, a.Etcd())
 		if err != nil {
-			return nil, false, a.etcdFailure(ctx, err)
+			return nil, false, s.cfg.Bound.Failure(ctx, err)
 		}
 		if !found || !strings.Contains(st.Reason, advanceMark(rec.ID)) {
 			return nil, false, nil
@@ -627,7 +619,7 @@ func (s *adminServer) outcome(ctx context.Context, rec actionRecord) (*actionRes
 
 // forceDone is the result of action rec read from its force record kv.
 func forceDone(rec actionRecord, kv *mvccpb.KeyValue) (*actionResult, bool, error) {
-	var fr forceRecord
+	var fr records.Force
 	if err := json.Unmarshal(kv.Value, &fr); err != nil || fr.Action != rec.ID {
 		return nil, false, fmt.Errorf("force record %s is unreadable or not request %s's", kv.Key, rec.ID)
 	}
@@ -663,7 +655,7 @@ func advanceMark(id string) string { return ", request " + id + " at " }
 // epoch record is read back: an advance that committed though its answer
 // was lost (or that a retry finds already made, EPOCH_CHANGED) is this
 // request's success.
-func (s *adminServer) approveAdvance(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.AdvanceEpochResponse, error) {
+func (s *Server) approveAdvance(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.AdvanceEpochResponse, error) {
 	adv := rec.Advance
 	req := &adminv1.AdvanceEpochRequest{Cluster: adv.Cluster, ExpectedEpoch: adv.Expected, Reason: adv.Reason, Above: adv.Above}
 	by := fmt.Sprintf("requested by %s, approved by %s, request %s", rec.Requester.String(), approver.String(), rec.ID)
@@ -671,12 +663,12 @@ func (s *adminServer) approveAdvance(ctx context.Context, rec actionRecord, appr
 		out *adminv1.AdvanceEpochResponse
 		err error
 	)
-	run, herr := s.a.actionTxnHook(rec.ID)
+	run, herr := s.actionTxnHook(rec.ID)
 	if run {
 		out, err = s.advanceEpoch(ctx, by, req)
 	}
 	if herr != nil {
-		err = advanceFailure(s.a, ctx, herr)
+		err = s.advanceFailure(ctx, herr)
 	}
 	if err == nil {
 		return out, nil
@@ -689,7 +681,7 @@ func (s *adminServer) approveAdvance(ctx context.Context, rec actionRecord, appr
 		}
 		return nil, unsettled{err}
 	case done:
-		s.a.log.Warn("epoch advance read back as made", "action", rec.ID, "err", err)
+		s.log().Warn("epoch advance read back as made", "action", rec.ID, "err", err)
 		return &adminv1.AdvanceEpochResponse{Epoch: res.Epoch, PreviousEpoch: adv.Expected, Revision: res.Revision}, nil
 	}
 	return nil, err
@@ -701,7 +693,7 @@ func (s *adminServer) approveAdvance(ctx context.Context, rec actionRecord, appr
 // record is new; the record goes on a 24-hour lease of its own. A force
 // record of this request already there (a run whose answer was lost) is
 // this run's success. A revoked session's lease is revoked after.
-func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.ForceReleaseResult, error) {
+func (s *Server) approveForce(ctx context.Context, rec actionRecord, approver Operator) (*adminv1.ForceReleaseResult, error) {
 	a, err := s.cluster(rec.Hold.Cluster)
 	if err != nil {
 		return nil, err
@@ -723,23 +715,23 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 		}
 		holds = rec.SessionHolds
 	}
-	fr := forceRecord{Action: rec.ID, Kind: kindForceRelease, Key: rec.Hold.Key, Cluster: a.cfg.Cluster, Requester: rec.Requester.String(),
+	fr := records.Force{Action: rec.ID, Kind: kindForceRelease, Key: rec.Hold.Key, Cluster: a.Name(), Requester: rec.Requester.String(),
 		Approver: approver.String(), Reason: rec.Reason, Class: rec.Hold.Class, Enforcement: enforcementOrUnknown(rec.Hold.Enforcement),
 		Identity: rec.Hold.Identity, Instance: rec.Hold.Instance, Session: rec.Hold.Session, RevokeSession: rec.RevokeSession, At: time.Now().UTC()}
 	for _, h := range holds {
-		fr.Holds = append(fr.Holds, forcedHold{Key: h.Key, Session: h.Session, Revision: h.Revision})
+		fr.Holds = append(fr.Holds, records.ForcedHold{Key: h.Key, Session: h.Session, Revision: h.Revision})
 	}
-	octx, cancel := a.opCtx(ctx)
+	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
-	lease, err := a.admin.Grant(octx, int64(forceRecordTTL/time.Second))
+	lease, err := a.Etcd().Grant(octx, int64(records.ForceTTL/time.Second))
 	if err != nil {
-		return nil, a.etcdFailure(ctx, err)
+		return nil, s.cfg.Bound.Failure(ctx, err)
 	}
 	cmps, ops := forceTxn(a, rec, holds, fr, lease.ID)
 	var resp *clientv3.TxnResponse
-	run, herr := s.a.actionTxnHook(rec.ID)
+	run, herr := s.actionTxnHook(rec.ID)
 	if run {
-		resp, err = a.admin.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(forceKey(rec.ID))).Commit()
+		resp, err = a.Etcd().Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(records.ForceKey(rec.ID))).Commit()
 	}
 	if herr != nil {
 		err = herr
@@ -750,7 +742,7 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 		// The Txn may have committed all the same. Its lease is kept: to
 		// revoke it would delete a committed force record, and the holder
 		// would never hear; unused, it lapses within the day.
-		ferr := a.etcdFailure(ctx, err)
+		ferr := s.cfg.Bound.Failure(ctx, err)
 		r, done, rerr := s.outcome(ctx, rec)
 		if rerr != nil {
 			return nil, unsettled{ferr}
@@ -758,19 +750,19 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 		if !done {
 			return nil, ferr
 		}
-		a.log.Warn("force-release read back as committed", "action", rec.ID, "err", err)
+		s.log().Warn("force-release read back as committed", "action", rec.ID, "err", err)
 		res = r
 	case resp.Succeeded:
-		res = &actionResult{Revision: resp.Header.Revision, Record: forceKey(rec.ID)}
+		res = &actionResult{Revision: resp.Header.Revision, Record: records.ForceKey(rec.ID)}
 		for _, h := range holds {
 			res.Released = append(res.Released, h.Key)
 		}
 	default:
-		a.discardAdminLease(lease.ID)
+		a.DiscardLease(lease.ID)
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			r, done, err := forceDone(rec, kvs[0])
 			if err != nil {
-				return nil, refusal(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
+				return nil, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
 			}
 			if done {
 				res = r
@@ -780,7 +772,7 @@ func (s *adminServer) approveForce(ctx context.Context, rec actionRecord, approv
 		return nil, stale("hold_changed", fmt.Sprintf("the hold of %s is no longer the one request %s names (released, handed off, expired or re-granted since revision %d): nothing was released",
 			rec.Hold.Key, rec.ID, rec.Hold.Revision), "key", rec.Hold.Key)
 	}
-	a.log.Warn("force-released", "action", rec.ID, "keys", res.Released, "cluster", a.cfg.Cluster, "holder", rec.Hold.Identity,
+	s.log().Warn("force-released", "action", rec.ID, "keys", res.Released, "cluster", a.Name(), "holder", rec.Hold.Identity,
 		"session", rec.Hold.Session, "class", rec.Hold.Class, "enforcement", fr.Enforcement,
 		"requester", fr.Requester, "approver", fr.Approver, "reason", rec.Reason, "revision", res.Revision)
 	return s.forceReleased(ctx, a, rec, res), nil
@@ -796,7 +788,7 @@ const sessionRevokeTries = 3
 // itself must still be revoked, or the holds on it on other clusters and
 // the lease live on while anything renews it: tried sessionRevokeTries
 // times under ctx (the approval's own deadline, not the call's).
-func (s *adminServer) forceReleased(ctx context.Context, a *Arbiter, rec actionRecord, res *actionResult) *adminv1.ForceReleaseResult {
+func (s *Server) forceReleased(ctx context.Context, a Cluster, rec actionRecord, res *actionResult) *adminv1.ForceReleaseResult {
 	out := &adminv1.ForceReleaseResult{Revision: res.Revision, Record: res.Record, Released: res.Released}
 	if !rec.RevokeSession {
 		return out
@@ -809,15 +801,15 @@ func (s *adminServer) forceReleased(ctx context.Context, a *Arbiter, rec actionR
 			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
 			}
 		}
-		if err = s.a.sessionRevokingHook(rec.Hold.Session); err == nil {
-			err = a.revokeAs(ctx, a.admin, rec.Hold.Session)
+		if err = s.sessionRevokingHook(rec.Hold.Session); err == nil {
+			err = a.RevokeSession(ctx, rec.Hold.Session)
 		}
 		if err == nil || ctx.Err() != nil {
 			break
 		}
 	}
 	if err != nil {
-		a.log.Error("force-release: session lease not revoked; its keepalives are refused, so it lapses within its TTL",
+		s.log().Error("force-release: session lease not revoked; its keepalives are refused, so it lapses within its TTL",
 			"action", rec.ID, "session", rec.Hold.Session, "err", err)
 	} else {
 		out.SessionRevoked = true
@@ -828,8 +820,8 @@ func (s *adminServer) forceReleased(ctx context.Context, a *Arbiter, rec actionR
 // forceTxn is the force-release Txn: each hold compared on its revision
 // and value and deleted, the force record put once. A var so that tests
 // can show a broken variant fail their safety checks.
-var forceTxn = func(a *Arbiter, rec actionRecord, holds []holdFact, fr forceRecord, lease clientv3.LeaseID) ([]clientv3.Cmp, []clientv3.Op) {
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(forceKey(rec.ID)), "=", 0)}
+var forceTxn = func(a Cluster, rec actionRecord, holds []holdFact, fr records.Force, lease clientv3.LeaseID) ([]clientv3.Cmp, []clientv3.Op) {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(records.ForceKey(rec.ID)), "=", 0)}
 	var ops []clientv3.Op
 	for _, h := range holds {
 		k := lockkey.HoldKey(h.Key)
@@ -839,7 +831,7 @@ var forceTxn = func(a *Arbiter, rec actionRecord, holds []holdFact, fr forceReco
 	if rec.RevokeSession {
 		ops = append(ops, clientv3.OpDelete(lockkey.SessionKey(rec.Hold.Session)))
 	}
-	ops = append(ops, clientv3.OpPut(forceKey(rec.ID), fr.encode(), clientv3.WithLease(lease)))
+	ops = append(ops, clientv3.OpPut(records.ForceKey(rec.ID), fr.Encode(), clientv3.WithLease(lease)))
 	return cmps, ops
 }
 
@@ -856,7 +848,7 @@ func enforcementOrUnknown(e string) string {
 
 // DenyAction implements adminv1.AdminServiceServer. The requester may
 // withdraw their own request; anyone else signed in may deny it.
-func (s *adminServer) DenyAction(ctx context.Context, req *adminv1.DenyActionRequest) (*adminv1.DenyActionResponse, error) {
+func (s *Server) DenyAction(ctx context.Context, req *adminv1.DenyActionRequest) (*adminv1.DenyActionResponse, error) {
 	op, err := s.signedInOperator(ctx)
 	if err != nil {
 		return nil, err
@@ -871,17 +863,17 @@ func (s *adminServer) DenyAction(ctx context.Context, req *adminv1.DenyActionReq
 	if rec.State != statePending {
 		return nil, pending(rec, Operator{}, "deny")
 	}
-	s.a.actionLoadedHook(rec.ID)
+	s.actionLoadedHook(rec.ID)
 	rec.State, rec.DecidedBy, rec.DecidedAt, rec.DecisionReason = stateDenied, &op, time.Now().UTC(), req.GetReason()
 	if _, err := s.decide(ctx, rec, rev); err != nil {
 		return nil, err
 	}
-	s.a.log.Info("request denied", "action", rec.ID, "kind", rec.Kind, "by", op.String(), "reason", req.GetReason())
+	s.log().Info("request denied", "action", rec.ID, "kind", rec.Kind, "by", op.String(), "reason", req.GetReason())
 	return &adminv1.DenyActionResponse{Action: rec.proto()}, nil
 }
 
 // GetAction implements adminv1.AdminServiceServer.
-func (s *adminServer) GetAction(ctx context.Context, req *adminv1.GetActionRequest) (*adminv1.GetActionResponse, error) {
+func (s *Server) GetAction(ctx context.Context, req *adminv1.GetActionRequest) (*adminv1.GetActionResponse, error) {
 	if _, err := s.signedInOperator(ctx); err != nil {
 		return nil, err
 	}
@@ -897,20 +889,20 @@ func (s *adminServer) GetAction(ctx context.Context, req *adminv1.GetActionReque
 const maxListed = 1000
 
 // ListActions implements adminv1.AdminServiceServer.
-func (s *adminServer) ListActions(ctx context.Context, req *adminv1.ListActionsRequest) (*adminv1.ListActionsResponse, error) {
+func (s *Server) ListActions(ctx context.Context, req *adminv1.ListActionsRequest) (*adminv1.ListActionsResponse, error) {
 	if _, err := s.signedInOperator(ctx); err != nil {
 		return nil, err
 	}
 	switch req.GetKind() {
 	case "", kindForceRelease, kindEpochAdvance:
 	default:
-		return nil, invalidArgument("kind", "must be force_release, epoch_advance or empty")
+		return nil, refuse.InvalidArgument("kind", "must be force_release, epoch_advance or empty")
 	}
-	octx, cancel := s.a.opCtx(ctx)
+	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
-	resp, err := s.a.admin.Get(octx, actionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(maxListed))
+	resp, err := s.coord.Etcd().Get(octx, records.ActionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(maxListed))
 	if err != nil {
-		return nil, s.a.etcdFailure(ctx, err)
+		return nil, s.cfg.Bound.Failure(ctx, err)
 	}
 	out := &adminv1.ListActionsResponse{}
 	for _, kv := range resp.Kvs {

@@ -1,4 +1,4 @@
-package arbiter
+package etcdcall
 
 import (
 	"context"
@@ -6,35 +6,25 @@ import (
 	"fmt"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// refusal builds an API error; see package reason.
-func refusal(code codes.Code, r lockv1.ErrorReason, msg string, meta ...string) error {
-	return reason.New(code, r, msg, meta...)
-}
-
-func invalidArgument(field, rule string) error {
-	return refusal(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
-		fmt.Sprintf("%s: %s", field, rule), "field", field)
-}
-
-// etcdFailure maps an etcd call's failure. When the caller's own context
+// Failure maps an etcd call's failure. When the caller's own context
 // ended, that is the answer; otherwise etcdReason says what etcd's answer
 // (or its silence within the arbiter's bound) means. Every one fails closed.
-func (c etcdCalls) etcdFailure(ctx context.Context, err error) error {
+func (b Bound) Failure(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	code, r, msg := etcdReason(err)
 	if r == lockv1.ErrorReason_NO_QUORUM {
-		msg = fmt.Sprintf("%s within %s; its outcome is unknown", msg, c.timeout)
+		msg = fmt.Sprintf("%s within %s; its outcome is unknown", msg, b.Timeout)
 	}
-	c.logger.Warn("etcd call failed; failing closed", "reason", r.String(), "err", err)
-	return refusal(code, r, msg)
+	b.Logger.Warn("etcd call failed; failing closed", "reason", r.String(), "err", err)
+	return refuse.With(code, r, msg)
 }
 
 // etcdReason classifies an etcd client error. Only silence, a lost leader

@@ -1,4 +1,4 @@
-package arbiter
+package admin
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -72,37 +73,37 @@ func bearer(ctx context.Context) (string, error) {
 // of the connection and a verified ID token; a SPIFFE operator identity
 // alone serves only the read-only admin calls. Every refusal names the
 // rule that failed in metadata "cause".
-func (s *adminServer) signedInOperator(ctx context.Context) (Operator, error) {
+func (s *Server) signedInOperator(ctx context.Context) (Operator, error) {
 	caller, err := identity.Caller(ctx)
 	if err != nil {
-		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
+		return Operator{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	// An operator's token is not enough on a workload's connection: a
 	// token stolen into a workload must not let it break locks.
-	if !s.a.cfg.IsOperator(caller) {
-		return Operator{}, refusal(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+	if !s.cfg.IsOperator(caller) {
+		return Operator{}, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
 			"force-release and epoch advance are for operators: connect with an operator identity, and sign in", "cause", "not_an_operator_identity")
 	}
-	if s.a.cfg.Operators == nil {
-		return Operator{}, refusal(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
+	if s.cfg.Operators == nil {
+		return Operator{}, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_PERMISSION_DENIED,
 			"this arbiter has no operator sign-in configured (no OpenID Connect verifier): force-release and epoch advance "+
 				"need two signed-in operators, so they are refused until it is configured", "cause", "no_operator_verifier")
 	}
 	raw, err := bearer(ctx)
 	if err != nil {
-		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error(), "cause", "no_operator_token")
+		return Operator{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error(), "cause", "no_operator_token")
 	}
-	op, err := s.a.cfg.Operators.Verify(ctx, raw)
+	op, err := s.cfg.Operators.Verify(ctx, raw)
 	if err != nil {
 		meta := []string{"cause", "operator_token_refused"}
 		if rule := oidcauth.RuleOf(err); rule != "" {
 			meta = append(meta, "rule", string(rule)) // which rule, for machines
 		}
-		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,
+		return Operator{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,
 			"operator ID token refused: "+err.Error(), meta...)
 	}
 	if op.Issuer == "" || op.Subject == "" {
-		return Operator{}, refusal(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,
+		return Operator{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,
 			"operator ID token refused: it names no issuer and subject", "cause", "operator_token_refused")
 	}
 	return op, nil
