@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := tools/build
 
-.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse audit-deps infra-tools up down bench-core bench-audit bench-fsync gate gate-short clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio clickhouse audit-deps infra-tools up down dr-drill bench-core bench-audit bench-fsync gate gate-short clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -73,6 +73,13 @@ up: infra-tools minio clickhouse
 	$(BIN)/lockctl --profile .lockplane/local/profile.json run demo/orders/42 --class demo -- sh -c 'echo "held demo/orders/42 with token $$LOCKPLANE_TOKEN"'
 	@echo; echo "next: bin/lockctl --profile .lockplane/local/profile.json status | inspect KEY | acquire KEY"
 	@echo "      bin/lockplane snapshot list --stack local; bin/lockplane preview --stack local; make down"
+
+# The DR drill (docs/dr.md), which CI runs inside make test: the region and
+# its vault up, snapshots, the region destroyed, the DR stack up from the
+# vault (sealed), two operators unseal, a token above every one before,
+# the RTO printed, everything destroyed.
+dr-drill: build infra-tools minio clickhouse
+	$(GO) test ./test/e2e/ -run TestUpLockNoChangesDestroy -count=1 -v -timeout 45m
 
 down:
 	-$(BIN)/lockplane destroy --stack local

@@ -51,9 +51,6 @@ type Env struct {
 	// EtcdTailerPassword are the region's etcd users' (EtcdUsers), the
 	// same way.
 	EtcdRootPassword, EtcdArbiterPassword, EtcdAdminPassword, EtcdTailerPassword pulumi.StringInput
-	// EtcdSnapshotPassword is the snapshot user's, the same way, with
-	// snapshots on only.
-	EtcdSnapshotPassword pulumi.StringInput
 }
 
 // PolicyFile is one file of the policy set, by its path in the set.

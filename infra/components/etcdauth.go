@@ -21,10 +21,11 @@ import (
 // service or person uses it.
 type EtcdUsers struct {
 	Root, Arbiter, Admin, Tailer pulumi.StringOutput
-	// Snapshot is the snapshot jobs' user's (etcd's root role), made only
-	// when the region snapshots its clusters: nil otherwise, and no such
-	// user exists.
-	Snapshot pulumi.StringInput
+	// Snapshot is the snapshot jobs' user's password by cluster (etcd's
+	// root role, so one per cluster: a member host's file is root of its
+	// own cluster only), made only when the region snapshots its
+	// clusters; empty otherwise, and EtcdAuth removes the user.
+	Snapshot map[string]pulumi.StringOutput
 }
 
 // NewEtcdUsers makes (or takes from the configuration) the region's etcd
@@ -48,13 +49,28 @@ func NewEtcdUsers(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) 
 		}
 	}
 	if env.Stack.Snapshots.Enabled() {
-		p, err := servicePassword(ctx, name+etcdauth.Snapshotter+"-password", "etcd", "lockplane:etcdSnapshotPassword", env.EtcdSnapshotPassword, opts...)
-		if err != nil {
-			return nil, err
+		u.Snapshot = map[string]pulumi.StringOutput{}
+		clusters := []string{"coord"}
+		for i := range env.Plan.Shards {
+			clusters = append(clusters, fmt.Sprintf("entity-%d", i))
 		}
-		u.Snapshot = p
+		for _, c := range clusters {
+			p, err := nodes.NewPassword(ctx, name+etcdauth.Snapshotter+"-"+c+"-password", "etcd", opts...)
+			if err != nil {
+				return nil, err
+			}
+			u.Snapshot[c] = pulumi.ToSecret(p.Password).(pulumi.StringOutput)
+		}
 	}
 	return u, nil
+}
+
+// snapshot is cluster's snapshot password, nil without snapshots.
+func (u *EtcdUsers) snapshot(cluster string) pulumi.StringInput {
+	if p, ok := u.Snapshot[cluster]; ok {
+		return p
+	}
+	return nil
 }
 
 // EtcdCredentials is an arbiter's --etcd-credentials file (the format the
@@ -84,5 +100,5 @@ func EtcdCredentialsFile(f ArbiterFiles) string {
 // step that reached it with that certificate alone.
 func enableEtcdAuth(ctx *pulumi.Context, env *Env, c *EtcdCluster, ca *nodes.CA, u *EtcdUsers, deps []pulumi.Resource, opts ...pulumi.ResourceOption) (*nodes.EtcdAuth, error) {
 	return nodes.NewEtcdAuth(ctx, env.Stack.Region+"-"+c.Name+"-auth", nodes.EtcdAuthArgs{Endpoints: c.Endpoints, CA: ca, Client: c.Client,
-		Root: u.Root, Arbiter: u.Arbiter, Admin: u.Admin, Tailer: u.Tailer, Snapshot: u.Snapshot}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{c}, deps...)))...)
+		Root: u.Root, Arbiter: u.Arbiter, Admin: u.Admin, Tailer: u.Tailer, Snapshot: u.snapshot(c.Name)}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{c}, deps...)))...)
 }

@@ -144,7 +144,7 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		}
 		members := append([][]topology.Member{env.Plan.Coord}, env.Plan.Shards...)
 		for i, c := range append([]*EtcdCluster{r.Coord}, r.Shards...) {
-			j, err := NewSnapshotJob(ctx, env, SnapshotJobArgs{Cluster: c, Members: members[i], Password: r.EtcdUsers.Snapshot,
+			j, err := NewSnapshotJob(ctx, env, SnapshotJobArgs{Cluster: c, Members: members[i], Password: r.EtcdUsers.Snapshot[c.Name],
 				Vault: env.Vault, After: []pulumi.Resource{r.EtcdAuth[i]}}, in)
 			if err != nil {
 				return nil, err

@@ -108,7 +108,7 @@ func Run(ctx *pulumi.Context) error {
 		"auditReaderPassword": &env.AuditReaderPassword, "archivePassword": &env.ArchivePassword,
 		"archiverPassword": &env.ArchiverPassword, "etcdRootPassword": &env.EtcdRootPassword,
 		"etcdArbiterPassword": &env.EtcdArbiterPassword, "etcdAdminPassword": &env.EtcdAdminPassword,
-		"etcdTailerPassword": &env.EtcdTailerPassword, "etcdSnapshotPassword": &env.EtcdSnapshotPassword} {
+		"etcdTailerPassword": &env.EtcdTailerPassword} {
 		if *into, err = secretConfig(ctx, cfg, key); err != nil {
 			return err
 		}

@@ -43,19 +43,32 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 		}
 	}
 	files := 0
+	lines := map[string]string{} // the snapshot user's line, by cluster (its first member)
 	for _, r := range m.of("lockplane:nodes:File") {
 		p := r.Inputs["path"].StringValue()
 		if !strings.HasSuffix(p, "/snapshot-etcd-credentials") && !strings.HasSuffix(p, "/snapshot-vault-credentials") {
 			continue
 		}
 		files++
+		// Only the cluster's own member hosts hold them.
+		host := hostOf(r.Inputs["connection"])
+		members := want["lockplane-snapshot-coord"]
+		if strings.Contains(p, "/entity-0/") {
+			members = want["lockplane-snapshot-entity-0"]
+		}
+		if !slices.Contains(members, host) {
+			t.Errorf("%s is on %s, not one of its cluster's member hosts %v", p, host, members)
+		}
 		c := r.Inputs["content"]
 		if r.Inputs["mode"].StringValue() != "0600" || !c.IsSecret() {
 			t.Errorf("%s: mode %v, secret %v", p, r.Inputs["mode"], c.IsSecret())
 		}
 		v := c.SecretValue().Element.StringValue()
-		if strings.HasSuffix(p, "etcd-credentials") && !strings.HasPrefix(v, "snapshot snapshot:generated-") {
-			t.Errorf("%s: %q is not the snapshot user's line", p, v)
+		if strings.HasSuffix(p, "etcd-credentials") {
+			if !strings.HasPrefix(v, "snapshot snapshot:generated-") {
+				t.Errorf("%s: %q is not the snapshot user's line", p, v)
+			}
+			lines[members[0]] = v
 		}
 		if strings.HasSuffix(p, "vault-credentials") && v != "vault snap-local:vault-storer-password\n" {
 			t.Errorf("%s: %q is not the region's storer", p, v)
@@ -64,15 +77,14 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 	if files != 16 {
 		t.Errorf("%d credentials files, want 2 on each of 8 member hosts", files)
 	}
+	// Root of its own cluster only: each cluster's snapshot user has its
+	// own password.
+	if len(lines) != 2 || lines["10.231.0.11"] == lines["10.231.0.16"] {
+		t.Errorf("snapshot users' lines by cluster %v: want one password per cluster", lines)
+	}
 	for _, r := range m.of("lockplane:nodes:EtcdAuth") {
 		if pw := r.Inputs["snapshotPassword"]; !pw.IsSecret() || !strings.HasPrefix(pw.SecretValue().Element.StringValue(), "generated-") {
 			t.Errorf("%s: snapshotPassword %v: want the snapshot user made, its password secret", r.Name, pw)
-		}
-	}
-	// No arbiter host runs a job or holds its credentials.
-	for _, r := range m.of("lockplane:nodes:Service") {
-		if strings.HasPrefix(r.Inputs["name"].StringValue(), "lockplane-snapshot") && strings.HasPrefix(hostOf(r.Inputs["connection"]), "10.231.0.2") {
-			t.Errorf("%s runs on %s", r.Name, hostOf(r.Inputs["connection"]))
 		}
 	}
 }

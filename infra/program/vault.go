@@ -131,34 +131,44 @@ func readVault(ctx *pulumi.Context, s *topology.Stack, field, name string, read 
 // SnapshotAccess is the region's secret output snapshotAccess: what
 // `lockplane snapshot list|take` needs, from where `up` runs.
 type SnapshotAccess struct {
-	Region        string              `json:"region"`
-	VaultStack    string              `json:"vaultStack"`
-	VaultURL      string              `json:"vaultUrl"`
-	VaultCA       string              `json:"vaultCaCertPem"`
-	VaultUser     string              `json:"vaultUser"`
-	VaultPassword string              `json:"vaultPassword"`
-	EtcdCA        string              `json:"etcdCaCertPem"`
-	EtcdCert      string              `json:"etcdCertPem"`
-	EtcdKey       string              `json:"etcdKeyPem"`
-	EtcdPassword  string              `json:"etcdSnapshotPassword"`
-	Clusters      map[string][]string `json:"clusters"`
+	Region        string `json:"region"`
+	VaultStack    string `json:"vaultStack"`
+	VaultURL      string `json:"vaultUrl"`
+	VaultCA       string `json:"vaultCaCertPem"`
+	VaultUser     string `json:"vaultUser"`
+	VaultPassword string `json:"vaultPassword"`
+	EtcdCA        string `json:"etcdCaCertPem"`
+	EtcdCert      string `json:"etcdCertPem"`
+	EtcdKey       string `json:"etcdKeyPem"`
+	// Clusters are each cluster's members and snapshot user's password.
+	Clusters map[string]SnapshotCluster `json:"clusters"`
+}
+
+// SnapshotCluster is how `take` reaches one cluster.
+type SnapshotCluster struct {
+	Endpoints []string `json:"endpoints"`
+	Password  string   `json:"snapshotPassword"`
 }
 
 // exportSnapshotAccess exports the region's SnapshotAccess (secret): the
-// deployer's etcd certificate, the snapshot user's password and the
-// region's vault user, which the state holds already.
+// deployer's etcd certificate, the clusters' snapshot users' passwords
+// and the region's vault user, which the state holds already.
 func exportSnapshotAccess(ctx *pulumi.Context, s *topology.Stack, v *components.VaultAccess, r *components.Region) {
-	clusters := map[string][]string{r.Coord.Name: r.Coord.Endpoints}
-	for _, sh := range r.Shards {
-		clusters[sh.Name] = sh.Endpoints
+	clusters := append([]*components.EtcdCluster{r.Coord}, r.Shards...)
+	in := []any{v.CACertPem, v.StorerPassword, r.EtcdCA.CertPem, r.Coord.Client.CertPem, r.Coord.Client.KeyPem}
+	for _, c := range clusters {
+		in = append(in, r.EtcdUsers.Snapshot[c.Name])
 	}
-	access := pulumi.All(v.CACertPem, v.StorerPassword, r.EtcdCA.CertPem, r.Coord.Client.CertPem, r.Coord.Client.KeyPem, r.EtcdUsers.Snapshot).ApplyT(
-		func(p []any) (string, error) {
-			b, err := json.Marshal(SnapshotAccess{Region: s.Region, VaultStack: v.Stack, VaultURL: v.URL, VaultCA: p[0].(string),
-				VaultUser: v.Storer, VaultPassword: p[1].(string), EtcdCA: p[2].(string), EtcdCert: p[3].(string), EtcdKey: p[4].(string),
-				EtcdPassword: p[5].(string), Clusters: clusters})
-			return string(b), err
-		})
+	access := pulumi.All(in...).ApplyT(func(p []any) (string, error) {
+		a := SnapshotAccess{Region: s.Region, VaultStack: v.Stack, VaultURL: v.URL, VaultCA: p[0].(string),
+			VaultUser: v.Storer, VaultPassword: p[1].(string), EtcdCA: p[2].(string), EtcdCert: p[3].(string), EtcdKey: p[4].(string),
+			Clusters: map[string]SnapshotCluster{}}
+		for i, c := range clusters {
+			a.Clusters[c.Name] = SnapshotCluster{Endpoints: c.Endpoints, Password: p[5+i].(string)}
+		}
+		b, err := json.Marshal(a)
+		return string(b), err
+	})
 	ctx.Export("snapshotVault", pulumi.Map{"stack": pulumi.String(v.Stack), "url": pulumi.String(v.URL),
 		"bucket": pulumi.String(vault.Bucket(s.Region))})
 	ctx.Export("snapshotAccess", pulumi.ToSecret(access))

@@ -25,7 +25,7 @@ type Options struct {
 // Applied reports what Apply changed; all zero on a cluster that already
 // matched the spec.
 type Applied struct {
-	RolesAdded, UsersAdded, PermsGranted, PermsRevoked int
+	RolesAdded, UsersAdded, UsersDeleted, PermsGranted, PermsRevoked int
 	RolesGranted, RolesRevoked, PasswordsSet           int
 	// AuthEnabled is true when this call enabled authentication.
 	AuthEnabled bool
@@ -77,6 +77,15 @@ func Apply(ctx context.Context, root *clientv3.Client, spec Spec, opts Options) 
 	for _, u := range spec.Users {
 		if _, err := ap.user(ctx, u, enabled, false, &out); err != nil {
 			return out, err
+		}
+	}
+	for _, name := range spec.Absent {
+		err := ap.do(ctx, func(ctx context.Context) error { _, err := root.UserDelete(ctx, name); return err })
+		switch {
+		case err == nil:
+			out.UsersDeleted++
+		case !errors.Is(err, rpctypes.ErrUserNotFound):
+			return out, fmt.Errorf("etcdauth: user %s: delete (it must not exist): %w", name, err)
 		}
 	}
 	if !enabled {

@@ -558,3 +558,46 @@ func TestOnlyTheSnapshotUserTakesSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// A cluster whose region stops snapshotting loses its snapshot user: a
+// user of etcd's root role does not outlive the need for it. On the old
+// Apply (which left unnamed users alone) the second check failed: the
+// user still signed in.
+func TestTheSnapshotUserIsDeletedWhenSnapshotsStop(t *testing.T) {
+	c := start(t, etcdauth.DefaultSpec("root-pw", passwords))
+	ctx := bounded(t)
+	snap := clientv3.Config(c.ClientConfig("root"))
+	snap.Username, snap.Password = etcdauth.Snapshotter, passwords[etcdauth.Snapshotter]
+	signIn := func() error {
+		cli, err := clientv3.New(snap)
+		if err == nil {
+			cli.Close()
+		}
+		return err
+	}
+	if err := signIn(); err != nil {
+		t.Fatalf("the snapshot user before: %v", err)
+	}
+	without := map[string]string{}
+	for k, v := range passwords {
+		if k != etcdauth.Snapshotter {
+			without[k] = v
+		}
+	}
+	applied, err := etcdauth.Apply(ctx, client(t, c, "root"), etcdauth.DefaultSpec("root-pw", without), etcdauth.Options{})
+	if err != nil || applied.UsersDeleted != 1 {
+		t.Fatalf("apply without snapshots: %+v, %v; want the snapshot user deleted", applied, err)
+	}
+	if err := signIn(); err == nil {
+		t.Fatal("the snapshot user still signs in after its region stopped snapshotting")
+	}
+	// Again: nothing to delete, nothing changed.
+	if applied, err := etcdauth.Apply(ctx, client(t, c, "root"), etcdauth.DefaultSpec("root-pw", without), etcdauth.Options{}); err != nil || applied.Changed() {
+		t.Fatalf("a second apply: %+v, %v; want no change", applied, err)
+	}
+	bad := etcdauth.DefaultSpec("root-pw", passwords)
+	bad.Absent = []string{etcdauth.Snapshotter}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "both a user of the spec") {
+		t.Fatalf("a user both listed and absent: %v", err)
+	}
+}

@@ -121,6 +121,10 @@ type User struct {
 type Spec struct {
 	Roles []Role
 	Users []User
+	// Absent are users that must not exist: Apply deletes them. The
+	// snapshot user is absent from a cluster without snapshots, so a user
+	// of the root role outlives no need for it.
+	Absent []string
 	// RootPassword is the root user's: the bootstrap's credential (Apply,
 	// the epoch bootstrap), never a service's or a person's.
 	RootPassword string
@@ -217,6 +221,8 @@ func DefaultSpec(root string, passwords map[string]string) Spec {
 	}
 	if pw := passwords[Snapshotter]; pw != "" {
 		s.Users = append(s.Users, User{Name: Snapshotter, Password: pw, Roles: []string{RootRole}})
+	} else {
+		s.Absent = append(s.Absent, Snapshotter)
 	}
 	return s
 }
@@ -226,6 +232,11 @@ func (s Spec) Validate() error {
 	var errs []error
 	if s.RootPassword == "" {
 		errs = append(errs, errors.New("etcdauth: the root password is required"))
+	}
+	for _, name := range s.Absent {
+		if name == RootUser || slices.ContainsFunc(s.Users, func(u User) bool { return u.Name == name }) {
+			errs = append(errs, fmt.Errorf("etcdauth: user %s: both a user of the spec (or root) and absent", name))
+		}
 	}
 	roles := map[string]bool{}
 	for _, r := range s.Roles {

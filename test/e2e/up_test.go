@@ -78,11 +78,12 @@ type summary struct {
 	Changes map[string]int `json:"changes"`
 	Outputs map[string]any `json:"outputs"`
 	Profile string         `json:"profile"`
+	Unseal  []string       `json:"unseal"`
 }
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the end-to-end test stands up 14 hosts, 8 etcd members, ClickHouse and MinIO")
+		t.Skip("the end-to-end test stands up 24 hosts, 14 etcd members, ClickHouse and MinIO")
 	}
 	if err := hosts.Check(); err != nil {
 		unavailable(t, err.Error())
@@ -100,13 +101,14 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hostsDir, hosts.StateFile)); err == nil {
 		unavailable(t, "the local test hosts are up already (make up): run `make down` first")
 	}
-	run(t, dir, "testhosts", "up", "--stack", "stacks/Pulumi.local.yaml", "--stack", "stacks/Pulumi.local-vault.yaml", "--dir", hostsDir)
+	run(t, dir, "testhosts", "up", "--stack", "stacks/Pulumi.local.yaml", "--stack", "stacks/Pulumi.local-vault.yaml", "--stack", "stacks/Pulumi.local-dr.yaml", "--dir", hostsDir)
 	h, err := hosts.Load(hostsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local").Run()
+		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-dr").Run()
 		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-vault").Run()
 		h.Down()
 	})
@@ -117,6 +119,11 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if err := json.Unmarshal(lastLine(out), &vaultUp); err != nil || vaultUp.Result != "succeeded" || vaultUp.Outputs["vaultUrl"] != "https://10.231.0.30:9000" {
 		t.Fatalf("up --stack local-vault: %s (%v)", out, err)
 	}
+
+	// The region's etcd root password is the operators' to keep (the DR
+	// stack needs it): set, as secret configuration, before the first up.
+	keepStackFile(t, dir, "local")
+	pulumiConfig(t, dir, "local", "--secret", "lockplane:etcdRootPassword", rootPassword)
 
 	var up summary
 	out = run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
@@ -238,11 +245,21 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		t.Fatalf("up after the drift: %s (%v); want the one service created again", out, err)
 	}
 
+	// The last grant before the disaster, after the snapshots: a token a
+	// restore could issue again if nothing sealed it.
+	lastOut := run(t, dir, "lockctl", "--profile", up.Profile, "run", "demo/e2e/last", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
+	var last uint64
+	if err := json.Unmarshal(bytes.TrimSpace(lastOut), &last); err != nil || last <= tok {
+		t.Fatalf("the last token before the disaster: %q (%v)", lastOut, err)
+	}
+
+	// The disaster: the region is destroyed; its vault survives.
 	var down summary
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"] {
 		t.Fatalf("destroy: %s (%v)", out, err)
 	}
+	drill(t, dir, h, []uint64{tok, last})
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local-vault", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != vaultUp.Changes["create"] {
 		t.Fatalf("destroy --stack local-vault: %s (%v)", out, err)

@@ -154,7 +154,7 @@ func Up(ctx context.Context, cfg Config) (_ *Harness, err error) {
 	if err := os.WriteFile(authorized, clientPub, 0o600); err != nil {
 		return nil, err
 	}
-	bridgeAddr := netip.PrefixFrom(subnet.Addr().Next(), subnet.Bits())
+	bridgeAddr := netip.PrefixFrom(bridgeAddress(subnet), subnet.Bits())
 	if err := run(ctx, "ip", "link", "add", h.Bridge, "type", "bridge"); err != nil {
 		return nil, err
 	}
@@ -343,6 +343,19 @@ func (h *Harness) Down() error {
 	}
 	return first
 }
+
+// BridgeAddress is this machine's address on the hosts' bridge: the
+// subnet's first address, where a service the hosts must reach listens.
+func (h *Harness) BridgeAddress() string {
+	p, err := netip.ParsePrefix(h.Subnet)
+	if err != nil {
+		return ""
+	}
+	return bridgeAddress(p).String()
+}
+
+// bridgeAddress is the bridge's own address in subnet: its first.
+func bridgeAddress(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next() }
 
 func (h *Harness) pidsOf(host *Host) []int { return h.Processes()[host.Name] }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,7 +53,9 @@ func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess,
 	if err != nil {
 		return acc, "", err
 	}
-	out, err := s.Outputs(ctx)
+	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	out, err := s.Outputs(octx)
+	cancel()
 	if err != nil {
 		return acc, "", fmt.Errorf("--stack %s: read its outputs: %w", f.stack, err)
 	}
@@ -144,6 +147,23 @@ func snapshotListCmd() *cobra.Command {
 	return c
 }
 
+// takeFromAMember snapshots cluster cl into file from the first of its
+// members that gives one, as its snapshot user.
+func takeFromAMember(ctx context.Context, progress io.Writer, acc program.SnapshotAccess, cl string, tlsCfg *tls.Config, file string) (snapshot.Manifest, error) {
+	var errs []error
+	for _, ep := range acc.Clusters[cl].Endpoints {
+		fmt.Fprintf(progress, "%s: snapshot of %s ...\n", cl, ep)
+		m, err := snapshot.Take(ctx, snapshot.Source{Region: acc.Region, Cluster: cl, Config: clientv3.Config{Endpoints: []string{ep},
+			TLS: tlsCfg, Username: etcdauth.Snapshotter, Password: acc.Clusters[cl].Password, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}}, file)
+		if err == nil {
+			return m, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		fmt.Fprintf(progress, "%s: %s failed: %v\n", cl, ep, err)
+	}
+	return snapshot.Manifest{}, fmt.Errorf("%s: no member gave a snapshot: %w", cl, errors.Join(errs...))
+}
+
 // snapshotList is list's JSON.
 type snapshotList struct {
 	Region    string              `json:"region"`
@@ -196,27 +216,21 @@ the scheduled ones. Run it before a risky change.`,
 			}
 			var taken []snapshot.Manifest
 			for _, cl := range f.clusters(acc) {
-				var errs []error
-				stored := false
-				for _, ep := range acc.Clusters[cl] {
-					fmt.Fprintf(f.progress(), "%s: snapshot of %s ...\n", cl, ep)
-					job := snapshot.Job{Source: snapshot.Source{Region: acc.Region, Cluster: cl, Config: clientv3.Config{Endpoints: []string{ep},
-						TLS: tlsCfg, Username: etcdauth.Snapshotter, Password: acc.EtcdPassword, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}},
-						Store: v, Dir: dir}
-					m, err := job.Once(ctx)
-					if err != nil {
-						errs = append(errs, fmt.Errorf("%s: %w", ep, err))
-						fmt.Fprintf(f.progress(), "%s: %s failed: %v\n", cl, ep, err)
-						continue
-					}
-					fmt.Fprintf(f.progress(), "%s: stored %s (revision %d, %d bytes)\n", cl, m.Object, m.Revision, m.Size)
-					taken = append(taken, m)
-					stored = true
-					break
+				m, err := takeFromAMember(ctx, f.progress(), acc, cl, tlsCfg, filepath.Join(dir, cl+".db"))
+				if err != nil {
+					return err
 				}
-				if !stored {
-					return fmt.Errorf("%s: no member gave a snapshot that could be stored: %w", cl, errors.Join(errs...))
+				// A vault that refuses is no member's fault: stop, do not
+				// snapshot the next member into the same refusal.
+				pctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+				m, err = v.Put(pctx, m, filepath.Join(dir, cl+".db"))
+				cancel()
+				os.Remove(filepath.Join(dir, cl+".db"))
+				if err != nil {
+					return fmt.Errorf("%s: store the snapshot in vault %s: %w", cl, acc.VaultStack, err)
 				}
+				fmt.Fprintf(f.progress(), "%s: stored %s (revision %d, %d bytes)\n", cl, m.Object, m.Revision, m.Size)
+				taken = append(taken, m)
 			}
 			if f.output == "json" {
 				return json.NewEncoder(os.Stdout).Encode(snapshotList{Region: acc.Region, Vault: acc.VaultStack, Bucket: vault.Bucket(acc.Region), Snapshots: taken})

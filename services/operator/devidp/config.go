@@ -28,8 +28,14 @@ type User struct {
 // Config configures a Provider. Zero values take the defaults noted.
 type Config struct {
 	// Addr is the listen address; default "127.0.0.1:0". It must be a
-	// loopback address (the certificate names 127.0.0.1, ::1 and localhost).
+	// loopback address (the certificate names 127.0.0.1, ::1 and
+	// localhost), or a private one with Private set.
 	Addr string
+	// Private lets Addr be a private (RFC 1918) address, which the
+	// certificate then names too: the bridge of this machine's test hosts,
+	// whose arbiters verify operators' ID tokens here. Never a public one:
+	// the users' passwords are a development provider's.
+	Private bool
 	// CA signs the TLS certificate; nil makes a new development CA. Pass
 	// the CA of an earlier Provider to restart one at the same issuer that
 	// clients still trust.

@@ -93,10 +93,20 @@ func Start(cfg Config) (*Provider, error) {
 			return nil, err
 		}
 	}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("devidp: Addr %q: %w", cfg.Addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !(ip.IsLoopback() || cfg.Private && ip.IsPrivate()) {
+		return nil, fmt.Errorf("devidp: Addr %q is not a loopback address (nor a private one with Private set)", cfg.Addr)
+	} else if !ip.IsLoopback() {
+		ips = append(ips, ip)
+	}
 	certPEM, keyPEM, err := ca.Issue(pki.Request{
 		CommonName: "lockplane dev OpenID provider",
 		DNSNames:   []string{"localhost"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPs:        ips,
 		Server:     true, TTL: 24 * time.Hour,
 	})
 	if err != nil {
@@ -110,7 +120,7 @@ func Start(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devidp: listen: %w", err)
 	}
-	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && !(cfg.Private && ip.IsPrivate()) {
 		ln.Close()
 		return nil, fmt.Errorf("devidp: Addr %q is not loopback", cfg.Addr)
 	}

@@ -232,3 +232,24 @@ func TestExpiredDeviceCode(t *testing.T) {
 		t.Fatal("token for an expired device code")
 	}
 }
+
+// The provider serves on loopback, or a private address when told to:
+// never a public one.
+func TestTheProviderServesOnlyOnLoopbackOrAPrivateAddressWhenTold(t *testing.T) {
+	for _, c := range []struct {
+		cfg  devidp.Config
+		want string
+	}{
+		{devidp.Config{Addr: "10.231.0.1:0"}, "not a loopback address"},
+		{devidp.Config{Addr: "8.8.8.8:0", Private: true}, "not a loopback address"},
+		{devidp.Config{Addr: "localhost:0"}, "not a loopback address"},
+	} {
+		p, err := devidp.Start(c.cfg)
+		if err == nil {
+			p.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg.Addr, err, c.want)
+		}
+	}
+}
