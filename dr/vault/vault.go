@@ -96,10 +96,16 @@ func (v Vault) Ensure(ctx context.Context) error {
 		return fmt.Errorf("vault: bucket %s: %w", v.bucket(), err)
 	}
 	if !ok {
-		if err := v.Client.MakeBucket(ctx, v.bucket(), minio.MakeBucketOptions{}); err != nil &&
+		if err := v.Client.MakeBucket(ctx, v.bucket(), minio.MakeBucketOptions{ObjectLocking: true}); err != nil &&
 			minio.ToErrorResponse(err).Code != "BucketAlreadyOwnedByYou" {
 			return fmt.Errorf("vault: make bucket %s: %w", v.bucket(), err)
 		}
+	}
+	// Object lock: a snapshot's versions cannot be deleted for KeepDays,
+	// so one overwritten (by a stolen storer) is still there, and List
+	// names the overwrite. It can only be turned on when a bucket is made.
+	if lock, _, _, _, err := v.Client.GetObjectLockConfig(ctx, v.bucket()); err != nil || lock != "Enabled" {
+		return fmt.Errorf("vault: bucket %s has no object lock (%q, %v): a vault bucket must be made with it; move its snapshots to a new one", v.bucket(), lock, err)
 	}
 	if err := v.Client.EnableVersioning(ctx, v.bucket()); err != nil {
 		return fmt.Errorf("vault: versioning of %s: %w", v.bucket(), err)
@@ -107,6 +113,10 @@ func (v Vault) Ensure(ctx context.Context) error {
 	days := v.KeepDays
 	if days <= 0 {
 		days = DefaultKeepDays
+	}
+	mode, validity, unit := minio.Governance, uint(days), minio.Days
+	if err := v.Client.SetObjectLockConfig(ctx, v.bucket(), &mode, &validity, &unit); err != nil {
+		return fmt.Errorf("vault: default retention of %s: %w", v.bucket(), err)
 	}
 	rules := lifecycle.NewConfiguration()
 	rules.Rules = []lifecycle.Rule{{
@@ -183,18 +193,22 @@ func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest
 		}
 		prefix = cluster + "/"
 	}
-	lctx, cancel := v.op(ctx)
-	defer cancel()
+	versions, err := v.versions(ctx, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
 	var names []string
-	for obj := range v.Client.ListObjects(lctx, v.bucket(), minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if obj.Err != nil {
-			return nil, nil, fmt.Errorf("vault: list %s: %w", v.bucket(), obj.Err)
-		}
-		if strings.HasSuffix(obj.Key, ".json") {
-			names = append(names, obj.Key)
+	for key := range versions {
+		if strings.HasSuffix(key, ".json") {
+			names = append(names, key)
 		}
 	}
+	slices.Sort(names)
 	for _, name := range names {
+		if err := writtenOnce(versions, strings.TrimSuffix(name, ".json")); err != nil {
+			skipped = append(skipped, err)
+			continue
+		}
 		m, err := v.manifest(ctx, name)
 		if err != nil {
 			skipped = append(skipped, err)
@@ -292,7 +306,52 @@ func (v Vault) Find(ctx context.Context, name string) (snapshot.Manifest, error)
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("vault: %w", err)
 	}
+	versions, err := v.versions(ctx, base+".")
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	if err := writtenOnce(versions, base); err != nil {
+		return snapshot.Manifest{}, err
+	}
 	return v.manifest(ctx, base+".json")
+}
+
+// versions counts the versions (delete markers aside) of each object
+// under prefix that is not deleted: one whose latest version is a delete
+// marker (the expiry rule's) is left out.
+func (v Vault) versions(ctx context.Context, prefix string) (map[string]int, error) {
+	lctx, cancel := v.op(ctx)
+	defer cancel()
+	n, deleted := map[string]int{}, map[string]bool{}
+	for obj := range v.Client.ListObjects(lctx, v.bucket(), minio.ListObjectsOptions{Prefix: prefix, Recursive: true, WithVersions: true}) {
+		if obj.Err != nil {
+			return nil, fmt.Errorf("vault: list %s: %w", v.bucket(), obj.Err)
+		}
+		if obj.IsDeleteMarker {
+			deleted[obj.Key] = deleted[obj.Key] || obj.IsLatest
+			continue
+		}
+		n[obj.Key]++
+	}
+	for key := range deleted {
+		if deleted[key] {
+			delete(n, key)
+		}
+	}
+	return n, nil
+}
+
+// writtenOnce refuses a snapshot whose objects were written more than
+// once: Put writes each exactly once under a name of its own, so a second
+// version is an overwrite, and the first, kept under object lock, is what
+// to look at, by hand.
+func writtenOnce(versions map[string]int, base string) error {
+	for _, key := range []string{base + ".db", base + ".json"} {
+		if versions[key] > 1 {
+			return fmt.Errorf("vault: %s has %d versions: a snapshot is written once, so it was overwritten since; its first version is kept under object lock", key, versions[key])
+		}
+	}
+	return nil
 }
 
 // ParseName checks a snapshot's name (as List prints it, with or without

@@ -1,7 +1,9 @@
 package vault_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -200,5 +203,73 @@ func TestATamperedSnapshotIsRefused(t *testing.T) {
 	}
 	if _, err := v.Find(ctx, "../coord/x"); err == nil {
 		t.Fatal("a path outside a cluster's prefix was accepted")
+	}
+}
+
+// A snapshot overwritten in the vault (a stolen storer's put: S3 has no
+// put-if-absent permission) is refused by List, Latest and Find, and its
+// first version, under object lock, cannot be deleted. Without the
+// written-once check, Latest returned the forged pair.
+func TestAnOverwrittenSnapshotIsRefusedAndItsFirstVersionKept(t *testing.T) {
+	ctx, c, _ := region(t)
+	file := filepath.Join(t.TempDir(), "coord.db")
+	m, err := snapshot.Take(ctx, snapshot.Source{Region: "us-east", Cluster: snapshot.CoordCluster,
+		Config: clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}}, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mio := resourcetest.StartMinIO(t)
+	cli := mio.Client(t)
+	v := vault.Vault{Client: cli, Region: "us-east"}
+	if err := v.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := v.Put(ctx, m, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v.Latest(ctx, snapshot.CoordCluster); err != nil || got.Object != stored.Object {
+		t.Fatalf("latest before: %v, %v", got.Object, err)
+	}
+	// The forgery: another file under the same name, with a manifest that
+	// matches it.
+	forged := filepath.Join(t.TempDir(), "forged.db")
+	os.WriteFile(forged, []byte("not the snapshot"), 0o600)
+	size, digest, _ := snapshot.Digest(forged)
+	fm := stored
+	fm.Size, fm.SHA256 = size, digest
+	doc, _ := json.Marshal(fm)
+	bucket := vault.Bucket("us-east")
+	if _, err := cli.FPutObject(ctx, bucket, stored.Object, forged, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.PutObject(ctx, bucket, strings.TrimSuffix(stored.Object, ".db")+".json", bytes.NewReader(doc), int64(len(doc)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, skipped, err := v.List(ctx, snapshot.CoordCluster)
+	if err != nil || len(ms) != 0 || len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "written once") {
+		t.Fatalf("list after the overwrite: %v, skipped %v, %v", ms, skipped, err)
+	}
+	if _, err := v.Latest(ctx, snapshot.CoordCluster); !errors.Is(err, vault.ErrNone) {
+		t.Fatalf("latest after the overwrite: %v; want none", err)
+	}
+	if _, err := v.Find(ctx, stored.Object); err == nil || !strings.Contains(err.Error(), "written once") {
+		t.Fatalf("find after the overwrite: %v", err)
+	}
+	// The first version is there, and locked.
+	var first string
+	for obj := range cli.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: stored.Object, WithVersions: true}) {
+		if obj.Err != nil {
+			t.Fatal(obj.Err)
+		}
+		if !obj.IsLatest {
+			first = obj.VersionID
+		}
+	}
+	if first == "" {
+		t.Fatal("the first version is gone")
+	}
+	if err := cli.RemoveObject(ctx, bucket, stored.Object, minio.RemoveObjectOptions{VersionID: first}); err == nil {
+		t.Fatal("the locked first version was deleted")
 	}
 }

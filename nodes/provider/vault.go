@@ -16,10 +16,11 @@ import (
 // its root user: for each region it keeps, the versioned bucket with its
 // expiry rule (vault.Ensure, the one way it is made), a storer user (the
 // region's snapshot jobs) that may put and read snapshots of that bucket
-// only, and a restorer user (the DR stack, `lockplane snapshot list`)
-// that may only read them. Neither may delete a snapshot or change the
-// bucket's rules: a region's credentials, stolen, cannot erase its
-// history.
+// only, and a restorer user (the DR stack) that may only read them.
+// Neither may delete a snapshot, shorten its retention or change the
+// bucket's rules. The bucket is object-locked, so a storer's overwrite
+// (S3 has no put-only-if-absent permission) leaves the first version in
+// place for KeepDays, and dr/vault refuses a snapshot written twice.
 type VaultBucketsInputs struct {
 	URL          string `json:"url"`
 	CACertPem    string `json:"caCertPem,omitempty"`
@@ -58,11 +59,13 @@ var vaultStorerPolicy = VaultStorerPolicy
 func vaultPolicy(region string, objectActions ...string) []byte {
 	bucket := "arn:aws:s3:::" + vault.Bucket(region)
 	doc := map[string]any{"Version": "2012-10-17", "Statement": []map[string]any{
-		{"Effect": "Allow", "Action": []string{"s3:ListBucket", "s3:GetBucketLocation"}, "Resource": []string{bucket}},
+		// Versions: List names a snapshot written twice (an overwrite).
+		{"Effect": "Allow", "Action": []string{"s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketLocation"}, "Resource": []string{bucket}},
 		{"Effect": "Allow", "Action": objectActions, "Resource": []string{bucket + "/*"}},
 		// Explicit, so no other policy given by mistake can add them.
 		{"Effect": "Deny", "Action": []string{"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:DeleteBucket",
-			"s3:PutLifecycleConfiguration", "s3:PutBucketVersioning", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"},
+			"s3:PutLifecycleConfiguration", "s3:PutBucketVersioning", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy",
+			"s3:BypassGovernanceRetention", "s3:PutObjectRetention", "s3:PutBucketObjectLockConfiguration", "s3:PutObjectLegalHold"},
 			"Resource": []string{bucket, bucket + "/*"}},
 	}}
 	b, _ := json.Marshal(doc)

@@ -61,6 +61,7 @@ func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, r
 	if err != nil {
 		t.Fatalf("a's storer reading back what it put: %v", err)
 	}
+	governance, tomorrow := minio.Governance, time.Now().Add(24*time.Hour)
 	var let []string
 	try := func(what string, err error) {
 		if err == nil {
@@ -76,6 +77,8 @@ func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, r
 	_, err = storer.StatObject(ctx, bucketB, "coord/theirs.db", minio.StatObjectOptions{})
 	try("storer reads another region's snapshot", err)
 	try("storer deletes another region's snapshot", storer.RemoveObject(ctx, bucketB, "coord/theirs.db", minio.RemoveObjectOptions{}))
+	try("storer shortens its snapshot's retention", storer.PutObjectRetention(ctx, bucketA, "coord/mine.db", minio.PutObjectRetentionOptions{
+		Mode: &governance, RetainUntilDate: &tomorrow, VersionID: st.VersionID, GovernanceBypass: true}))
 	try("restorer puts a snapshot", put(restorer, bucketA, "coord/forged.db"))
 	try("restorer deletes a snapshot", restorer.RemoveObject(ctx, bucketA, "coord/mine.db", minio.RemoveObjectOptions{}))
 	return let
