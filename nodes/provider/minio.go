@@ -17,27 +17,69 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// minioRoot is a MinIO server reached as its root user, which is how
-// deploy steps (the archive's and the vault's buckets and users) set it
-// up: URL is https with its certificate signed by CACertPem, or http on
-// loopback (tests).
-type minioRoot struct {
+// s3Endpoint is a MinIO (S3) server and a user of it, as a deploy step
+// reaches it: URL is https with its certificate signed by CACertPem, or
+// http on loopback (tests).
+type s3Endpoint struct {
 	URL, CACertPem, User, Password string
 }
 
-// validate names the first field of r that is wrong.
-func (r minioRoot) validate() error {
-	u, err := url.Parse(r.URL)
+// check names the first field that is wrong, by the names the resource's
+// inputs give the URL and the CA.
+func (e s3Endpoint) check(urlField, caField string) error {
+	u, err := url.Parse(e.URL)
 	switch {
 	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
-		return fmt.Errorf("url: want MinIO's base URL, e.g. https://minio:9000, got %q", r.URL)
-	case u.Scheme == "https" && r.CACertPem == "":
-		return errors.New("caCertPem: is required with an https url")
+		return fmt.Errorf("%s: want the server's base URL, e.g. https://minio:9000, got %q", urlField, e.URL)
+	case u.Scheme == "https" && e.CACertPem == "":
+		return fmt.Errorf("%s: is required with an https %s", caField, urlField)
 	case u.Scheme == "http" && !isLoopback(u.Hostname()):
-		return errors.New("url: must be https (plain http only on loopback)")
+		return fmt.Errorf("%s: must be https (plain http only on loopback)", urlField)
 	case u.Scheme != "https" && u.Scheme != "http":
-		return fmt.Errorf("url: scheme %q, want https", u.Scheme)
-	case r.User == "" || r.Password == "":
+		return fmt.Errorf("%s: scheme %q, want https", urlField, u.Scheme)
+	}
+	return nil
+}
+
+// options are the endpoint's client options: its user, and its CA for
+// https. They serve the S3 and the admin client alike.
+func (e s3Endpoint) options() (host string, creds *credentials.Credentials, secure bool, tr *http.Transport, err error) {
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return "", nil, false, nil, err
+	}
+	secure = u.Scheme == "https"
+	tr = http.DefaultTransport.(*http.Transport).Clone()
+	if secure {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(e.CACertPem)) {
+			return "", nil, false, nil, errors.New("caCertPem: no certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return u.Host, credentials.NewStaticV4(e.User, e.Password, ""), secure, tr, nil
+}
+
+// client is the endpoint's S3 client; it does not connect.
+func (e s3Endpoint) client() (*minio.Client, error) {
+	host, creds, secure, tr, err := e.options()
+	if err != nil {
+		return nil, err
+	}
+	return minio.New(host, &minio.Options{Creds: creds, Secure: secure, Transport: tr})
+}
+
+// minioRoot is a MinIO server reached as its root user, which is how
+// deploy steps (the archive's and the vault's buckets and users) set it
+// up.
+type minioRoot s3Endpoint
+
+// validate names the first field of r that is wrong.
+func (r minioRoot) validate() error {
+	if err := s3Endpoint(r).check("url", "caCertPem"); err != nil {
+		return err
+	}
+	if r.User == "" || r.Password == "" {
 		return errors.New("rootUser, rootPassword: are required")
 	}
 	return nil
@@ -45,25 +87,15 @@ func (r minioRoot) validate() error {
 
 // clients are an S3 and an admin client of MinIO's root user.
 func (r minioRoot) clients() (*minio.Client, *madmin.AdminClient, error) {
-	u, err := url.Parse(r.URL)
+	s3, err := s3Endpoint(r).client()
 	if err != nil {
 		return nil, nil, err
 	}
-	creds := credentials.NewStaticV4(r.User, r.Password, "")
-	secure := u.Scheme == "https"
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if secure {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(r.CACertPem)) {
-			return nil, nil, errors.New("caCertPem: no certificate")
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	s3, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: secure, Transport: tr})
+	host, creds, secure, tr, err := s3Endpoint(r).options()
 	if err != nil {
 		return nil, nil, err
 	}
-	adm, err := madmin.NewWithOptions(u.Host, &madmin.Options{Creds: creds, Secure: secure, Transport: tr})
+	adm, err := madmin.NewWithOptions(host, &madmin.Options{Creds: creds, Secure: secure, Transport: tr})
 	if err != nil {
 		return nil, nil, err
 	}

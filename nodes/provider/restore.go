@@ -2,11 +2,8 @@ package provider
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -20,8 +17,6 @@ import (
 	"github.com/lockplane/lockplane/dr/snapshot"
 	"github.com/lockplane/lockplane/dr/vault"
 	"github.com/lockplane/lockplane/nodes/remote"
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // Deadlines of the restore's network calls: a vault call that moves no
@@ -43,19 +38,16 @@ type vaultRef struct {
 	Region, Cluster, Snapshot            string
 }
 
+func (v vaultRef) endpoint() s3Endpoint {
+	return s3Endpoint{URL: v.URL, CACertPem: v.CACertPem, User: v.AccessKey, Password: v.SecretKey}
+}
+
 // check names the first field that is wrong.
 func (v vaultRef) check() error {
-	u, err := url.Parse(v.URL)
-	switch {
-	case err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil:
-		return fmt.Errorf("vaultUrl: want the vault's base URL, e.g. https://vault:9000, got %q", v.URL)
-	case u.Scheme == "https" && v.CACertPem == "":
-		return errors.New("vaultCaCertPem: is required with an https vaultUrl")
-	case u.Scheme == "http" && !isLoopback(u.Hostname()):
-		return errors.New("vaultUrl: must be https (plain http only on loopback)")
-	case u.Scheme != "https" && u.Scheme != "http":
-		return fmt.Errorf("vaultUrl: scheme %q, want https", u.Scheme)
-	case v.AccessKey == "" || v.SecretKey == "":
+	if err := v.endpoint().check("vaultUrl", "vaultCaCertPem"); err != nil {
+		return err
+	}
+	if v.AccessKey == "" || v.SecretKey == "" {
 		return errors.New("vaultAccessKey, vaultSecretKey: are required (a vault user that can read the region's bucket)")
 	}
 	if err := vault.CheckName("region", v.Region); err != nil {
@@ -81,20 +73,7 @@ func (v vaultRef) check() error {
 
 // open is the region's vault; it does not connect.
 func (v vaultRef) open() (vault.Vault, error) {
-	u, err := url.Parse(v.URL)
-	if err != nil {
-		return vault.Vault{}, fmt.Errorf("vaultUrl: %w", err)
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	secure := u.Scheme == "https"
-	if secure {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(v.CACertPem)) {
-			return vault.Vault{}, errors.New("vaultCaCertPem: no certificate")
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	cli, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(v.AccessKey, v.SecretKey, ""), Secure: secure, Transport: tr})
+	cli, err := v.endpoint().client()
 	if err != nil {
 		return vault.Vault{}, fmt.Errorf("vaultUrl: %w", err)
 	}
