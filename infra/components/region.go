@@ -101,7 +101,7 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	// a coord cluster where it is.
 	coordEpoch, err := nodes.NewEtcdEpoch(ctx, s.Region+"-coord-epoch", nodes.EtcdEpochArgs{Cluster: "coord",
 		CoordEndpoints: r.Coord.Endpoints, Endpoints: r.Coord.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client,
-		Above: s.Coord.EpochAbove, Root: r.EtcdUsers.Root}, in, pulumi.DependsOn([]pulumi.Resource{r.Coord}))
+		Above: s.Coord.EpochAbove, Root: r.EtcdUsers.Root, Restored: s.Restore.Enabled()}, in, pulumi.DependsOn([]pulumi.Resource{r.Coord}))
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,8 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	shardEpochs := map[string]pulumi.Resource{}
 	for _, sh := range r.Shards {
 		e, err := nodes.NewEtcdEpoch(ctx, s.Region+"-"+sh.Name+"-epoch", nodes.EtcdEpochArgs{Cluster: sh.Name,
-			CoordEndpoints: r.Coord.Endpoints, Endpoints: sh.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client, Root: r.EtcdUsers.Root},
+			CoordEndpoints: r.Coord.Endpoints, Endpoints: sh.Endpoints, CA: r.EtcdCA, Client: r.Coord.Client, Root: r.EtcdUsers.Root,
+			Restored: s.Restore.Enabled()},
 			in, pulumi.DependsOn([]pulumi.Resource{coordEpoch, sh}))
 		if err != nil {
 			return nil, err

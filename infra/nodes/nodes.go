@@ -315,6 +315,10 @@ type EtcdEpochArgs struct {
 	// authentication on (a cluster whose authentication is off lets it
 	// in as no user).
 	Root pulumi.StringInput
+	// Restored: the cluster came back from a snapshot (a DR stack). Its
+	// record is only adopted, never made: a restored cluster without one
+	// is the operators' to advance.
+	Restored bool
 }
 
 // NewEtcdEpoch bootstraps a cluster's epoch record.
@@ -325,6 +329,9 @@ func NewEtcdEpoch(ctx *pulumi.Context, name string, a EtcdEpochArgs, opts ...pul
 	}
 	if a.Root != nil {
 		props["rootPassword"] = pulumi.ToSecret(a.Root)
+	}
+	if a.Restored {
+		props["restored"] = pulumi.Bool(true)
 	}
 	var r EtcdEpoch
 	return &r, ctx.RegisterResource(prefix_+"EtcdEpoch", name, props, &r,

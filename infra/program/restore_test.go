@@ -80,6 +80,12 @@ func TestADRStackRestoresEveryMemberBeforeItStarts(t *testing.T) {
 		if strings.HasPrefix(r.Inputs["name"].StringValue(), "etcd-") && !dependsOnSuffix(r, strings.TrimSuffix(r.Name, "-service")+"-restore") {
 			t.Errorf("%s starts without waiting for its restore", r.Name)
 		}
+	}	// The epoch step only adopts the restored record: it never anchors or
+	// bootstraps a restored cluster (that would unseal it, operator-less).
+	for _, r := range m.of("lockplane:nodes:EtcdEpoch") {
+		if !r.Inputs["restored"].BoolValue() {
+			t.Errorf("%s: restored %v, want true", r.Name, r.Inputs["restored"])
+		}
 	}
 }
 
@@ -128,5 +134,10 @@ func TestARegionStackRestoresNothing(t *testing.T) {
 	}
 	if n := len(m.of("lockplane:nodes:EtcdRestore")) + len(m.of("lockplane:nodes:VaultSnapshot")); n != 0 {
 		t.Fatalf("%d restore resources in a region stack", n)
+	}
+	for _, r := range m.of("lockplane:nodes:EtcdEpoch") {
+		if _, ok := r.Inputs["restored"]; ok {
+			t.Errorf("%s: restored set in a region stack", r.Name)
+		}
 	}
 }

@@ -34,6 +34,11 @@ type EtcdEpochInputs struct {
 	KeyPem         string   `json:"keyPem"`
 	Above          int      `json:"above,omitempty"`
 	RootPassword   string   `json:"rootPassword,omitempty"`
+	// Restored clusters (a DR stack's) only adopt the record the snapshot
+	// brought back. One without a record (a snapshot from before the
+	// bootstrap, or a forged one) is refused, never anchored or
+	// bootstrapped here: that would unseal it with no operator.
+	Restored bool `json:"restored,omitempty"`
 }
 
 func (in *EtcdEpochInputs) client(endpoints []string) (*clientv3.Client, error) {
@@ -93,6 +98,9 @@ func init() {
 				return "", nil, fmt.Errorf("%s: read the epoch record: %w", in.Cluster, err)
 			} else if found {
 				return in.Cluster, map[string]any{"epoch": int(st.Epoch), "adopted": true}, nil
+			} else if in.Restored {
+				return "", nil, fmt.Errorf("%s: restored from a snapshot with no epoch record: it stays sealed; two operators advance it "+
+					"(lockctl epoch advance --expected 0, and for coord --above the highest epoch the region served)", in.Cluster)
 			}
 			rec, err := epoch.ReadRecorded(ctx, coord)
 			if err != nil {
@@ -115,7 +123,7 @@ func init() {
 		Update: func(_ context.Context, _ *Env, _ string, _, _ *EtcdEpochInputs, st map[string]any) (map[string]any, error) {
 			return st, nil
 		},
-		Replaces: []string{"cluster"},
+		Replaces: []string{"cluster", "restored"},
 		Read: func(ctx context.Context, _ *Env, _ string, in *EtcdEpochInputs, st map[string]any) (map[string]any, error) {
 			target, err := in.client(in.Endpoints)
 			if err != nil {

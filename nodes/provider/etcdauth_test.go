@@ -255,6 +255,15 @@ func TestEtcdAuthWithJWTTokensAndTheEpochBootstrapAsRoot(t *testing.T) {
 	}
 	epochInputs := with(map[string]any{"cluster": "coord", "coordEndpoints": []any{endpoint}, "rootPassword": "root-pw"})
 
+	// A DR stack's cluster restored from a snapshot with no epoch record
+	// is refused, not anchored and bootstrapped: that would unseal it with
+	// no operator. (The cluster here is empty, as such a snapshot is.)
+	restored := with(map[string]any{"cluster": "coord", "coordEndpoints": []any{endpoint}, "restored": true})
+	if _, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdEpoch", "coord-restored"), Properties: props(t, restored)}); err == nil ||
+		!strings.Contains(err.Error(), "restored from a snapshot with no epoch record") {
+		t.Fatalf("a restored cluster without a record: %v; want refused", err)
+	}
+
 	// Before authentication: root's sign-in lets the bootstrap in as no user.
 	e1, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("EtcdEpoch", "coord"), Properties: props(t, epochInputs)})
 	if err != nil {

@@ -53,7 +53,7 @@ func (e s3Endpoint) options() (host string, creds *credentials.Credentials, secu
 	if secure {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(e.CACertPem)) {
-			return "", nil, false, nil, errors.New("caCertPem: no certificate")
+			return "", nil, false, nil, errors.New("the CA certificate given holds no PEM certificate")
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}

@@ -75,7 +75,7 @@ func (v vaultRef) check() error {
 func (v vaultRef) open() (vault.Vault, error) {
 	cli, err := v.endpoint().client()
 	if err != nil {
-		return vault.Vault{}, fmt.Errorf("vaultUrl: %w", err)
+		return vault.Vault{}, fmt.Errorf("vaultUrl, vaultCaCertPem: %w", err)
 	}
 	return vault.Vault{Client: cli, Region: v.Region, OpTimeout: vaultCall}, nil
 }

@@ -222,7 +222,9 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				return summary{}, err
 			}
 			if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
-				out.Unseal, _ = unsealCommands(out.Profile, restored)
+				if out.Unseal, _, err = unsealCommands(out.Profile, restored); err != nil {
+					return summary{}, err
+				}
 			}
 			if f.output == "text" {
 				if v, ok := res.Outputs["vaultUrl"]; ok {

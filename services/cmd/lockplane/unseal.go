@@ -12,14 +12,35 @@ type restoredCluster struct {
 	revision, epoch, highest            int64
 }
 
-func restoredClusters(restored map[string]any) []restoredCluster {
-	num := func(v any) int64 { f, _ := v.(float64); return int64(f) }
-	str := func(v any) string { s, _ := v.(string); return s }
+func restoredClusters(restored map[string]any) ([]restoredCluster, error) {
 	var out []restoredCluster
 	for name, v := range restored {
 		m, _ := v.(map[string]any)
-		out = append(out, restoredCluster{name: name, manifest: str(m["manifest"]), sourceID: str(m["sourceClusterId"]),
-			clusterID: str(m["clusterId"]), revision: num(m["revision"]), epoch: num(m["epoch"]), highest: num(m["highestAllocated"])})
+		c := restoredCluster{name: name}
+		var bad []string
+		str := func(k string, into *string) {
+			if *into, _ = m[k].(string); *into == "" {
+				bad = append(bad, k)
+			}
+		}
+		num := func(k string, into *int64) {
+			f, ok := m[k].(float64)
+			if !ok {
+				bad = append(bad, k)
+			}
+			*into = int64(f)
+		}
+		str("manifest", &c.manifest)
+		str("sourceClusterId", &c.sourceID)
+		str("clusterId", &c.clusterID)
+		num("revision", &c.revision)
+		num("epoch", &c.epoch)
+		num("highestAllocated", &c.highest)
+		if len(bad) > 0 {
+			// A missing epoch read as 0 would print an unsafe --above.
+			return nil, fmt.Errorf("the stack's restored output for %s lacks %v: run lockplane refresh, then up", name, bad)
+		}
+		out = append(out, c)
 	}
 	// coord first: the shards' advances allocate from it.
 	sort.Slice(out, func(i, j int) bool {
@@ -28,15 +49,25 @@ func restoredClusters(restored map[string]any) []restoredCluster {
 		}
 		return out[i].name < out[j].name
 	})
-	return out
+	return out, nil
 }
+
+// EpochMargin is added to the highest epoch the snapshots show for the
+// printed --above: epochs the region allocated after its snapshots (an
+// advance, a shard add) are not in them, and an anchor below one of them
+// could repeat a token. Epochs are cheap (2^32 of them); a margin of a
+// hundred outlasts any plausible run of advances between two snapshots.
+const EpochMargin = 100
 
 // unsealCommands are the advances that unseal a restored region, coord
 // first, anchored above the highest epoch the snapshots show (a floor:
 // epochs allocated after the snapshots are not in them, docs/dr.md), and
 // that floor.
-func unsealCommands(profile string, restored map[string]any) ([]string, int64) {
-	cs := restoredClusters(restored)
+func unsealCommands(profile string, restored map[string]any) ([]string, int64, error) {
+	cs, err := restoredClusters(restored)
+	if err != nil {
+		return nil, 0, err
+	}
 	var floor int64
 	for _, c := range cs {
 		floor = max(floor, c.epoch, c.highest)
@@ -49,27 +80,34 @@ func unsealCommands(profile string, restored map[string]any) ([]string, int64) {
 	for _, c := range cs {
 		cmd := fmt.Sprintf("%s epoch advance --expected %d", lockctl, c.epoch)
 		if c.name == "coord" {
-			cmd += fmt.Sprintf(" --above %d", floor)
+			cmd += fmt.Sprintf(" --above %d", floor+EpochMargin)
 		} else {
 			cmd += " --cluster " + c.name
 		}
 		cmd += fmt.Sprintf(" --reason %q", "DR restore from "+c.manifest)
 		cmds = append(cmds, cmd, lockctl+" epoch approve ID   # a second operator, with the ID the request printed")
 	}
-	return cmds, floor
+	return cmds, floor, nil
 }
 
 // printRestored says what a DR stack's up restored and how to unseal it.
 func printRestored(w io.Writer, profile string, restored map[string]any) {
+	cs, err := restoredClusters(restored)
+	cmds, floor, _ := unsealCommands(profile, restored)
+	if err != nil {
+		fmt.Fprintf(w, "\nrestored from the vault, and SEALED; the unseal cannot be worked out: %v\n", err)
+		return
+	}
 	fmt.Fprintf(w, "\nrestored from the vault, and SEALED: no grant until two operators advance every cluster's epoch\n")
-	for _, c := range restoredClusters(restored) {
+	for _, c := range cs {
 		fmt.Fprintf(w, "  %-10s %s (revision %d, epoch %d of cluster %s), now cluster %s\n", c.name, c.manifest, c.revision, c.epoch, c.sourceID, c.clusterID)
 	}
-	cmds, floor := unsealCommands(profile, restored)
+	fmt.Fprintf(w, "first make sure the region restored from is gone or fenced: two regions would allocate the same epochs.\n")
 	fmt.Fprintf(w, "unseal, coord first; each request is approved by a second operator (both signed in with lockctl login, the stack's lockplane:operators):\n")
 	for _, c := range cmds {
 		fmt.Fprintln(w, "  "+c)
 	}
-	fmt.Fprintf(w, "--above %d is the highest epoch the snapshots show. Epochs the region allocated after them are not in them: raise it to the highest epoch\n"+
-		"of the audit archive's advance records or of a fenced resource's highest token >> 48, if higher (docs/dr.md).\n", floor)
+	fmt.Fprintf(w, "--above %d is the highest epoch the snapshots show (%d) plus %d for epochs allocated after them. If the region may have\n"+
+		"allocated more since, raise it to the audit archive's highest advance or a fenced resource's highest token >> 48 (docs/dr.md).\n",
+		floor+EpochMargin, floor, EpochMargin)
 }
