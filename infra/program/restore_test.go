@@ -80,7 +80,7 @@ func TestADRStackRestoresEveryMemberBeforeItStarts(t *testing.T) {
 		if strings.HasPrefix(r.Inputs["name"].StringValue(), "etcd-") && !dependsOnSuffix(r, strings.TrimSuffix(r.Name, "-service")+"-restore") {
 			t.Errorf("%s starts without waiting for its restore", r.Name)
 		}
-	}	// The epoch step only adopts the restored record: it never anchors or
+	} // The epoch step only adopts the restored record: it never anchors or
 	// bootstraps a restored cluster (that would unseal it, operator-less).
 	for _, r := range m.of("lockplane:nodes:EtcdEpoch") {
 		if !r.Inputs["restored"].BoolValue() {

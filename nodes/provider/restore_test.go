@@ -432,10 +432,31 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		bucket := vault.Bucket(r.region)
 		mc := r.mio.Client(t)
 		// The object replaced by another snapshot: its digest is not the
-		// manifest's.
-		if _, err := mc.FPutObject(ctx, bucket, chosen.Object, otherFile, minio.PutObjectOptions{}); err != nil {
-			t.Fatal(err)
+		// manifest's. A plain overwrite leaves a second version, which the
+		// vault refuses first (written once); an intruder with the vault's
+		// root also removes the locked first version, so only the digests
+		// are left to tell.
+		replace := func(key string, put func() error) {
+			var old []string
+			for obj := range mc.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: key, WithVersions: true}) {
+				if obj.Err != nil {
+					t.Fatal(obj.Err)
+				}
+				old = append(old, obj.VersionID)
+			}
+			if err := put(); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range old {
+				if err := mc.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{VersionID: v, GovernanceBypass: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
+		replace(chosen.Object, func() error {
+			_, err := mc.FPutObject(ctx, bucket, chosen.Object, otherFile, minio.PutObjectOptions{})
+			return err
+		})
 		_, err = r.create(t, "EtcdRestore", "tamper", in)
 		if err == nil || !strings.Contains(err.Error(), "is not the snapshot") {
 			t.Fatalf("a restore of a tampered object: %v, want it refused", err)
@@ -444,9 +465,10 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		forged := other
 		forged.Object = chosen.Object
 		doc, _ := json.Marshal(forged)
-		if _, err := mc.PutObject(ctx, bucket, strings.TrimSuffix(chosen.Object, ".db")+".json", bytes.NewReader(doc), int64(len(doc)), minio.PutObjectOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		replace(strings.TrimSuffix(chosen.Object, ".db")+".json", func() error {
+			_, err := mc.PutObject(ctx, bucket, strings.TrimSuffix(chosen.Object, ".db")+".json", bytes.NewReader(doc), int64(len(doc)), minio.PutObjectOptions{})
+			return err
+		})
 		_, err = r.create(t, "EtcdRestore", "tamper", in)
 		if err == nil || !strings.Contains(err.Error(), "not the "+chosen.SHA256+" chosen") {
 			t.Fatalf("a restore of a snapshot put under the chosen one's name: %v, want it refused", err)

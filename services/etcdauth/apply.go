@@ -26,7 +26,7 @@ type Options struct {
 // matched the spec.
 type Applied struct {
 	RolesAdded, UsersAdded, UsersDeleted, PermsGranted, PermsRevoked int
-	RolesGranted, RolesRevoked, PasswordsSet           int
+	RolesGranted, RolesRevoked, PasswordsSet                         int
 	// AuthEnabled is true when this call enabled authentication.
 	AuthEnabled bool
 }
