@@ -38,7 +38,9 @@ func Start(t testing.TB, opts devenv.Options) *devenv.Env {
 		opts.Classes = class.NewStatic(Fast)
 	}
 	if opts.OpTimeout == 0 {
-		opts.OpTimeout = time.Second
+		// Generous: CI runs these beside the e2e and the gate on two
+		// cores. Tests of quorum loss set their own.
+		opts.OpTimeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
