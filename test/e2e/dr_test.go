@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func keepStackFile(t *testing.T, dir, stack string) {
 // every cluster's epoch; a grant then carries a token above every token
 // the region issued before, and the RTO (from the start of the DR up to
 // that grant) is printed.
-func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64) {
+func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64, shardsBefore map[string]any) {
 	t.Helper()
 	// The operators' provider, on the test hosts' bridge where the DR
 	// arbiter reaches it.
@@ -110,12 +111,12 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64) {
 	as := func(who string, args ...string) string {
 		return string(run(t, dir, append([]string{"lockctl", "--profile", up.Profile, "--identity", "operator", "--id-token-file", idFile[who]}, args...)...))
 	}
-	for _, line := range up.Unseal {
-		i := strings.Index(line, " epoch advance ")
-		if i < 0 {
+	for i, line := range up.Unseal {
+		i0 := strings.Index(line, " epoch advance ")
+		if i0 < 0 {
 			continue
 		}
-		args := strings.Fields(line[i+1:])
+		args := strings.Fields(line[i0+1:])
 		// The printed --reason is quoted for a shell: pass it whole.
 		for j, a := range args {
 			if a == "--reason" {
@@ -126,11 +127,42 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64) {
 		first, _, _ := strings.Cut(as("alice", args...), "\n")
 		id := strings.TrimPrefix(first, "request ")
 		as("bob", "epoch", "approve", id)
+		if i == 0 {
+			// Coord advanced, the shard not yet: the shard's epoch record
+			// is still the old cluster's, and it stays sealed.
+			var st struct {
+				Sealed, EpochMissing bool
+			}
+			got := as("alice", "status", "--cluster", "entity-0", "-o", "json")
+			if err := json.Unmarshal([]byte(got), &st); err != nil || !(st.Sealed || st.EpochMissing) {
+				t.Fatalf("entity-0 after coord's advance alone: %s (%v), want it sealed", got, err)
+			}
+		}
 	}
 
-	// The first grant after the unseal: above every token before.
+	// lockplane ends the restore: every cluster unsealed above the
+	// snapshots' epochs, the first grant, and the RTO.
+	var verify struct {
+		Clusters []struct {
+			Cluster string
+			Epoch   uint32
+		}
+		Grant      struct{ Epoch uint32 }
+		RTO        string
+		RTOSeconds float64
+		First      bool `json:"firstVerification"`
+	}
+	vout := run(t, dir, "lockplane", "dr", "verify", "--stack", "local-dr", "-o", "json")
+	if err := json.Unmarshal(lastLine(vout), &verify); err != nil || !verify.First || len(verify.Clusters) != 2 {
+		t.Fatalf("dr verify: %s (%v)", vout, err)
+	}
+	if top := token.Token(maxToken(before)).Epoch(); verify.Grant.Epoch <= top {
+		t.Fatalf("dr verify's grant has epoch %d, not above %d, the highest before the disaster", verify.Grant.Epoch, top)
+	}
+	t.Logf("RTO %s (lockplane dr verify: from the start of the DR up to the first grant after the unseal; target under 5m)", verify.RTO)
+
+	// A grant after the unseal: above every token before.
 	tokOut := run(t, dir, "lockctl", "--profile", up.Profile, "run", "demo/e2e/dr", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
-	rto := time.Since(start)
 	var after uint64
 	if err := json.Unmarshal(bytes.TrimSpace(tokOut), &after); err != nil {
 		t.Fatalf("token after the unseal: %q (%v)", tokOut, err)
@@ -141,18 +173,27 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64) {
 				token.Token(after).Epoch(), token.Token(after).Revision(), token.Token(b).Epoch(), token.Token(b).Revision())
 		}
 	}
-	t.Logf("RTO %s: from the start of the DR up to the first grant after the unseal (epoch %d; %d tokens before, highest epoch %d)",
-		rto.Round(time.Second), token.Token(after).Epoch(), len(before), token.Token(maxToken(before)).Epoch())
 
-	// The shard map came back from the snapshot.
-	if shards := run(t, dir, "lockctl", "--profile", up.Profile, "--identity", "operator", "shards"); !strings.Contains(string(shards), "entity-0") {
-		t.Fatalf("shard map after the restore: %s", shards)
+	// The shard map came back from the snapshot, as it was.
+	if got := shardMap(t, dir, up.Profile); !reflect.DeepEqual(got, shardsBefore) {
+		t.Fatalf("shard map after the restore: %v, before the disaster: %v", got, shardsBefore)
 	}
 	var down summary
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local-dr", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"] {
 		t.Fatalf("destroy --stack local-dr: %s (%v)", out, err)
 	}
+}
+
+// shardMap is `lockctl shards -o json` as the operator.
+func shardMap(t *testing.T, dir, profile string) map[string]any {
+	t.Helper()
+	out := run(t, dir, "lockctl", "--profile", profile, "--identity", "operator", "shards", "-o", "json")
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil || len(m) == 0 {
+		t.Fatalf("lockctl shards: %s (%v)", out, err)
+	}
+	return m
 }
 
 func maxToken(ts []uint64) uint64 {

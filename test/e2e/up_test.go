@@ -253,13 +253,15 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		t.Fatalf("the last token before the disaster: %q (%v)", lastOut, err)
 	}
 
+	shardsBefore := shardMap(t, dir, up.Profile)
+
 	// The disaster: the region is destroyed; its vault survives.
 	var down summary
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"] {
 		t.Fatalf("destroy: %s (%v)", out, err)
 	}
-	drill(t, dir, h, []uint64{tok, last})
+	drill(t, dir, h, []uint64{tok, last}, shardsBefore)
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local-vault", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != vaultUp.Changes["create"] {
 		t.Fatalf("destroy --stack local-vault: %s (%v)", out, err)

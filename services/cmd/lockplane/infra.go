@@ -35,6 +35,8 @@ func localStack(stack string) bool { return stack == "local" || strings.HasPrefi
 
 type stackFlags struct {
 	stack, backend, output string
+	// began is when the verb started: a restore's RTO counts from it.
+	began time.Time
 }
 
 func (f *stackFlags) add(c *cobra.Command) {
@@ -143,6 +145,8 @@ type summary struct {
 	Promotion *promotion `json:"promotion,omitempty"`
 	// Unseal, after a DR stack's up, is what the operators run next.
 	Unseal []string `json:"unseal,omitempty"`
+	// Verify, after the unseal, checks the region and prints the RTO.
+	Verify string `json:"verify,omitempty"`
 }
 
 func (s summary) print(asJSON bool) {
@@ -178,7 +182,7 @@ func stackVerb(use, short, long string, act func(ctx context.Context, s auto.Sta
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			begin := time.Now()
+			f.began = time.Now()
 			s, root, err := openStack(ctx, f)
 			if err != nil {
 				return err
@@ -187,7 +191,7 @@ func stackVerb(use, short, long string, act func(ctx context.Context, s auto.Sta
 			if err != nil {
 				return fmt.Errorf("%s --stack %s failed: %w", use, f.stack, errors.New(lastLines(err.Error(), 30)))
 			}
-			out.Stack, out.Verb, out.Elapsed = f.stack, use, time.Since(begin).Round(time.Second).String()
+			out.Stack, out.Verb, out.Elapsed = f.stack, use, time.Since(f.began).Round(time.Second).String()
 			out.print(f.output == "json")
 			return nil
 		},
@@ -225,6 +229,10 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				if out.Unseal, _, err = unsealCommands(out.Profile, restored); err != nil {
 					return summary{}, err
 				}
+				if err := recordRestore(root, f.stack, f.began, restored); err != nil {
+					return summary{}, err
+				}
+				out.Verify = verifyCommand(f.stack)
 			}
 			if f.output == "text" {
 				if v, ok := res.Outputs["vaultUrl"]; ok {
@@ -234,7 +242,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 						res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
 				}
 				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
-					printRestored(os.Stdout, out.Profile, restored)
+					printRestored(os.Stdout, f.stack, out.Profile, restored)
 				}
 				if v, ok := res.Outputs["snapshotVault"]; ok {
 					fmt.Printf("snapshots into %v (lockplane snapshot list --stack %s)\n", v.Value, f.stack)

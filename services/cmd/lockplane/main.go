@@ -21,7 +21,7 @@ func main() {
 	}
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks that gate a deployment"}
 	bench.AddCommand(fsync.Command())
-	root.AddCommand(devCmd(), bench, upCmd(), previewCmd(), refreshCmd(), destroyCmd(), promoteCmd(), snapshotCmd())
+	root.AddCommand(devCmd(), bench, upCmd(), previewCmd(), refreshCmd(), destroyCmd(), promoteCmd(), snapshotCmd(), drCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "lockplane:", err)
 		os.Exit(1)

@@ -91,7 +91,7 @@ func unsealCommands(profile string, restored map[string]any) ([]string, int64, e
 }
 
 // printRestored says what a DR stack's up restored and how to unseal it.
-func printRestored(w io.Writer, profile string, restored map[string]any) {
+func printRestored(w io.Writer, stack, profile string, restored map[string]any) {
 	cs, err := restoredClusters(restored)
 	cmds, floor, _ := unsealCommands(profile, restored)
 	if err != nil {
@@ -110,4 +110,8 @@ func printRestored(w io.Writer, profile string, restored map[string]any) {
 	fmt.Fprintf(w, "--above %d is the highest epoch the snapshots show (%d) plus %d for epochs allocated after them. If the region may have\n"+
 		"allocated more since, raise it to the audit archive's highest advance or a fenced resource's highest token >> 48 (docs/dr.md).\n",
 		floor+EpochMargin, floor, EpochMargin)
+	fmt.Fprintf(w, "then check every cluster, take the first grant and print the RTO:\n  %s\n", verifyCommand(stack))
 }
+
+// verifyCommand is what ends a restore: `dr verify` of the DR stack.
+func verifyCommand(stack string) string { return "bin/lockplane dr verify --stack " + stack }

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/profile"
+	"github.com/spf13/cobra"
+)
+
+// restoreRecord is what the up of a DR stack keeps beside its profile
+// (.lockplane/<stack>/restore.json), for `lockplane dr verify`: when the
+// restore began, what it made and, once verified, its first grant.
+type restoreRecord struct {
+	Stack     string    `json:"stack"`
+	StartedAt time.Time `json:"startedAt"`
+	// Floor is the highest epoch the snapshots show; every epoch after
+	// the unseal must exceed it.
+	Floor int64 `json:"floor"`
+	// Clusters are the restored clusters' new IDs, by name.
+	Clusters map[string]string `json:"clusters"`
+	// Verified is the first grant verify took after the unseal: the end
+	// of the RTO.
+	Verified *verifiedGrant `json:"verified,omitempty"`
+}
+
+type verifiedGrant struct {
+	At    time.Time `json:"at"`
+	Key   string    `json:"key"`
+	Class string    `json:"class"`
+	Epoch uint32    `json:"epoch"`
+}
+
+func restoreRecordPath(root, stack string) string {
+	return filepath.Join(root, ".lockplane", stack, "restore.json")
+}
+
+// recordRestore keeps when a restore began. An up that finds the same
+// clusters (an up re-run after the restore) keeps the first record, so
+// the RTO is measured from the up that restored, not from the last one.
+func recordRestore(root, stack string, began time.Time, restored map[string]any) error {
+	cs, err := restoredClusters(restored)
+	if err != nil {
+		return err
+	}
+	rec := restoreRecord{Stack: stack, StartedAt: began.UTC(), Clusters: map[string]string{}}
+	for _, c := range cs {
+		rec.Clusters[c.name] = c.clusterID
+		rec.Floor = max(rec.Floor, c.epoch, c.highest)
+	}
+	path := restoreRecordPath(root, stack)
+	if old, err := readRestoreRecord(path); err == nil && maps.Equal(old.Clusters, rec.Clusters) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writeRestoreRecord(path, rec)
+}
+
+func readRestoreRecord(path string) (restoreRecord, error) {
+	var rec restoreRecord
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rec, err
+	}
+	return rec, json.Unmarshal(b, &rec)
+}
+
+func writeRestoreRecord(path string, rec restoreRecord) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// verifyReport is what `dr verify` prints.
+type verifyReport struct {
+	Stack     string          `json:"stack"`
+	Floor     int64           `json:"floor"`
+	Clusters  []verifiedEpoch `json:"clusters"`
+	Grant     verifiedGrant   `json:"grant"`
+	StartedAt time.Time       `json:"startedAt"`
+	RTO       string          `json:"rto"`
+	RTOSecs   float64         `json:"rtoSeconds"`
+	// First is whether this run took the first grant; otherwise the
+	// RTO ends at Earlier, the one that did.
+	First   bool           `json:"firstVerification"`
+	Earlier *verifiedGrant `json:"-"`
+}
+
+type verifiedEpoch struct {
+	Cluster   string `json:"cluster"`
+	ClusterID string `json:"clusterId"`
+	Epoch     uint32 `json:"epoch"`
+}
+
+func drCmd() *cobra.Command {
+	dr := &cobra.Command{Use: "dr", Short: "Disaster recovery: check a restored region (docs/dr.md)"}
+	var f stackFlags
+	var key, class, workload, operator string
+	var timeout time.Duration
+	verify := &cobra.Command{
+		Use:   "verify --stack DR_STACK",
+		Short: "Check every restored cluster is unsealed above the snapshots' epochs, take a grant, and print the RTO",
+		Long: `verify ends a restore. After ` + "`lockplane up`" + ` of a DR stack and the two-person
+unseal it printed, verify asks the arbiter for every restored cluster's
+status (each must be unsealed, serving an epoch above every epoch the
+snapshots show, and be the cluster the restore made), then takes and
+releases one grant as a workload. The RTO is from the start of the up
+that restored to the first grant verify took; later runs check again and
+print that first RTO.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			root, err := projectRoot()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			ctx, cancelT := context.WithTimeout(ctx, timeout)
+			defer cancelT()
+			rep, err := verifyRestore(ctx, root, f.stack, operator, workload, class, key)
+			if err != nil {
+				return fmt.Errorf("dr verify --stack %s: %w", f.stack, err)
+			}
+			rep.print(f.output == "json")
+			return nil
+		},
+	}
+	verify.Flags().StringVar(&f.stack, "stack", "", "the DR stack that restored (required)")
+	verify.Flags().StringVarP(&f.output, "output", "o", "text", "output: text or json")
+	verify.MarkFlagRequired("stack")
+	verify.Flags().StringVar(&key, "key", "demo/dr/verify", "the key of the probe grant")
+	verify.Flags().StringVar(&class, "class", "demo", "the class of the probe grant")
+	verify.Flags().StringVar(&workload, "identity", "demo", "the profile's workload identity the probe grant is taken as")
+	verify.Flags().StringVar(&operator, "operator", "operator", "the profile's operator identity the clusters' status is read as")
+	verify.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the whole check")
+	dr.AddCommand(verify)
+	return dr
+}
+
+// verifyRestore checks a restored region's clusters and takes its first
+// grant, recording it on the first success.
+func verifyRestore(ctx context.Context, root, stack, operator, workload, class, key string) (verifyReport, error) {
+	path := restoreRecordPath(root, stack)
+	rec, err := readRestoreRecord(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return verifyReport{}, fmt.Errorf("%s: no restore recorded: this stack's up restored nothing (its lockplane:restore is unset) or ran elsewhere", path)
+	}
+	if err != nil {
+		return verifyReport{}, fmt.Errorf("%s: %v", path, err)
+	}
+	p, err := profile.Load(filepath.Join(root, ".lockplane", stack, "profile.json"))
+	if err != nil {
+		return verifyReport{}, err
+	}
+	rep := verifyReport{Stack: stack, Floor: rec.Floor, StartedAt: rec.StartedAt}
+	if rep.Clusters, err = unsealedEpochs(ctx, p, operator, rec); err != nil {
+		return verifyReport{}, err
+	}
+	if rep.Grant, err = probeGrant(ctx, p, workload, class, key); err != nil {
+		return verifyReport{}, err
+	}
+	if int64(rep.Grant.Epoch) <= rec.Floor {
+		return verifyReport{}, fmt.Errorf("the grant on %s carries epoch %d, not above %d, the highest epoch the snapshots show: its token could repeat one the region issued before the disaster",
+			key, rep.Grant.Epoch, rec.Floor)
+	}
+	if rec.Verified == nil {
+		v := rep.Grant
+		rec.Verified, rep.First = &v, true
+		if err := writeRestoreRecord(path, rec); err != nil {
+			return verifyReport{}, err
+		}
+	}
+	rto := rec.Verified.At.Sub(rec.StartedAt)
+	rep.RTO, rep.RTOSecs = rto.Round(time.Second).String(), rto.Seconds()
+	rep.Earlier = rec.Verified
+	return rep, nil
+}
+
+// unsealedEpochs reads each restored cluster's status as the operator:
+// each must be unsealed, above the floor, and the cluster the restore
+// made (not a profile pointing at another region).
+func unsealedEpochs(ctx context.Context, p *profile.Profile, operator string, rec restoreRecord) ([]verifiedEpoch, error) {
+	c, err := lockclient.DialProfile(p, operator)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(context.Background())
+	admin := adminv1.NewAdminServiceClient(c.Conn())
+	var out []verifiedEpoch
+	for _, name := range sortedKeys(rec.Clusters) {
+		cluster := name
+		if name == "coord" {
+			cluster = ""
+		}
+		st, err := admin.Status(ctx, &adminv1.StatusRequest{Cluster: cluster})
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("status of %s: %w", name, err)
+		case st.GetClusterId() != rec.Clusters[name]:
+			return nil, fmt.Errorf("%s is cluster %s, not %s, the one the restore made: the profile reaches another region", name, st.GetClusterId(), rec.Clusters[name])
+		case st.GetEpochMissing() || st.GetSealed():
+			return nil, fmt.Errorf("%s is still sealed: run the unseal `lockplane up` printed (coord first)", name)
+		case int64(st.GetEpoch()) <= rec.Floor:
+			return nil, fmt.Errorf("%s serves epoch %d, not above %d, the highest epoch the snapshots show: advance it again with a higher --above", name, st.GetEpoch(), rec.Floor)
+		}
+		out = append(out, verifiedEpoch{Cluster: name, ClusterID: st.GetClusterId(), Epoch: st.GetEpoch()})
+	}
+	return out, nil
+}
+
+// probeGrant takes and releases one grant as the workload.
+func probeGrant(ctx context.Context, p *profile.Profile, workload, class, key string) (verifiedGrant, error) {
+	c, err := lockclient.DialProfile(p, workload)
+	if err != nil {
+		return verifiedGrant{}, err
+	}
+	defer c.Close(context.Background())
+	s, err := c.Session(ctx, class)
+	if err != nil {
+		return verifiedGrant{}, fmt.Errorf("a session of class %s as %s: %w", class, workload, err)
+	}
+	// The probe does no work under the hold: a fence has nothing to stop.
+	h, err := s.Lock(ctx, key, func(*lockclient.Hold) {})
+	if err != nil {
+		return verifiedGrant{}, fmt.Errorf("a grant on %s (class %s) as %s: %w", key, class, workload, err)
+	}
+	g := verifiedGrant{At: time.Now().UTC(), Key: key, Class: class, Epoch: h.Token().Epoch()}
+	if err := h.Release(ctx); err != nil {
+		return verifiedGrant{}, fmt.Errorf("release %s: %w", key, err)
+	}
+	return g, nil
+}
+
+func (r verifyReport) print(asJSON bool) {
+	if asJSON {
+		json.NewEncoder(os.Stdout).Encode(r)
+		return
+	}
+	fmt.Printf("%-10s %-18s %s\n", "cluster", "id", "epoch")
+	for _, c := range r.Clusters {
+		fmt.Printf("%-10s %-18s %d (unsealed, above %d)\n", c.Cluster, c.ClusterID, c.Epoch, r.Floor)
+	}
+	fmt.Printf("grant on %s (class %s): epoch %d\n", r.Grant.Key, r.Grant.Class, r.Grant.Epoch)
+	when := "this grant"
+	if !r.First {
+		when = fmt.Sprintf("the first verified grant (%s)", r.Earlier.At.Format(time.RFC3339))
+	}
+	fmt.Printf("RTO %s: from the start of `lockplane up --stack %s` (%s) to %s\n", r.RTO, r.Stack, r.StartedAt.Format(time.RFC3339), when)
+}
