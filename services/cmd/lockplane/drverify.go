@@ -96,10 +96,10 @@ type verifyReport struct {
 	StartedAt time.Time       `json:"startedAt"`
 	RTO       string          `json:"rto"`
 	RTOSecs   float64         `json:"rtoSeconds"`
-	// First is whether this run took the first grant; otherwise the
-	// RTO ends at Earlier, the one that did.
-	First   bool           `json:"firstVerification"`
-	Earlier *verifiedGrant `json:"-"`
+	// First is whether this run took the first grant; the RTO ends at
+	// FirstGrant, this run's or an earlier one's.
+	First      bool          `json:"firstVerification"`
+	FirstGrant verifiedGrant `json:"firstGrant"`
 }
 
 type verifiedEpoch struct {
@@ -191,7 +191,7 @@ func verifyRestore(ctx context.Context, root, stack, operator, workload, class, 
 	}
 	rto := rec.Verified.At.Sub(rec.StartedAt)
 	rep.RTO, rep.RTOSecs = rto.Round(time.Second).String(), rto.Seconds()
-	rep.Earlier = rec.Verified
+	rep.FirstGrant = *rec.Verified
 	return rep, nil
 }
 
@@ -262,7 +262,7 @@ func (r verifyReport) print(asJSON bool) {
 	fmt.Printf("grant on %s (class %s): epoch %d\n", r.Grant.Key, r.Grant.Class, r.Grant.Epoch)
 	when := "this grant"
 	if !r.First {
-		when = fmt.Sprintf("the first verified grant (%s)", r.Earlier.At.Format(time.RFC3339))
+		when = fmt.Sprintf("the first verified grant (%s)", r.FirstGrant.At.Format(time.RFC3339))
 	}
 	fmt.Printf("RTO %s: from the start of `lockplane up --stack %s` (%s) to %s\n", r.RTO, r.Stack, r.StartedAt.Format(time.RFC3339), when)
 }
