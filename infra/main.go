@@ -1,6 +1,8 @@
 // Command infra is the region program for a standard Pulumi install:
 // `pulumi up --stack S` from the repository root runs it (Pulumi.yaml's
-// main). `lockplane up` runs the same program inline.
+// main). `lockplane up` runs the same program inline, with the reader
+// that hands a region its own vault users; here a region naming a vault
+// is refused.
 package main
 
 import (

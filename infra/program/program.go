@@ -1,8 +1,9 @@
 // Package program is the Pulumi program of a Lockplane region: it reads
 // the stack's typed configuration, refuses a topology its hosts cannot
 // carry before creating anything, and builds the Region component. The
-// same function runs under `lockplane up` (the Automation API's inline
-// program) and a standard `pulumi up` (infra/main.go).
+// same program runs under `lockplane up` (the Automation API's inline
+// program, New with a VaultReader) and a standard `pulumi up`
+// (infra/main.go, Run), which refuses a region that names a vault.
 package program
 
 import (
@@ -85,9 +86,19 @@ func absPath(p *string, base string) {
 	}
 }
 
-// Run is the program: a snapshot vault's for a stack with
-// lockplane:vault, a region's otherwise.
-func Run(ctx *pulumi.Context) error {
+// Run is the program without a VaultReader, for a standard `pulumi up`:
+// a region that names a vault stack is refused, since only `lockplane
+// up` hands a region its own vault users.
+func Run(ctx *pulumi.Context) error { return New(nil)(ctx) }
+
+// New is the program, reading the vault stacks a region names with read:
+// a snapshot vault's for a stack with lockplane:vault, a region's
+// otherwise.
+func New(read VaultReader) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error { return run(ctx, read) }
+}
+
+func run(ctx *pulumi.Context, read VaultReader) error {
 	cfg := config.New(ctx, Namespace)
 	base, err := os.Getwd()
 	if err != nil {
@@ -113,9 +124,9 @@ func Run(ctx *pulumi.Context) error {
 			return err
 		}
 	}
-	vaults := map[string]*components.VaultAccess{}
+	vs := &vaults{read: read, got: map[string]*components.VaultAccess{}}
 	if s.Snapshots.Enabled() {
-		if env.Vault, err = readVault(ctx, s, "snapshots.vaultStack", s.Snapshots.VaultStack, vaults); err != nil {
+		if env.Vault, err = vs.access(ctx, s.Region, "snapshots.vaultStack", s.Snapshots.VaultStack); err != nil {
 			return err
 		}
 	}
@@ -125,7 +136,7 @@ func Run(ctx *pulumi.Context) error {
 		if env.EtcdRootPassword == nil {
 			return fmt.Errorf("restore: the restored clusters keep region %s's etcd users: set %s:etcdRootPassword (secret) to that region's root password", s.Region, Namespace)
 		}
-		if env.RestoreVault, err = readVault(ctx, s, "restore.vaultStack", s.Restore.VaultStack, vaults); err != nil {
+		if env.RestoreVault, err = vs.access(ctx, s.Region, "restore.vaultStack", s.Restore.VaultStack); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package program_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lockplane/lockplane/dr/vault"
 	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/program"
 	"github.com/lockplane/lockplane/services/audit/chserver"
@@ -21,12 +23,18 @@ import (
 )
 
 // mocks records every resource the program registers and answers with
-// plausible outputs.
+// plausible outputs; it is also the program's vault reader.
 type mocks struct {
 	mu  sync.Mutex
 	res []pulumi.MockResourceArgs
-	// vault, when set, are the vault stack's outputs a StackReference reads.
-	vault resource.PropertyMap
+	// outs are the outputs answered, by res's index: the state holds them
+	// as well as the inputs.
+	outs []resource.PropertyMap
+	// vaults, when set, are the deployed vault stacks by name; otherwise
+	// local-vault, keeping region local only.
+	vaults map[string]program.VaultOutputs
+	// reads counts the reader's reads by vault stack.
+	reads map[string]int
 }
 
 func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
@@ -49,33 +57,45 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 		out["manifest"] = resource.NewStringProperty(a.Inputs["cluster"].StringValue() + "/20261204T120000.000Z-r42-0123456789ab")
 		out["sha256"] = resource.NewStringProperty("sha-" + a.Name)
 		out["epoch"], out["highestAllocated"] = resource.NewNumberProperty(3), resource.NewNumberProperty(4)
-	case "pulumi:pulumi:StackReference":
-		// The vault stack (stacks/Pulumi.local-vault.yaml) as deployed.
-		out["outputs"] = resource.NewObjectProperty(m.vaultOutputs())
 	case "lockplane:nodes:EtcdAuthTokenKey":
 		// Secret as the provider declares it.
 		out["publicKeyPem"] = resource.NewStringProperty("PUBLIC KEY " + a.Name)
 		out["privateKeyPem"] = resource.MakeSecret(resource.NewStringProperty("PRIVATE KEY " + a.Name))
 	}
+	m.mu.Lock()
+	m.outs = append(m.outs, out)
+	m.mu.Unlock()
 	return a.Name + "-id", out, nil
 }
 
-// vaultOutputs are a deployed vault stack's outputs: a bucket and users
-// for region local only, unless the test changed them.
-func (m *mocks) vaultOutputs() resource.PropertyMap {
-	if m.vault != nil {
-		return m.vault
+// readVault is the program's VaultReader: the vault stack's outputs as
+// `lockplane up` reads them, a stack not deployed refused as it does.
+func (m *mocks) readVault(_ context.Context, stack string) (program.VaultOutputs, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reads == nil {
+		m.reads = map[string]int{}
 	}
-	return resource.PropertyMap{
-		"vaultUrl":       resource.NewStringProperty("https://10.231.0.30:9000"),
-		"vaultCaCertPem": resource.NewStringProperty("VAULT CA"),
-		"vaultRegions": resource.MakeSecret(resource.NewObjectProperty(resource.PropertyMap{
-			"local": resource.NewObjectProperty(resource.PropertyMap{
-				"storer": resource.NewStringProperty("snap-local"), "storerPassword": resource.NewStringProperty("vault-storer-password"),
-				"restorer": resource.NewStringProperty("restore-local"), "restorerPassword": resource.NewStringProperty("vault-restorer-password"),
-			}),
-		})),
+	m.reads[stack]++
+	vaults := m.vaults
+	if vaults == nil {
+		vaults = map[string]program.VaultOutputs{"local-vault": localVault("local")}
 	}
+	out, ok := vaults[stack]
+	if !ok {
+		return out, fmt.Errorf("vault stack %s is not in the backend: run `lockplane up --stack %s` first", stack, stack)
+	}
+	return out, nil
+}
+
+// localVault is the vault stack local-vault as deployed, keeping regions.
+func localVault(regions ...string) program.VaultOutputs {
+	v := program.VaultOutputs{URL: "https://10.231.0.30:9000", CACertPem: "VAULT CA", Regions: map[string]program.VaultRegion{}}
+	for _, r := range regions {
+		v.Regions[r] = program.VaultRegion{Bucket: vault.Bucket(r), Storer: "snap-" + r, StorerPassword: "storer-password-" + r,
+			Restorer: "restore-" + r, RestorerPassword: "restorer-password-" + r}
+	}
+	return v
 }
 
 // mockPassword is the password the mock provider makes for a Password.
@@ -166,8 +186,15 @@ func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, erro
 	return runWith(t, &mocks{}, stack, edit)
 }
 
-// runWith is run with the given mocks.
+// runWith is run with the given mocks, which read the vault stacks as
+// `lockplane up` does.
 func runWith(t *testing.T, m *mocks, stack string, edit func(map[string]string)) (*mocks, error) {
+	t.Helper()
+	return runProgram(t, program.New(m.readVault), m, stack, edit)
+}
+
+// runProgram is runWith with the given program.
+func runProgram(t *testing.T, prog pulumi.RunFunc, m *mocks, stack string, edit func(map[string]string)) (*mocks, error) {
 	t.Helper()
 	cfg, err := program.StackFileConfig(filepath.Join("..", "..", "stacks", "Pulumi."+stack+".yaml"))
 	if err != nil {
@@ -204,7 +231,7 @@ func runWith(t *testing.T, m *mocks, stack string, edit func(map[string]string))
 	t.Setenv(pulumi.EnvConfigSecretKeys, string(keys))
 	env, _ := json.Marshal(cfg)
 	t.Setenv(pulumi.EnvConfig, string(env))
-	err = pulumi.RunErr(program.Run, pulumi.WithMocks("lockplane", stack, m))
+	err = pulumi.RunErr(prog, pulumi.WithMocks("lockplane", stack, m))
 	return m, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockplane/lockplane/infra/program"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 )
 
@@ -70,7 +71,7 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 			}
 			lines[members[0]] = v
 		}
-		if strings.HasSuffix(p, "vault-credentials") && v != "vault snap-local:vault-storer-password\n" {
+		if strings.HasSuffix(p, "vault-credentials") && v != "vault snap-local:storer-password-local\n" {
 			t.Errorf("%s: %q is not the region's storer", p, v)
 		}
 	}
@@ -104,26 +105,118 @@ func TestNoSnapshotsNoSnapshotUser(t *testing.T) {
 			t.Errorf("%s makes a snapshot user without snapshots", r.Name)
 		}
 	}
-	if len(m.of("pulumi:pulumi:StackReference")) != 0 {
-		t.Error("a stack reference without snapshots")
+	if len(m.reads) != 0 {
+		t.Errorf("vault stacks read without snapshots: %v", m.reads)
 	}
 }
 
 // A vault stack that keeps no bucket for the region refuses the region
 // before anything is made, naming what to add.
 func TestARegionTheVaultDoesNotKeepIsRefused(t *testing.T) {
-	m := &mocks{vault: resource.PropertyMap{
-		"vaultUrl": resource.NewStringProperty("https://10.231.0.30:9000"), "vaultCaCertPem": resource.NewStringProperty("VAULT CA"),
-		"vaultRegions": resource.MakeSecret(resource.NewObjectProperty(resource.PropertyMap{
-			"eu-west": resource.NewObjectProperty(resource.PropertyMap{"storer": resource.NewStringProperty("snap-eu-west"),
-				"storerPassword": resource.NewStringProperty("x")})})),
-	}}
+	euWest := localVault("eu-west")
+	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": euWest}}
 	_, err := runWith(t, m, "local", localHosts)
 	if err == nil || !strings.Contains(err.Error(), "keeps no snapshots of region local: add local to its lockplane:vault.regions") {
 		t.Fatalf("err %v", err)
 	}
-	if n := len(m.of("lockplane:nodes:Service")); n != 0 {
-		t.Fatalf("%d services made for a refused region", n)
+	if len(m.res) != 0 {
+		t.Fatalf("%d resources made for a refused region", len(m.res))
+	}
+}
+
+// A vault stack never deployed (no outputs) or missing from the backend
+// refuses the region before anything is made, saying to deploy it.
+func TestAVaultStackNotDeployedIsRefused(t *testing.T) {
+	for _, vaults := range []map[string]program.VaultOutputs{{"local-vault": {}}, {}} {
+		m := &mocks{vaults: vaults}
+		_, err := runWith(t, m, "local", localHosts)
+		if err == nil || !strings.Contains(err.Error(), "snapshots.vaultStack: local-vault") ||
+			!strings.Contains(err.Error(), "run `lockplane up --stack local-vault` first") {
+			t.Errorf("vaults %v: err %v", vaults, err)
+		}
+		if len(m.res) != 0 {
+			t.Errorf("vaults %v: %d resources made for a refused region", vaults, len(m.res))
+		}
+	}
+}
+
+// Under a plain `pulumi up` (program.Run, no reader) a region that names
+// a vault is refused before anything is made, naming the field and the
+// `lockplane up` that hands it its own users.
+func TestWithoutAReaderAVaultIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		stack string
+		edit  func(map[string]string)
+		field string
+	}{
+		{"local", localHosts, "snapshots.vaultStack"},
+		{"local-dr", func(c map[string]string) { drStack(c); delete(c, "lockplane:snapshots") }, "restore.vaultStack"},
+	} {
+		m := &mocks{}
+		_, err := runProgram(t, program.Run, m, c.stack, c.edit)
+		if err == nil || !strings.Contains(err.Error(), c.field+": local-vault: run `bin/lockplane up --stack "+c.stack+"`") {
+			t.Errorf("%s: err %v", c.stack, err)
+		}
+		if len(m.res) != 0 || len(m.reads) != 0 {
+			t.Errorf("%s: %d resources made, vaults read %v", c.stack, len(m.res), m.reads)
+		}
+	}
+}
+
+// A region with snapshots and restore holds its own vault users only:
+// no stack reference (which would store every output of the vault stack,
+// every region's users among them), and no other region's user name or
+// password in any resource's inputs or outputs. Its vault is read once,
+// though both fields name it.
+func TestARegionHoldsOnlyItsOwnVaultUsers(t *testing.T) {
+	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": localVault("local", "eu-west")}}
+	if _, err := runWith(t, m, "local-dr", drStack); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.of("pulumi:pulumi:StackReference")); n != 0 {
+		t.Errorf("%d stack references: each copies every region's vault users into this state", n)
+	}
+	if m.reads["local-vault"] != 1 {
+		t.Errorf("local-vault read %d times, want once", m.reads["local-vault"])
+	}
+	eu, own := localVault("eu-west").Regions["eu-west"], localVault("local").Regions["local"]
+	found := map[string]bool{}
+	for i, r := range m.res {
+		for _, props := range []resource.PropertyMap{r.Inputs, m.outs[i]} {
+			texts(resource.NewObjectProperty(props), func(s string) {
+				for _, other := range []string{eu.Storer, eu.StorerPassword, eu.Restorer, eu.RestorerPassword} {
+					if strings.Contains(s, other) {
+						t.Errorf("%s %s holds region eu-west's %s", r.TypeToken, r.Name, other)
+					}
+				}
+				for _, mine := range []string{own.StorerPassword, own.RestorerPassword} {
+					found[mine] = found[mine] || strings.Contains(s, mine)
+				}
+			})
+		}
+	}
+	if !found[own.StorerPassword] || !found[own.RestorerPassword] {
+		t.Errorf("the region's own passwords found %v: the test looked in the wrong place", found)
+	}
+}
+
+// texts calls f with every string in v, secrets and outputs opened.
+func texts(v resource.PropertyValue, f func(string)) {
+	switch {
+	case v.IsString():
+		f(v.StringValue())
+	case v.IsSecret():
+		texts(v.SecretValue().Element, f)
+	case v.IsOutput():
+		texts(v.OutputValue().Element, f)
+	case v.IsArray():
+		for _, e := range v.ArrayValue() {
+			texts(e, f)
+		}
+	case v.IsObject():
+		for _, e := range v.ObjectValue() {
+			texts(e, f)
+		}
 	}
 }
 

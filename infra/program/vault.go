@@ -1,6 +1,7 @@
 package program
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -35,8 +36,8 @@ func LoadVaultStack(get func(key string) string, base string) (*topology.VaultSt
 }
 
 // runVault is a vault stack's program: the Vault component on its host.
-// Its outputs are what region stacks read (readVault): the URL, the CA
-// and each region's users, secret.
+// Its outputs (VaultOutputs) are what `lockplane up` hands each region
+// its own users from: the URL, the CA and each region's users, secret.
 func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 	vs, err := LoadVaultStack(cfg.Get, base)
 	if err != nil {
@@ -72,59 +73,65 @@ func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 	return nil
 }
 
-// VaultStackName is the name a region's program reads its vault stack
-// by: the stack itself for an organisation's backend; for this
-// repository's file backend, Pulumi's fixed "organization" and the
-// project.
-func VaultStackName(ctx *pulumi.Context, stack string) string {
-	return ctx.Organization() + "/" + ctx.Project() + "/" + stack
+// VaultRegion is one region's entry in a vault stack's vaultRegions
+// output: its bucket and its two users.
+type VaultRegion struct {
+	Bucket           string `json:"bucket"`
+	Storer           string `json:"storer"`
+	StorerPassword   string `json:"storerPassword"`
+	Restorer         string `json:"restorer"`
+	RestorerPassword string `json:"restorerPassword"`
 }
 
-// readVault reads a vault from its stack, with the region's users:
-// refused, before anything is made, when that stack has not been deployed
-// or keeps no bucket for the region. field names the configuration that
-// named the stack. One stack reference per vault stack, however many
-// fields name it.
-func readVault(ctx *pulumi.Context, s *topology.Stack, field, name string, read map[string]*components.VaultAccess) (*components.VaultAccess, error) {
-	if v := read[name]; v != nil {
+// VaultOutputs are a deployed vault stack's outputs, under the keys
+// runVault exports. Regions holds every region's users; a region's
+// program keeps its own only.
+type VaultOutputs struct {
+	URL       string                 `json:"vaultUrl"`
+	CACertPem string                 `json:"vaultCaCertPem"`
+	Regions   map[string]VaultRegion `json:"vaultRegions"`
+}
+
+// VaultReader reads the outputs of the vault stack named stack, from the
+// backend the region's stack is in. It is how a region gets its vault
+// users: a stack reference would store every region's in its state.
+type VaultReader func(ctx context.Context, stack string) (VaultOutputs, error)
+
+// vaults reads the vault stacks a region names, each once per run
+// however many fields name it.
+type vaults struct {
+	read VaultReader
+	got  map[string]*components.VaultAccess
+}
+
+// access is the region's access to the vault stack name, its users'
+// passwords secret: refused, before anything is made, without a reader
+// (a plain `pulumi up`), when that stack has not been deployed or when it
+// keeps no bucket for the region. field names the configuration that
+// named the stack.
+func (vs *vaults) access(ctx *pulumi.Context, region, field, name string) (*components.VaultAccess, error) {
+	if v := vs.got[name]; v != nil {
 		return v, nil
 	}
-	ref, err := pulumi.NewStackReference(ctx, s.Region+"-vault-"+name, &pulumi.StackReferenceArgs{Name: pulumi.String(VaultStackName(ctx, name))})
+	if vs.read == nil {
+		return nil, fmt.Errorf("%s: %s: run `bin/lockplane up --stack %s`, which hands the region its own vault users (a stack reference would copy every region's users into this state)", field, name, ctx.Stack())
+	}
+	out, err := vs.read(ctx.Context(), name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", field, name, err)
 	}
-	out := func(key string) (any, error) {
-		d, err := ref.GetOutputDetails(key)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: read %s: %w", field, name, key, err)
-		}
-		if d.Value != nil {
-			return d.Value, nil
-		}
-		return d.SecretValue, nil
-	}
-	var vals [3]any
-	for i, key := range []string{"vaultUrl", "vaultCaCertPem", "vaultRegions"} {
-		if vals[i], err = out(key); err != nil {
-			return nil, err
-		}
-	}
-	u, _ := vals[0].(string)
-	pem, _ := vals[1].(string)
-	byRegion, _ := vals[2].(map[string]any)
-	mine, _ := byRegion[s.Region].(map[string]any)
-	str := func(k string) string { v, _ := mine[k].(string); return v }
+	mine := out.Regions[region]
 	switch {
-	case u == "" || pem == "":
+	case out.URL == "" || out.CACertPem == "":
 		return nil, fmt.Errorf("%s: %s has no vaultUrl or vaultCaCertPem: run `lockplane up --stack %s` first", field, name, name)
-	case str("storer") == "" || str("storerPassword") == "" || str("restorer") == "" || str("restorerPassword") == "":
-		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", field, name, s.Region, s.Region, name)
+	case mine.Storer == "" || mine.StorerPassword == "" || mine.Restorer == "" || mine.RestorerPassword == "":
+		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", field, name, region, region, name)
 	}
 	secret := func(v string) pulumi.StringOutput { return pulumi.ToSecret(pulumi.String(v)).(pulumi.StringOutput) }
-	v := &components.VaultAccess{Stack: name, URL: u, CACertPem: pulumi.String(pem),
-		Storer: str("storer"), StorerPassword: secret(str("storerPassword")),
-		Restorer: str("restorer"), RestorerPassword: secret(str("restorerPassword"))}
-	read[name] = v
+	v := &components.VaultAccess{Stack: name, URL: out.URL, CACertPem: pulumi.String(out.CACertPem),
+		Storer: mine.Storer, StorerPassword: secret(mine.StorerPassword),
+		Restorer: mine.Restorer, RestorerPassword: secret(mine.RestorerPassword)}
+	vs.got[name] = v
 	return v, nil
 }
 

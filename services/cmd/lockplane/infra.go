@@ -82,32 +82,45 @@ func projectRoot() (string, error) {
 
 // openStack selects (creating if new) the stack, with the program inline,
 // the repository's Pulumi CLI and provider plugin, and a file backend.
+// The program reads the vault stacks it names from the same backend.
 func openStack(ctx context.Context, f *stackFlags) (auto.Stack, string, error) {
-	root, err := projectRoot()
+	root, opts, err := workspaceOptions(f)
 	if err != nil {
 		return auto.Stack{}, "", err
 	}
+	s, err := auto.UpsertStackInlineSource(ctx, f.stack, "lockplane", program.New(vaultReader(opts)), opts...)
+	return s, root, err
+}
+
+// workspaceOptions are the Automation API's options for the stack: the
+// repository's root as the working directory, its Pulumi CLI, the
+// backend, and the passphrase that encrypts the stack's secrets.
+func workspaceOptions(f *stackFlags) (string, []auto.LocalWorkspaceOption, error) {
+	root, err := projectRoot()
+	if err != nil {
+		return "", nil, err
+	}
 	// The program resolves the stack's relative paths from here.
 	if err := os.Chdir(root); err != nil {
-		return auto.Stack{}, "", err
+		return "", nil, err
 	}
 	if _, err := os.Stat(filepath.Join(root, "stacks", "Pulumi."+f.stack+".yaml")); err != nil {
-		return auto.Stack{}, "", fmt.Errorf("--stack: no stacks/Pulumi.%s.yaml", f.stack)
+		return "", nil, fmt.Errorf("--stack: no stacks/Pulumi.%s.yaml", f.stack)
 	}
 	for _, bin := range []string{"pulumi", "pulumi-resource-lockplane"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", bin)); err != nil {
-			return auto.Stack{}, "", fmt.Errorf("bin/%s is missing: run `make infra-tools`", bin)
+			return "", nil, fmt.Errorf("bin/%s is missing: run `make infra-tools`", bin)
 		}
 	}
 	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root, SkipVersionCheck: true})
 	if err != nil {
-		return auto.Stack{}, "", err
+		return "", nil, err
 	}
 	backend := f.backend
 	if backend == "" {
 		state := filepath.Join(root, ".lockplane", "state")
 		if err := os.MkdirAll(state, 0o700); err != nil {
-			return auto.Stack{}, "", err
+			return "", nil, err
 		}
 		backend = "file://" + state
 	}
@@ -119,13 +132,57 @@ func openStack(ctx context.Context, f *stackFlags) (auto.Stack, string, error) {
 	}
 	if os.Getenv("PULUMI_CONFIG_PASSPHRASE") == "" && os.Getenv("PULUMI_CONFIG_PASSPHRASE_FILE") == "" {
 		if !localStack(f.stack) {
-			return auto.Stack{}, "", fmt.Errorf("stack %s: set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): it encrypts the stack's secrets (keys, certificates)", f.stack)
+			return "", nil, fmt.Errorf("stack %s: set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): it encrypts the stack's secrets (keys, certificates)", f.stack)
 		}
 		env["PULUMI_CONFIG_PASSPHRASE"] = LocalPassphrase
 	}
-	s, err := auto.UpsertStackInlineSource(ctx, f.stack, "lockplane", program.Run,
-		auto.WorkDir(root), auto.Pulumi(cmd), auto.EnvVars(env), auto.SecretsProvider("passphrase"))
-	return s, root, err
+	return root, []auto.LocalWorkspaceOption{auto.WorkDir(root), auto.Pulumi(cmd), auto.EnvVars(env), auto.SecretsProvider("passphrase")}, nil
+}
+
+// vaultReadTimeout bounds one read of a vault stack's outputs (two
+// pulumi commands on the backend), so a stuck backend fails the up.
+const vaultReadTimeout = time.Minute
+
+// vaultReader reads a vault stack's outputs from the region's backend,
+// with the region's workspace options, for the program to keep its own
+// region's users: a stack reference would copy every region's users
+// into the region's state.
+func vaultReader(opts []auto.LocalWorkspaceOption) program.VaultReader {
+	return func(ctx context.Context, stack string) (program.VaultOutputs, error) {
+		ctx, cancel := context.WithTimeout(ctx, vaultReadTimeout)
+		defer cancel()
+		// The program is never run here: the stack is only read.
+		s, err := auto.SelectStackInlineSource(ctx, stack, "lockplane", program.Run, opts...)
+		if auto.IsSelectStack404Error(err) {
+			return program.VaultOutputs{}, fmt.Errorf("no such stack in the backend: run `lockplane up --stack %s` first", stack)
+		}
+		if err != nil {
+			return program.VaultOutputs{}, fmt.Errorf("open the stack: %w", err)
+		}
+		out, err := s.Outputs(ctx)
+		if err != nil {
+			return program.VaultOutputs{}, fmt.Errorf("read its outputs: %w", err)
+		}
+		return vaultOutputs(out)
+	}
+}
+
+// vaultOutputs decodes a vault stack's outputs (secrets shown) into the
+// program's VaultOutputs, whose JSON tags are the exported keys.
+func vaultOutputs(out auto.OutputMap) (program.VaultOutputs, error) {
+	plain := map[string]any{}
+	for k, v := range out {
+		plain[k] = v.Value
+	}
+	var v program.VaultOutputs
+	b, err := json.Marshal(plain)
+	if err == nil {
+		err = json.Unmarshal(b, &v)
+	}
+	if err != nil {
+		return program.VaultOutputs{}, fmt.Errorf("its outputs are not a vault's: %w", err)
+	}
+	return v, nil
 }
 
 func signalContext() (context.Context, context.CancelFunc) {

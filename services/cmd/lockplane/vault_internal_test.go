@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/infra/program"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// The reader gets a deployed vault stack's outputs, secrets shown, from
+// the region's backend, and names the `up` to run for a stack that is
+// not there.
+func TestTheVaultReaderReadsTheVaultStacksOutputs(t *testing.T) {
+	root, _ := filepath.Abs("../../..")
+	if _, err := os.Stat(filepath.Join(root, "bin", "pulumi")); err != nil {
+		t.Skip("bin/pulumi is missing: run `make infra-tools`")
+	}
+	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root, SkipVersionCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	opts := []auto.LocalWorkspaceOption{auto.WorkDir(dir), auto.Pulumi(cmd), auto.SecretsProvider("passphrase"), auto.EnvVars(map[string]string{
+		"PULUMI_BACKEND_URL": "file://" + filepath.Join(dir, "state"), "PULUMI_HOME": filepath.Join(dir, "home"),
+		"PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_CONFIG_PASSPHRASE": "test"})}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A vault stack's exports, as runVault makes them, and nothing else.
+	vault := func(pctx *pulumi.Context) error {
+		pctx.Export("vaultUrl", pulumi.String("https://10.231.0.30:9000"))
+		pctx.Export("vaultCaCertPem", pulumi.String("VAULT CA"))
+		pctx.Export("vaultRegions", pulumi.ToSecret(pulumi.Map{"local": pulumi.Map{"bucket": pulumi.String("lockplane-snapshots-local"),
+			"storer": pulumi.String("snap-local"), "storerPassword": pulumi.String("sp"),
+			"restorer": pulumi.String("restore-local"), "restorerPassword": pulumi.String("rp")}}))
+		return nil
+	}
+	s, err := auto.UpsertStackInlineSource(ctx, "test-vault", "lockplane", vault, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := vaultReader(opts)(ctx, "test-vault")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := program.VaultRegion{Bucket: "lockplane-snapshots-local", Storer: "snap-local", StorerPassword: "sp", Restorer: "restore-local", RestorerPassword: "rp"}
+	if got.URL != "https://10.231.0.30:9000" || got.CACertPem != "VAULT CA" || len(got.Regions) != 1 || got.Regions["local"] != want {
+		t.Fatalf("read %+v", got)
+	}
+	if _, err := vaultReader(opts)(ctx, "no-vault"); err == nil || !strings.Contains(err.Error(), "run `lockplane up --stack no-vault` first") {
+		t.Fatalf("a stack not in the backend: %v", err)
+	}
+}
