@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -151,21 +152,25 @@ func vaultReader(opts []auto.LocalWorkspaceOption) program.VaultReader {
 	return func(ctx context.Context, stack string) (program.VaultOutputs, error) {
 		ctx, cancel := context.WithTimeout(ctx, vaultReadTimeout)
 		defer cancel()
-		// The program is never run here: the stack is only read.
-		s, err := auto.SelectStackInlineSource(ctx, stack, "lockplane", program.Run, opts...)
-		if auto.IsSelectStack404Error(err) {
+		// Read by name, not selected: selecting would change the
+		// workspace's current stack under the region's running update.
+		ws, err := auto.NewLocalWorkspace(ctx, opts...)
+		if err != nil {
+			return program.VaultOutputs{}, fmt.Errorf("open the workspace: %w", err)
+		}
+		out, err := ws.StackOutputs(ctx, stack)
+		if err != nil && noSuchStack.MatchString(err.Error()) {
 			return program.VaultOutputs{}, fmt.Errorf("no such stack in the backend: run `lockplane up --stack %s` first", stack)
 		}
-		if err != nil {
-			return program.VaultOutputs{}, fmt.Errorf("open the stack: %w", err)
-		}
-		out, err := s.Outputs(ctx)
 		if err != nil {
 			return program.VaultOutputs{}, fmt.Errorf("read its outputs: %w", err)
 		}
 		return vaultOutputs(out)
 	}
 }
+
+// noSuchStack is the Pulumi CLI's answer for a stack the backend lacks.
+var noSuchStack = regexp.MustCompile(`no stack named .* found`)
 
 // vaultOutputs decodes a vault stack's outputs (secrets shown) into the
 // program's VaultOutputs, whose JSON tags are the exported keys.
