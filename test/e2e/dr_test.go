@@ -84,7 +84,8 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64, shardsBe
 		t.Fatalf("up --stack local-dr: %s (%v)", out, err)
 	}
 	restored, _ := up.Outputs["restored"].(map[string]any)
-	t.Logf("DR up: %v in %s; restored %v", up.Changes, time.Since(start).Round(time.Second), restored)
+	upTook := time.Since(start)
+	t.Logf("DR up: %v in %s; restored %v", up.Changes, upTook.Round(time.Second), restored)
 
 	// Sealed: no grant until the advance.
 	cmd := exec.Command(filepath.Join(dir, "bin", "lockctl"), "--profile", up.Profile, "run", "demo/e2e/dr", "--class", "demo", "--wait", "2s", "--", "true")
@@ -137,6 +138,12 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64, shardsBe
 			if err := json.Unmarshal([]byte(got), &st); err != nil || !(st.Sealed || st.EpochMissing) {
 				t.Fatalf("entity-0 after coord's advance alone: %s (%v), want it sealed", got, err)
 			}
+			// And lockplane does not call the restore done.
+			cmd := exec.Command(filepath.Join(dir, "bin", "lockplane"), "dr", "verify", "--stack", "local-dr")
+			cmd.Dir = dir
+			if got, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(got), "entity-0 is still sealed") {
+				t.Fatalf("dr verify with entity-0 sealed: %v: %s", err, got)
+			}
 		}
 	}
 
@@ -158,6 +165,11 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64, shardsBe
 	}
 	if top := token.Token(maxToken(before)).Epoch(); verify.Grant.Epoch <= top {
 		t.Fatalf("dr verify's grant has epoch %d, not above %d, the highest before the disaster", verify.Grant.Epoch, top)
+	}
+	// The RTO spans the DR up and ends by now: timed from the up, not
+	// from the verify.
+	if rto := time.Duration(verify.RTOSeconds * float64(time.Second)); rto < upTook || rto > time.Since(start) {
+		t.Fatalf("dr verify's RTO %s: not between the DR up's %s and the %s since it began", rto, upTook, time.Since(start))
 	}
 	t.Logf("RTO %s (lockplane dr verify: from the start of the DR up to the first grant after the unseal; target under 5m)", verify.RTO)
 

@@ -14,6 +14,8 @@ import (
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // restoreRecord is what the up of a DR stack keeps beside its profile
@@ -22,9 +24,12 @@ import (
 type restoreRecord struct {
 	Stack     string    `json:"stack"`
 	StartedAt time.Time `json:"startedAt"`
-	// Floor is the highest epoch the snapshots show; every epoch after
-	// the unseal must exceed it.
+	// Floor is the highest epoch the snapshots show; Above, the floor
+	// with EpochMargin for epochs allocated after them, is what the
+	// printed unseal anchors coord above, and every epoch after the
+	// unseal must exceed it.
 	Floor int64 `json:"floor"`
+	Above int64 `json:"above"`
 	// Clusters are the restored clusters' new IDs, by name.
 	Clusters map[string]string `json:"clusters"`
 	// Verified is the first grant verify took after the unseal: the end
@@ -43,22 +48,40 @@ func restoreRecordPath(root, stack string) string {
 	return filepath.Join(root, ".lockplane", stack, "restore.json")
 }
 
-// recordRestore keeps when a restore began. An up that finds the same
-// clusters (an up re-run after the restore) keeps the first record, so
-// the RTO is measured from the up that restored, not from the last one.
-func recordRestore(root, stack string, began time.Time, restored map[string]any) error {
+// beginRestore notes when the first up of a restore began, before it
+// runs: an up that fails or is interrupted is where the RTO starts, not
+// the retry that succeeds. A record already there is kept.
+func beginRestore(root, stack string, began time.Time) error {
+	path := restoreRecordPath(root, stack)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writeRestoreRecord(path, restoreRecord{Stack: stack, StartedAt: began.UTC()})
+}
+
+// recordRestore records what an up restored, floor the highest epoch its
+// snapshots show. The start is kept from beginRestore's record, or from
+// an earlier up of the same clusters (an up re-run after the restore);
+// clusters the record does not name are a new restore, timed from began.
+func recordRestore(root, stack string, began time.Time, floor int64, restored map[string]any) error {
 	cs, err := restoredClusters(restored)
 	if err != nil {
 		return err
 	}
-	rec := restoreRecord{Stack: stack, StartedAt: began.UTC(), Clusters: map[string]string{}}
+	rec := restoreRecord{Stack: stack, StartedAt: began.UTC(), Floor: floor, Above: floor + EpochMargin, Clusters: map[string]string{}}
 	for _, c := range cs {
 		rec.Clusters[c.name] = c.clusterID
-		rec.Floor = max(rec.Floor, c.epoch, c.highest)
 	}
 	path := restoreRecordPath(root, stack)
-	if old, err := readRestoreRecord(path); err == nil && maps.Equal(old.Clusters, rec.Clusters) {
+	old, err := readRestoreRecord(path)
+	switch {
+	case err == nil && maps.Equal(old.Clusters, rec.Clusters):
 		return nil
+	case err == nil && len(old.Clusters) == 0:
+		rec.StartedAt = old.StartedAt
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
@@ -90,7 +113,7 @@ func writeRestoreRecord(path string, rec restoreRecord) error {
 // verifyReport is what `dr verify` prints.
 type verifyReport struct {
 	Stack     string          `json:"stack"`
-	Floor     int64           `json:"floor"`
+	Above     int64           `json:"above"`
 	Clusters  []verifiedEpoch `json:"clusters"`
 	Grant     verifiedGrant   `json:"grant"`
 	StartedAt time.Time       `json:"startedAt"`
@@ -128,9 +151,15 @@ print that first RTO.`,
 			if err := f.check(); err != nil {
 				return err
 			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout: %s must be above 0", timeout)
+			}
 			root, err := projectRoot()
 			if err != nil {
 				return err
+			}
+			if _, err := os.Stat(filepath.Join(root, "stacks", "Pulumi."+f.stack+".yaml")); err != nil {
+				return fmt.Errorf("--stack: no stacks/Pulumi.%s.yaml", f.stack)
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -171,16 +200,19 @@ func verifyRestore(ctx context.Context, root, stack, operator, workload, class, 
 	if err != nil {
 		return verifyReport{}, err
 	}
-	rep := verifyReport{Stack: stack, Floor: rec.Floor, StartedAt: rec.StartedAt}
+	if len(rec.Clusters) == 0 {
+		return verifyReport{}, fmt.Errorf("%s: the restore has not completed: run `lockplane up --stack %s` until it succeeds", path, stack)
+	}
+	rep := verifyReport{Stack: stack, Above: rec.Above, StartedAt: rec.StartedAt}
 	if rep.Clusters, err = unsealedEpochs(ctx, p, operator, rec); err != nil {
 		return verifyReport{}, err
 	}
 	if rep.Grant, err = probeGrant(ctx, p, workload, class, key); err != nil {
 		return verifyReport{}, err
 	}
-	if int64(rep.Grant.Epoch) <= rec.Floor {
-		return verifyReport{}, fmt.Errorf("the grant on %s carries epoch %d, not above %d, the highest epoch the snapshots show: its token could repeat one the region issued before the disaster",
-			key, rep.Grant.Epoch, rec.Floor)
+	if int64(rep.Grant.Epoch) <= rec.Above {
+		return verifyReport{}, fmt.Errorf("the grant on %s carries epoch %d, not above %d (the snapshots' highest epoch plus %d): its token could repeat one the region issued before the disaster",
+			key, rep.Grant.Epoch, rec.Above, EpochMargin)
 	}
 	if rec.Verified == nil {
 		v := rep.Grant
@@ -196,15 +228,29 @@ func verifyRestore(ctx context.Context, root, stack, operator, workload, class, 
 }
 
 // unsealedEpochs reads each restored cluster's status as the operator:
-// each must be unsealed, above the floor, and the cluster the restore
-// made (not a profile pointing at another region).
+// each must be the cluster the restore made (not a profile pointing at
+// another region), have quorum, be unsealed and serve an epoch above the
+// unseal's anchor; and every shard in the map must be one restored.
 func unsealedEpochs(ctx context.Context, p *profile.Profile, operator string, rec restoreRecord) ([]verifiedEpoch, error) {
 	c, err := lockclient.DialProfile(p, operator)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close(context.Background())
+	defer closeBounded(ctx, c)
 	admin := adminv1.NewAdminServiceClient(c.Conn())
+	m, err := admin.ShardMap(ctx, &adminv1.ShardMapRequest{})
+	if status.Code(err) == codes.FailedPrecondition {
+		// An arbiter with no entity shards: the entity tier is coord.
+		m, err = &adminv1.ShardMapResponse{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the shard map: %w", err)
+	}
+	for _, shard := range m.GetShards() {
+		if _, ok := rec.Clusters[shard]; !ok {
+			return nil, fmt.Errorf("shard %s is in the map but was not restored by this stack", shard)
+		}
+	}
 	var out []verifiedEpoch
 	for _, name := range sortedKeys(rec.Clusters) {
 		cluster := name
@@ -217,14 +263,24 @@ func unsealedEpochs(ctx context.Context, p *profile.Profile, operator string, re
 			return nil, fmt.Errorf("status of %s: %w", name, err)
 		case st.GetClusterId() != rec.Clusters[name]:
 			return nil, fmt.Errorf("%s is cluster %s, not %s, the one the restore made: the profile reaches another region", name, st.GetClusterId(), rec.Clusters[name])
-		case st.GetEpochMissing() || st.GetSealed():
+		case !st.GetQuorum():
+			return nil, fmt.Errorf("%s has no etcd quorum: it cannot grant (lockctl status --cluster %s shows its members)", name, cluster)
+		case st.GetEpochMissing() || st.GetSealed() || st.GetEpochClusterId() != st.GetClusterId():
 			return nil, fmt.Errorf("%s is still sealed: run the unseal `lockplane up` printed (coord first)", name)
-		case int64(st.GetEpoch()) <= rec.Floor:
-			return nil, fmt.Errorf("%s serves epoch %d, not above %d, the highest epoch the snapshots show: advance it again with a higher --above", name, st.GetEpoch(), rec.Floor)
+		case int64(st.GetEpoch()) <= rec.Above:
+			return nil, fmt.Errorf("%s serves epoch %d, not above %d (the snapshots' highest epoch plus %d): advance coord again with --above %d, then every shard", name, st.GetEpoch(), rec.Above, EpochMargin, rec.Above)
 		}
 		out = append(out, verifiedEpoch{Cluster: name, ClusterID: st.GetClusterId(), Epoch: st.GetEpoch()})
 	}
 	return out, nil
+}
+
+// closeBounded closes c (its sessions' CloseSession calls included)
+// within a few seconds, even when ctx has ended.
+func closeBounded(ctx context.Context, c *lockclient.Client) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c.Close(cctx)
 }
 
 // probeGrant takes and releases one grant as the workload.
@@ -233,7 +289,7 @@ func probeGrant(ctx context.Context, p *profile.Profile, workload, class, key st
 	if err != nil {
 		return verifiedGrant{}, err
 	}
-	defer c.Close(context.Background())
+	defer closeBounded(ctx, c)
 	s, err := c.Session(ctx, class)
 	if err != nil {
 		return verifiedGrant{}, fmt.Errorf("a session of class %s as %s: %w", class, workload, err)
@@ -257,7 +313,7 @@ func (r verifyReport) print(asJSON bool) {
 	}
 	fmt.Printf("%-10s %-18s %s\n", "cluster", "id", "epoch")
 	for _, c := range r.Clusters {
-		fmt.Printf("%-10s %-18s %d (unsealed, above %d)\n", c.Cluster, c.ClusterID, c.Epoch, r.Floor)
+		fmt.Printf("%-10s %-18s %d (unsealed, above %d)\n", c.Cluster, c.ClusterID, c.Epoch, r.Above)
 	}
 	fmt.Printf("grant on %s (class %s): epoch %d\n", r.Grant.Key, r.Grant.Class, r.Grant.Epoch)
 	when := "this grant"

@@ -10,6 +10,7 @@ import (
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/lockkey"
 )
 
 // restoredOutput is a DR stack's "restored" output for one coord cluster.
@@ -18,31 +19,49 @@ func restoredOutput(clusterID string, epoch float64) map[string]any {
 		"revision": float64(9), "epoch": epoch, "highestAllocated": epoch}}
 }
 
-// An up re-run after a restore keeps the restore's start; an up that
-// restores other clusters starts the clock again.
-func TestARestoreIsTimedFromTheUpThatRestored(t *testing.T) {
+// A restore is timed from the first up that tried it, failed or not; an
+// up re-run after it keeps that start; an up that restores other
+// clusters starts the clock again.
+func TestARestoreIsTimedFromTheFirstUpThatTriedIt(t *testing.T) {
 	root := t.TempDir()
-	first := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
-	for _, up := range []struct {
-		at      time.Time
-		cluster string
-		want    time.Time
-	}{{first, "c1", first}, {first.Add(time.Hour), "c1", first}, {first.Add(2 * time.Hour), "c2", first.Add(2 * time.Hour)}} {
-		if err := recordRestore(root, "dr", up.at, restoredOutput(up.cluster, 3)); err != nil {
-			t.Fatal(err)
-		}
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	at := func(h int) time.Time { return t0.Add(time.Duration(h) * time.Hour) }
+	check := func(step string, start time.Time, cluster string) {
+		t.Helper()
 		rec, err := readRestoreRecord(restoreRecordPath(root, "dr"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rec.StartedAt.Equal(up.want) || rec.Floor != 3 || rec.Clusters["coord"] != up.cluster {
-			t.Fatalf("after an up at %s restoring %s: %+v, want the start %s", up.at, up.cluster, rec, up.want)
+		if !rec.StartedAt.Equal(start) || rec.Clusters["coord"] != cluster {
+			t.Fatalf("%s: %+v, want the start %s and coord %q", step, rec, start, cluster)
 		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(beginRestore(root, "dr", at(0)))
+	check("the first up began", at(0), "")
+	// It failed; the retry begins and succeeds.
+	must(beginRestore(root, "dr", at(1)))
+	must(recordRestore(root, "dr", at(1), 3, restoredOutput("c1", 3)))
+	check("the retry restored", at(0), "c1")
+	must(beginRestore(root, "dr", at(2)))
+	must(recordRestore(root, "dr", at(2), 3, restoredOutput("c1", 3)))
+	check("an up re-run over the same clusters", at(0), "c1")
+	must(recordRestore(root, "dr", at(3), 5, restoredOutput("c2", 5)))
+	check("another restore", at(3), "c2")
+	rec, _ := readRestoreRecord(restoreRecordPath(root, "dr"))
+	if rec.Floor != 5 || rec.Above != 5+EpochMargin {
+		t.Fatalf("floor %d above %d, want 5 and 5+%d, the unseal's anchor", rec.Floor, rec.Above, EpochMargin)
 	}
 }
 
-// verify passes only for the restored clusters, unsealed above the floor,
-// and keeps the first grant's RTO.
+// verify passes only for the restored clusters, with quorum, unsealed
+// above the unseal's anchor, keeps the first grant's RTO, and refuses a
+// cluster sealed again.
 func TestVerifyChecksTheRestoredClustersAndKeepsTheFirstRTO(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, ".lockplane", "dr")
@@ -58,43 +77,49 @@ func TestVerifyChecksTheRestoredClustersAndKeepsTheFirstRTO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, epoch := st.GetClusterId(), float64(st.GetEpoch())
-	verify := func() (verifyReport, error) {
-		return verifyRestore(ctx, root, "dr", "alice", "demo", devenvtest.Fast.Name, "team-a/dr/verify")
+	id, epoch := st.GetClusterId(), int64(st.GetEpoch())
+	path := restoreRecordPath(root, "dr")
+	record := func(rec restoreRecord) {
+		t.Helper()
+		if err := writeRestoreRecord(path, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verify := func(want string) verifyReport {
+		t.Helper()
+		rep, err := verifyRestore(ctx, root, "dr", "alice", "demo", devenvtest.Fast.Name, "team-a/dr/verify")
+		switch {
+		case want == "" && err != nil:
+			t.Fatal(err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Fatalf("verify: %v, want an error with %q", err, want)
+		}
+		return rep
 	}
 
-	if _, err := verify(); err == nil || !strings.Contains(err.Error(), "no restore recorded") {
-		t.Fatalf("verify with no restore: %v", err)
-	}
-	// The profile reaches a cluster the restore did not make.
-	recordRestore(root, "dr", time.Now(), restoredOutput("another", 0))
-	if _, err := verify(); err == nil || !strings.Contains(err.Error(), "not another, the one the restore made") {
-		t.Fatalf("verify of another cluster: %v", err)
-	}
-	// The cluster serves an epoch the snapshots already show.
-	recordRestore(root, "dr", time.Now(), restoredOutput(id, epoch))
-	if _, err := verify(); err == nil || !strings.Contains(err.Error(), "not above") {
-		t.Fatalf("verify at the floor: %v", err)
-	}
+	verify("no restore recorded")
 	began := time.Now().Add(-time.Minute)
-	recordRestore(root, "dr", began, restoredOutput(id, epoch-1))
-	// recordRestore keeps the record of the same clusters: replace it as a
-	// new restore would.
-	rec, _ := readRestoreRecord(restoreRecordPath(root, "dr"))
-	rec.StartedAt, rec.Floor = began, int64(epoch-1)
-	writeRestoreRecord(restoreRecordPath(root, "dr"), rec)
-	rep, err := verify()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.First || rep.RTOSecs < 60 || len(rep.Clusters) != 1 || rep.Grant.Epoch != uint32(epoch) {
+	record(restoreRecord{Stack: "dr", StartedAt: began})
+	verify("the restore has not completed")
+	record(restoreRecord{Stack: "dr", StartedAt: began, Clusters: map[string]string{"coord": "another"}})
+	verify("not another, the one the restore made")
+	// The cluster serves the anchor's epoch: not above it.
+	record(restoreRecord{Stack: "dr", StartedAt: began, Above: epoch, Clusters: map[string]string{"coord": id}})
+	verify("serves epoch")
+
+	record(restoreRecord{Stack: "dr", StartedAt: began, Above: epoch - 1, Clusters: map[string]string{"coord": id}})
+	rep := verify("")
+	if !rep.First || rep.RTOSecs < 60 || len(rep.Clusters) != 1 || int64(rep.Grant.Epoch) != epoch {
 		t.Fatalf("first verify: %+v", rep)
 	}
-	again, err := verify()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.First || again.RTO != rep.RTO {
+	again := verify("")
+	if again.First || again.RTO != rep.RTO || !again.FirstGrant.At.Equal(rep.Grant.At) {
 		t.Fatalf("a second verify reports RTO %s (first %v), want the first verification's %s", again.RTO, again.First, rep.RTO)
 	}
+
+	// The cluster loses its epoch record: sealed, whatever was verified.
+	if _, err := env.Etcd.Delete(ctx, lockkey.EpochKey); err != nil {
+		t.Fatal(err)
+	}
+	verify("coord is still sealed")
 }

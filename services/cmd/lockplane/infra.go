@@ -163,10 +163,20 @@ func vaultReader(opts []auto.LocalWorkspaceOption) program.VaultReader {
 			return program.VaultOutputs{}, fmt.Errorf("no such stack in the backend: run `lockplane up --stack %s` first", stack)
 		}
 		if err != nil {
-			return program.VaultOutputs{}, fmt.Errorf("read its outputs: %w", err)
+			return program.VaultOutputs{}, fmt.Errorf("read its outputs: %s", withoutOutput(err))
 		}
 		return vaultOutputs(out)
 	}
+}
+
+// withoutOutput is a Pulumi CLI error without the command's stdout, which
+// for `stack output --show-secrets` holds every region's vault users.
+func withoutOutput(err error) string {
+	msg, rest, _ := strings.Cut(err.Error(), "\nstdout:")
+	if _, stderr, ok := strings.Cut(rest, "\nstderr:"); ok {
+		msg += ": " + lastLines(stderr, 1)
+	}
+	return msg
 }
 
 // noSuchStack is the Pulumi CLI's answer for a stack the backend lacks.
@@ -270,6 +280,13 @@ printing live progress. A stack whose hosts cannot carry the topology is
 refused before anything is created. Afterwards it writes a lockctl profile
 for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 		func(ctx context.Context, s auto.Stack, root string, f *stackFlags) (summary, error) {
+			// A restore is timed from the first up that tried it, even one
+			// that failed or was interrupted.
+			if _, err := s.GetConfig(ctx, program.Namespace+":restore"); err == nil {
+				if err := beginRestore(root, f.stack, f.began); err != nil {
+					fmt.Fprintf(os.Stderr, "warning: the restore's start is not recorded, so dr verify cannot time it: %v\n", err)
+				}
+			}
 			opts := []optup.Option{optup.ProgressStreams(f.progress())}
 			if expectNoChanges {
 				opts = append(opts, optup.ExpectNoChanges())
@@ -288,11 +305,12 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				return summary{}, err
 			}
 			if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
-				if out.Unseal, _, err = unsealCommands(out.Profile, restored); err != nil {
+				var floor int64
+				if out.Unseal, floor, err = unsealCommands(out.Profile, restored); err != nil {
 					return summary{}, err
 				}
-				if err := recordRestore(root, f.stack, f.began, restored); err != nil {
-					return summary{}, err
+				if err := recordRestore(root, f.stack, f.began, floor, restored); err != nil {
+					fmt.Fprintf(os.Stderr, "warning: the restore is not recorded, so dr verify cannot check it: %v\n", err)
 				}
 				out.Verify = verifyCommand(f.stack)
 			}

@@ -48,6 +48,11 @@ func TestTheVaultReaderReadsTheVaultStacksOutputs(t *testing.T) {
 	if _, err := s.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The region's stack is the workspace's current one while its program
+	// reads the vault; the read must not select another.
+	if _, err := auto.UpsertStackInlineSource(ctx, "test-region", "lockplane", func(*pulumi.Context) error { return nil }, opts...); err != nil {
+		t.Fatal(err)
+	}
 	got, err := vaultReader(opts)(ctx, "test-vault")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +60,13 @@ func TestTheVaultReaderReadsTheVaultStacksOutputs(t *testing.T) {
 	want := program.VaultRegion{Bucket: "lockplane-snapshots-local", Storer: "snap-local", StorerPassword: "sp", Restorer: "restore-local", RestorerPassword: "rp"}
 	if got.URL != "https://10.231.0.30:9000" || got.CACertPem != "VAULT CA" || len(got.Regions) != 1 || got.Regions["local"] != want {
 		t.Fatalf("read %+v", got)
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := ws.Stack(ctx); err != nil || cur == nil || cur.Name != "test-region" {
+		t.Fatalf("the current stack after reading the vault: %+v (%v), want test-region still", cur, err)
 	}
 	if _, err := vaultReader(opts)(ctx, "no-vault"); err == nil || !strings.Contains(err.Error(), "run `lockplane up --stack no-vault` first") {
 		t.Fatalf("a stack not in the backend: %v", err)
