@@ -98,16 +98,26 @@ func readRestoreRecord(path string) (restoreRecord, error) {
 	return rec, json.Unmarshal(b, &rec)
 }
 
+// writeRestoreRecord replaces the record whole: two verifies at once each
+// write a file of their own and rename it in, so neither reads a torn one.
 func writeRestoreRecord(path string, rec restoreRecord) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".restore-*.json")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // verifyReport is what `dr verify` prints.
