@@ -79,15 +79,23 @@ func TestFencedClientsUnderAHolderPausePass(t *testing.T) {
 
 // A negative control: the same harness with clients that write without
 // the fence (a lease with no token, Redlock-style) must be caught.
+//
+// Whether a history exposes the unfenced write depends on where the pause
+// lands (the frozen holder must be between its check and its write), so
+// the control runs until one history catches it. On a quiet machine the
+// first does; under CI's load three once all missed. With eight, a miss
+// of every one means the checks are broken, not the timing.
 func TestUnfencedClientsAreCaught(t *testing.T) {
-	for seed := uint64(1); seed <= 3; seed++ {
+	const seeds = 8
+	for seed := uint64(1); seed <= seeds; seed++ {
 		out := history(t, runner.HolderStop, seed, func(c *runner.Config) { c.Unsafe = true })
 		if !out.Report.OK() {
 			t.Logf("caught on seed %d: %+v", seed, out.Report.Violations[0])
 			return
 		}
+		t.Logf("seed %d: %d grants, no violation (the pause missed the holder's work)", seed, out.Report.Grants)
 	}
-	t.Fatal("three histories of unfenced writes under a holder pause passed every check")
+	t.Fatalf("%d histories of unfenced writes under a holder pause passed every check", seeds)
 }
 
 // The other negative control: an unsafe locker in the same harness, the
