@@ -67,6 +67,13 @@ type Manifest struct {
 	EtcdVersion string `json:"etcd_version"`
 	// Object is the snapshot's object name in the vault; set by the vault.
 	Object string `json:"object,omitempty"`
+	// ObjectVersion is the version of Object the vault found written once
+	// when it listed this snapshot (or wrote it); the vault's Fetch reads
+	// that version, so a write landing after the listing is not what is
+	// restored. It is never stored in the manifest (json:"-"): a manifest
+	// decoded from JSON or built by hand has none, and Fetch then looks
+	// the version up itself.
+	ObjectVersion string `json:"-"`
 }
 
 // Source is where a snapshot is taken from: one member's client URL, with
@@ -171,10 +178,20 @@ func Digest(path string) (int64, string, error) {
 		return 0, "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, sum, err := Sum(f)
 	if err != nil {
 		return 0, "", fmt.Errorf("snapshot: digest %s: %w", path, err)
+	}
+	return n, sum, nil
+}
+
+// Sum is the size and SHA-256 (hex) of what r holds, read to its end:
+// the same measure as Digest, of a stream (an object read back).
+func Sum(r io.Reader) (int64, string, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return 0, "", err
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }

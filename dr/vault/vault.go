@@ -2,7 +2,8 @@
 // with versioning): one bucket per region, versioned, with snapshots
 // expired after KeepDays. Each snapshot is two objects under its cluster's
 // prefix, the snapshot file and its manifest; the manifest is written
-// last, so a listed snapshot is a whole one.
+// last, so a listed snapshot is a whole one. Each object is written once,
+// never over another (a conditional PUT), and read at the version listed.
 //
 // The vault must outlive the region it protects: it lives at the DR site
 // (the DR stack's vault host), not beside the clusters it holds.
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -29,6 +31,11 @@ import (
 
 // DefaultKeepDays is how long a snapshot is kept when Vault.KeepDays is 0.
 const DefaultKeepDays = 30
+
+// DefaultTransferTimeout bounds moving one snapshot file when
+// Vault.TransferTimeout is 0: the snapshot job's StoreTimeout, room for a
+// backend of gigabytes over a slow link.
+const DefaultTransferTimeout = 30 * time.Minute
 
 // ExpireRuleID is the ID of the bucket's lifecycle rule.
 const ExpireRuleID = "expire-snapshots"
@@ -59,9 +66,13 @@ type Vault struct {
 	// newest snapshot (a job failing for KeepDays leaves none).
 	KeepDays int
 	// OpTimeout bounds each call that moves no snapshot file (bucket
-	// settings, listing, a manifest); a minute when zero. Put and Fetch
-	// move the file and are bounded by the caller's context.
+	// settings, listing, a manifest); a minute when zero.
 	OpTimeout time.Duration
+	// TransferTimeout bounds each call that moves a snapshot file: Put's
+	// upload of it (and its read-back, when the name is found taken) and
+	// Fetch's download; DefaultTransferTimeout when zero. The caller's
+	// context may end either sooner.
+	TransferTimeout time.Duration
 }
 
 // op is a context for one call that moves no snapshot file.
@@ -69,6 +80,15 @@ func (v Vault) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := v.OpTimeout
 	if d <= 0 {
 		d = time.Minute
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// transfer is a context for one call that moves a snapshot file.
+func (v Vault) transfer(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := v.TransferTimeout
+	if d <= 0 {
+		d = DefaultTransferTimeout
 	}
 	return context.WithTimeout(ctx, d)
 }
@@ -145,7 +165,11 @@ func objectName(m snapshot.Manifest) string {
 var tailRule = regexp.MustCompile(`^\d{8}T\d{6}\.\d{3}Z-r\d+-[0-9a-f]{12}$`)
 
 // Put stores the snapshot at file, described by m, and returns m with its
-// object name. The file is checked against m first.
+// object name and version. The file is checked against m first. Each
+// object is written only if its name is free (If-None-Match: *), so a Put
+// leaves one version of each, or fails naming the object that holds
+// something else; run again with the same m and file, it succeeds and
+// writes nothing new.
 func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snapshot.Manifest, error) {
 	if err := v.check(); err != nil {
 		return m, err
@@ -162,26 +186,106 @@ func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snaps
 	if err := check(m); err != nil {
 		return m, err
 	}
-	m.Object = objectName(m) + ".db"
-	if _, err := v.Client.FPutObject(ctx, v.bucket(), m.Object, file, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
-		return m, fmt.Errorf("vault: put %s: %w", m.Object, err)
+	f, err := os.Open(file)
+	if err != nil {
+		return m, err
 	}
+	defer f.Close()
+	m.Object = objectName(m) + ".db"
+	db := object{key: m.Object, r: f, size: m.Size, sha256: m.SHA256, contentType: "application/octet-stream"}
+	if m.ObjectVersion, err = v.create(ctx, v.transfer, db); err != nil {
+		return m, err
+	}
+	// ObjectVersion is not serialised: a Put run again writes the same bytes.
 	doc, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return m, err
 	}
-	name := objectName(m) + ".json"
-	if _, err := v.Client.PutObject(ctx, v.bucket(), name, bytes.NewReader(doc), int64(len(doc)),
-		minio.PutObjectOptions{ContentType: "application/json"}); err != nil {
-		return m, fmt.Errorf("vault: put %s: %w", name, err)
+	size, sum, err := snapshot.Sum(bytes.NewReader(doc))
+	if err != nil {
+		return m, err
+	}
+	manifest := object{key: objectName(m) + ".json", r: bytes.NewReader(doc), size: size, sha256: sum, contentType: "application/json"}
+	if _, err := v.create(ctx, v.op, manifest); err != nil {
+		return m, err
 	}
 	return m, nil
 }
 
+// object is one object Put writes: its name and content.
+type object struct {
+	key         string
+	r           io.Reader
+	size        int64
+	sha256      string // of the content, hex
+	contentType string
+}
+
+// create writes o only if no object has its name (If-None-Match: *), and
+// returns the version that holds it. minio-go retries a write whose
+// answer was lost, and a retry after the first attempt landed must not
+// make a second version, which List would refuse as an overwrite: it
+// finds the name taken (412), or, for a multipart upload, the upload
+// completed and gone (NoSuchUpload). Either is no error when the name
+// holds o. bound is the deadline of each call: the put, and the read-back.
+func (v Vault) create(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), o object) (string, error) {
+	opts := minio.PutObjectOptions{ContentType: o.contentType}
+	opts.SetMatchETagExcept("*")
+	pctx, cancel := bound(ctx)
+	info, err := v.Client.PutObject(pctx, v.bucket(), o.key, o.r, o.size, opts)
+	cancel()
+	if err == nil {
+		return info.VersionID, nil
+	}
+	resp := minio.ToErrorResponse(err)
+	taken := resp.StatusCode == http.StatusPreconditionFailed
+	if !taken && resp.Code != "NoSuchUpload" {
+		return "", fmt.Errorf("vault: put %s: %w", o.key, err)
+	}
+	rctx, cancel := bound(ctx)
+	defer cancel()
+	id, herr := v.holds(rctx, o)
+	if herr != nil && !taken {
+		// The upload may have been lost, not completed: its own error first.
+		return "", fmt.Errorf("vault: put %s: %w (%v)", o.key, err, herr)
+	}
+	return id, herr
+}
+
+// holds is the version of o's name if that name's one version is o's
+// content (same size and SHA-256), and an error naming it if not.
+func (v Vault) holds(ctx context.Context, o object) (string, error) {
+	l, err := v.versions(ctx, o.key)
+	if err != nil {
+		return "", err
+	}
+	id, err := l.one(o.key)
+	if err != nil {
+		return "", err
+	}
+	obj, err := v.Client.GetObject(ctx, v.bucket(), o.key, minio.GetObjectOptions{VersionID: id})
+	if err != nil {
+		return "", fmt.Errorf("vault: read back %s: %w", o.key, err)
+	}
+	defer obj.Close()
+	// A byte past o's size is enough to tell another object.
+	size, sum, err := snapshot.Sum(io.LimitReader(obj, o.size+1))
+	if err != nil {
+		return "", fmt.Errorf("vault: read back %s: %w", o.key, err)
+	}
+	if size != o.size || sum != o.sha256 {
+		return "", fmt.Errorf("vault: put %s: the name holds another object (size %d, sha256 %s; this one is size %d, sha256 %s): refusing to write over it",
+			o.key, size, sum, o.size, o.sha256)
+	}
+	return id, nil
+}
+
 // List returns the manifests of cluster's snapshots (every cluster's when
-// cluster is ""), oldest first. A manifest that cannot be read or does
-// not describe its own object is left out and named in skipped, so one
-// bad object (a newer format, a tampered one) hides nothing else.
+// cluster is ""), oldest first, each read at the version listed. A
+// snapshot that is not whole (one of its objects expired or missing), was
+// written twice, or whose manifest cannot be read or does not describe
+// its own object is left out and named in skipped, so one bad object (a
+// newer format, a tampered one) hides nothing else.
 func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest, skipped []error, err error) {
 	if err := v.check(); err != nil {
 		return nil, nil, err
@@ -193,23 +297,12 @@ func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest
 		}
 		prefix = cluster + "/"
 	}
-	versions, err := v.versions(ctx, prefix)
+	l, err := v.versions(ctx, prefix)
 	if err != nil {
 		return nil, nil, err
 	}
-	var names []string
-	for key := range versions {
-		if strings.HasSuffix(key, ".json") {
-			names = append(names, key)
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if err := writtenOnce(versions, strings.TrimSuffix(name, ".json")); err != nil {
-			skipped = append(skipped, err)
-			continue
-		}
-		m, err := v.manifest(ctx, name)
+	for _, base := range l.bases() {
+		m, err := v.read(ctx, l, base)
 		if err != nil {
 			skipped = append(skipped, err)
 			continue
@@ -225,11 +318,28 @@ func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest
 	return ms, skipped, nil
 }
 
-// manifest reads one manifest object and checks it describes that object.
-func (v Vault) manifest(ctx context.Context, name string) (snapshot.Manifest, error) {
+// read is base's manifest, read at the version l lists, with the version
+// of its snapshot object to fetch: both objects' only ones.
+func (v Vault) read(ctx context.Context, l listing, base string) (snapshot.Manifest, error) {
+	db, err := l.one(base + ".db")
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	doc, err := l.one(base + ".json")
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	m, err := v.manifest(ctx, base+".json", doc)
+	m.ObjectVersion = db
+	return m, err
+}
+
+// manifest reads version of one manifest object and checks it describes
+// that object.
+func (v Vault) manifest(ctx context.Context, name, version string) (snapshot.Manifest, error) {
 	ctx, cancel := v.op(ctx)
 	defer cancel()
-	obj, err := v.Client.GetObject(ctx, v.bucket(), name, minio.GetObjectOptions{})
+	obj, err := v.Client.GetObject(ctx, v.bucket(), name, minio.GetObjectOptions{VersionID: version})
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("vault: get %s: %w", name, err)
 	}
@@ -306,59 +416,93 @@ func (v Vault) Find(ctx context.Context, name string) (snapshot.Manifest, error)
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("vault: %w", err)
 	}
-	versions, err := v.versions(ctx, base+".")
+	l, err := v.versions(ctx, base+".")
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
-	if err := writtenOnce(versions, base); err != nil {
-		return snapshot.Manifest{}, err
-	}
-	return v.manifest(ctx, base+".json")
+	return v.read(ctx, l, base)
 }
 
-// versions counts the versions (delete markers aside) of each object
-// under prefix that is not deleted: one whose latest version is a delete
-// marker (the expiry rule's) is left out.
-func (v Vault) versions(ctx context.Context, prefix string) (map[string]int, error) {
+// listing is what a listing with versions says of each object under a
+// prefix.
+type listing map[string]listed
+
+// listed is one object's versions.
+type listed struct {
+	ids     []string // its versions' IDs, delete markers aside
+	deleted bool     // its latest version is a delete marker: expired (or deleted)
+}
+
+// versions lists the versions of each object under prefix.
+func (v Vault) versions(ctx context.Context, prefix string) (listing, error) {
 	lctx, cancel := v.op(ctx)
 	defer cancel()
-	n, deleted := map[string]int{}, map[string]bool{}
+	l := listing{}
 	for obj := range v.Client.ListObjects(lctx, v.bucket(), minio.ListObjectsOptions{Prefix: prefix, Recursive: true, WithVersions: true}) {
 		if obj.Err != nil {
 			return nil, fmt.Errorf("vault: list %s: %w", v.bucket(), obj.Err)
 		}
+		o := l[obj.Key]
 		if obj.IsDeleteMarker {
-			deleted[obj.Key] = deleted[obj.Key] || obj.IsLatest
-			continue
+			o.deleted = o.deleted || obj.IsLatest
+		} else {
+			o.ids = append(o.ids, obj.VersionID)
 		}
-		n[obj.Key]++
+		l[obj.Key] = o
 	}
-	for key := range deleted {
-		if deleted[key] {
-			delete(n, key)
-		}
-	}
-	return n, nil
+	return l, nil
 }
 
-// writtenOnce refuses a snapshot whose objects were written more than
-// once: Put writes each exactly once under a name of its own, so a second
-// version is an overwrite, and the first, kept under object lock, is what
-// to look at, by hand.
-func writtenOnce(versions map[string]int, base string) error {
-	for _, key := range []string{base + ".db", base + ".json"} {
-		if versions[key] > 1 {
-			return fmt.Errorf("vault: %s has %d versions: a snapshot is written once, so it was overwritten since; its first version is kept under object lock", key, versions[key])
+// gone is whether key is not there to read: deleted, expired or never
+// written.
+func (l listing) gone(key string) bool { return l[key].deleted || len(l[key].ids) == 0 }
+
+// one is the version of key to read, its only one. It refuses a key that
+// is gone (so a snapshot half expired is never offered: it could not be
+// fetched) and one written more than once: Put writes each object exactly
+// once under a name of its own, so a second version is an overwrite, and
+// the first, kept under object lock, is what to look at, by hand.
+func (l listing) one(key string) (string, error) {
+	part := "snapshot object"
+	if strings.HasSuffix(key, ".json") {
+		part = "manifest"
+	}
+	switch ids := l[key].ids; {
+	case l.gone(key):
+		return "", fmt.Errorf("vault: snapshot %s: its %s has expired or is missing (%s has no live version)", snapshotBase(key), part, key)
+	case len(ids) > 1:
+		return "", fmt.Errorf("vault: %s has %d versions: a snapshot is written once, so it was overwritten since; its first version is kept under object lock", key, len(ids))
+	default:
+		return ids[0], nil
+	}
+}
+
+// bases are the snapshots in l to read or to name: each whose manifest
+// was written. A snapshot object with no manifest ever written is a Put
+// under way (or one that failed), and a pair both gone expired whole:
+// neither is a snapshot, and neither is named.
+func (l listing) bases() []string {
+	var out []string
+	for key := range l {
+		base, ok := strings.CutSuffix(key, ".json")
+		if ok && !(l.gone(base+".json") && l.gone(base+".db")) {
+			out = append(out, base)
 		}
 	}
-	return nil
+	slices.Sort(out)
+	return out
+}
+
+// snapshotBase is a snapshot's name without its object's suffix.
+func snapshotBase(key string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(key, ".json"), ".db")
 }
 
 // ParseName checks a snapshot's name (as List prints it, with or without
 // its .json or .db suffix) and returns it without the suffix, and the
 // cluster it is stored under.
 func ParseName(name string) (base, cluster string, err error) {
-	base = strings.TrimSuffix(strings.TrimSuffix(name, ".json"), ".db")
+	base = snapshotBase(name)
 	cluster, tail, _ := strings.Cut(base, "/")
 	if CheckName("cluster", cluster) != nil || !tailRule.MatchString(tail) {
 		return "", "", fmt.Errorf("%q is not a snapshot name: want CLUSTER/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST, as list shows", name)
@@ -366,12 +510,31 @@ func ParseName(name string) (base, cluster string, err error) {
 	return base, cluster, nil
 }
 
-// Fetch downloads m's snapshot to file and verifies it against m.
+// Fetch downloads m's snapshot to file and verifies it against m. It reads
+// the version of m.Object that List, Latest or Find found written once
+// (m.ObjectVersion); for a manifest without one (built by hand), the
+// object's only version, refusing one written twice.
 func (v Vault) Fetch(ctx context.Context, m snapshot.Manifest, file string) error {
 	if err := v.check(); err != nil {
 		return err
 	}
-	if err := v.Client.FGetObject(ctx, v.bucket(), m.Object, file, minio.GetObjectOptions{}); err != nil {
+	// A name Put could not have written is refused before any read.
+	if _, _, err := ParseName(m.Object); err != nil || !strings.HasSuffix(m.Object, ".db") {
+		return fmt.Errorf("vault: fetch: %q is not a snapshot object: want CLUSTER/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST.db, as List sets it", m.Object)
+	}
+	version := m.ObjectVersion
+	if version == "" {
+		l, err := v.versions(ctx, m.Object)
+		if err != nil {
+			return err
+		}
+		if version, err = l.one(m.Object); err != nil {
+			return err
+		}
+	}
+	tctx, cancel := v.transfer(ctx)
+	defer cancel()
+	if err := v.Client.FGetObject(tctx, v.bucket(), m.Object, file, minio.GetObjectOptions{VersionID: version}); err != nil {
 		return fmt.Errorf("vault: get %s: %w", m.Object, err)
 	}
 	if err := m.Verify(file); err != nil {
