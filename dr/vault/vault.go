@@ -225,11 +225,13 @@ type object struct {
 // returns the version that holds it. minio-go retries a write whose
 // answer was lost, and a retry after the first attempt landed must not
 // make a second version, which List would refuse as an overwrite: it
-// finds the name taken (412), or, for a multipart upload, the upload
-// completed and gone (NoSuchUpload). Either is no error when the name
-// holds o. bound is the deadline of each call: the put, and the read-back.
+// finds the name taken (412), which is no error when the name holds o.
+// bound is the deadline of each call: the put, and the read-back.
 func (v Vault) create(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), o object) (string, error) {
-	opts := minio.PutObjectOptions{ContentType: o.contentType}
+	// One PUT, never a multipart upload: minio-go sends If-None-Match when
+	// it starts one but not when it completes it, so two uploads of one
+	// name under way at once would both land. MinIO takes 5 TiB in one PUT.
+	opts := minio.PutObjectOptions{ContentType: o.contentType, DisableMultipart: true}
 	opts.SetMatchETagExcept("*")
 	pctx, cancel := bound(ctx)
 	info, err := v.Client.PutObject(pctx, v.bucket(), o.key, o.r, o.size, opts)
@@ -237,19 +239,12 @@ func (v Vault) create(ctx context.Context, bound func(context.Context) (context.
 	if err == nil {
 		return info.VersionID, nil
 	}
-	resp := minio.ToErrorResponse(err)
-	taken := resp.StatusCode == http.StatusPreconditionFailed
-	if !taken && resp.Code != "NoSuchUpload" {
+	if minio.ToErrorResponse(err).StatusCode != http.StatusPreconditionFailed {
 		return "", fmt.Errorf("vault: put %s: %w", o.key, err)
 	}
 	rctx, cancel := bound(ctx)
 	defer cancel()
-	id, herr := v.holds(rctx, o)
-	if herr != nil && !taken {
-		// The upload may have been lost, not completed: its own error first.
-		return "", fmt.Errorf("vault: put %s: %w (%v)", o.key, err, herr)
-	}
-	return id, herr
+	return v.holds(rctx, o)
 }
 
 // holds is the version of o's name if that name's one version is o's
@@ -273,7 +268,12 @@ func (v Vault) holds(ctx context.Context, o object) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("vault: read back %s: %w", o.key, err)
 	}
-	if size != o.size || sum != o.sha256 {
+	switch {
+	case size > o.size:
+		// Only its start was read: its size and digest are not known.
+		return "", fmt.Errorf("vault: put %s: the name holds another object (over %d bytes; this one is size %d, sha256 %s): refusing to write over it",
+			o.key, o.size, o.size, o.sha256)
+	case size != o.size || sum != o.sha256:
 		return "", fmt.Errorf("vault: put %s: the name holds another object (size %d, sha256 %s; this one is size %d, sha256 %s): refusing to write over it",
 			o.key, size, sum, o.size, o.sha256)
 	}

@@ -26,6 +26,8 @@ type EtcdCluster struct {
 	// Snapshot, in a DR stack, is the snapshot every member was restored
 	// from; nil for a cluster made empty.
 	Snapshot *nodes.VaultSnapshot
+	// InPlace, for a shard the stack restores in place, is that restore.
+	InPlace *nodes.ShardRestore
 }
 
 // EtcdClusterArgs places a cluster.
@@ -41,6 +43,9 @@ type EtcdClusterArgs struct {
 	// Snapshot, in a DR stack, is what every member restores before it
 	// first starts (set by NewEtcdCluster).
 	Snapshot *nodes.VaultSnapshot
+	// InPlace is the shard's restore in place, which restarts every
+	// member (set by NewEtcdCluster).
+	InPlace *nodes.ShardRestore
 }
 
 // EtcdFlags is the command line of member m of a cluster, from the
@@ -92,7 +97,8 @@ func etcdFiles(env *Env, h topology.Host, cluster string) EtcdFiles {
 }
 
 // EtcdAuthToken is a member's --auth-token: JWTs signed with its cluster's
-// ECDSA key (ES256), valid 10 minutes. etcd's default "simple" tokens
+// key, valid 10 minutes (etcdauth.AuthTokenFlag: HS256, the private key
+// file's bytes as the HMAC key; the public half is not used). etcd's default "simple" tokens
 // carry the Raft index they were issued at, and a member waits for its
 // own index to reach it before it answers, so a client signed in before
 // the cluster was rebuilt or restored (indexes from 1 again) would hang on
@@ -100,7 +106,7 @@ func etcdFiles(env *Env, h topology.Host, cluster string) EtcdFiles {
 // member with the public key, whatever its index; an expired one is
 // refused and the client signs in again.
 func EtcdAuthToken(f EtcdFiles) string {
-	return etcdauth.AuthTokenFlag(f.TokenPublicKey, f.TokenKey, etcdauth.TokenTTL)
+	return etcdauth.AuthTokenFlag(f.TokenKey, etcdauth.TokenTTL)
 }
 
 // NewEtcdCluster installs and starts every member, then waits for the
@@ -138,6 +144,16 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 		}
 		a.Snapshot = c.Snapshot
 	}
+	if c.Client, err = nodes.NewCertificate(ctx, s.Region+"-"+a.Name+"-deployer", nodes.CertificateArgs{CA: a.CA,
+		CommonName: "lockplane-deployer", Client: true, ValidityHours: 365 * 24}, in); err != nil {
+		return nil, err
+	}
+	if from, ok := s.RestoreInPlace[a.Name]; ok {
+		if c.InPlace, err = restoreInPlace(ctx, env, a, c, from, in); err != nil {
+			return nil, err
+		}
+		a.InPlace = c.InPlace
+	}
 	for _, m := range a.Members {
 		mem, err := NewEtcdMember(ctx, env, a, m, in)
 		if err != nil {
@@ -146,18 +162,52 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 		c.Members = append(c.Members, mem)
 		started = append(started, mem.Service)
 	}
-	if c.Client, err = nodes.NewCertificate(ctx, s.Region+"-"+a.Name+"-deployer", nodes.CertificateArgs{CA: a.CA,
-		CommonName: "lockplane-deployer", Client: true, ValidityHours: 365 * 24}, in); err != nil {
-		return nil, err
+	formed := nodes.EtcdClusterArgs{Endpoints: c.Endpoints, CA: a.CA, Client: c.Client, Members: len(a.Members)}
+	if c.InPlace != nil {
+		formed.ExpectClusterID = c.InPlace.ClusterID
 	}
-	ready, err := nodes.NewEtcdCluster(ctx, s.Region+"-"+a.Name+"-formed", nodes.EtcdClusterArgs{Endpoints: c.Endpoints, CA: a.CA,
-		Client: c.Client, Members: len(a.Members)}, in, pulumi.DependsOn(started))
+	ready, err := nodes.NewEtcdCluster(ctx, s.Region+"-"+a.Name+"-formed", formed, in, pulumi.DependsOn(started))
 	if err != nil {
 		return nil, err
 	}
 	c.ClusterID = ready.ClusterID
 	return c, ctx.RegisterResourceOutputs(c, pulumi.Map{"endpoints": pulumi.ToStringArray(c.Endpoints), "clusterId": ready.ClusterID,
 		"memberIds": ready.MemberIDs})
+}
+
+// InPlaceRevisionBump is how far above a shard's head (read before its
+// members stop) a restore in place starts its revisions: the margin for
+// what the shard writes until it stops, and the whole bump when no member
+// answers. A billion is etcd's usual choice for a restore's bump; a
+// token carries revisions up to 2^48, some 280,000 such bumps.
+const InPlaceRevisionBump = 1_000_000_000
+
+// restoreInPlace restores a running shard from the region's vault, as
+// the region's restorer: one snapshot chosen once ("latest" or a name),
+// every member stopped and its data dir replaced (docs/dr.md). The
+// members' services restart after it, and the shard serves sealed.
+func restoreInPlace(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, c *EtcdCluster, from string, opts ...pulumi.ResourceOption) (*nodes.ShardRestore, error) {
+	s, v := env.Stack, env.Vault
+	if v == nil {
+		return nil, fmt.Errorf("restoreInPlace.%s: the region has no snapshot vault (snapshots.vaultStack)", a.Name)
+	}
+	vault := nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
+		Region: s.Region, Cluster: a.Name}
+	snap, err := nodes.NewVaultSnapshot(ctx, s.Region+"-"+a.Name+"-in-place-snapshot", vault, from, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var members []nodes.ShardMember
+	var gates []pulumi.Resource
+	for _, m := range a.Members {
+		h := m.Host
+		members = append(members, nodes.ShardMember{Connection: env.Connection(h), Name: m.Name,
+			PeerURL: fmt.Sprintf("https://%s:%d", h.Address, s.Etcd.PeerPort), DataDir: EtcdDataDir(m, a.Name),
+			Service: "etcd-" + a.Name, Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h)})
+		gates = append(gates, a.Nodes[h.Name].Fsync)
+	}
+	return nodes.NewShardRestore(ctx, s.Region+"-"+a.Name+"-in-place-restore", nodes.ShardRestoreArgs{Vault: vault, Snapshot: snap, Members: members,
+		Endpoints: c.Endpoints, CA: a.CA, Client: c.Client, RevisionBump: InPlaceRevisionBump}, append(opts, pulumi.DependsOn(gates))...)
 }
 
 // EtcdMember is one member on its dedicated host.
@@ -218,6 +268,12 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 			return nil, err
 		}
 		deps = append(deps, r)
+	}
+	// A restore in place stops every member; the new restoredAt restarts
+	// each on its restored data dir.
+	if a.InPlace != nil {
+		deps = append(deps, a.InPlace)
+		triggers = append(triggers, a.InPlace.RestoredAt)
 	}
 	if mem.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "etcd-" + a.Name,
 		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: append(pulumi.StringArray{pulumi.String(env.BinPath(h, "etcd"))}, EtcdFlags(s, a.Name, a.Token, a.Members, m, files)...),

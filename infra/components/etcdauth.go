@@ -97,8 +97,15 @@ func EtcdCredentialsFile(f ArbiterFiles) string {
 // enableEtcdAuth applies the etcd users and roles to cluster c and turns
 // its authentication on (the EtcdAuth resource), as root over TLS with the
 // cluster's deployer certificate, after deps: the cluster formed and every
-// step that reached it with that certificate alone.
+// step that reached it with that certificate alone. A shard restored in
+// place has them applied again once it formed: the snapshot holds the
+// users and passwords of its time, and the arbiters (the unsealing
+// advance among their calls) sign in with the stack's.
 func enableEtcdAuth(ctx *pulumi.Context, env *Env, c *EtcdCluster, ca *nodes.CA, u *EtcdUsers, deps []pulumi.Resource, opts ...pulumi.ResourceOption) (*nodes.EtcdAuth, error) {
-	return nodes.NewEtcdAuth(ctx, env.Stack.Region+"-"+c.Name+"-auth", nodes.EtcdAuthArgs{Endpoints: c.Endpoints, CA: ca, Client: c.Client,
-		Root: u.Root, Arbiter: u.Arbiter, Admin: u.Admin, Tailer: u.Tailer, Snapshot: u.snapshot(c.Name)}, append(opts, pulumi.DependsOn(append([]pulumi.Resource{c}, deps...)))...)
+	a := nodes.EtcdAuthArgs{Endpoints: c.Endpoints, CA: ca, Client: c.Client,
+		Root: u.Root, Arbiter: u.Arbiter, Admin: u.Admin, Tailer: u.Tailer, Snapshot: u.snapshot(c.Name)}
+	if c.InPlace != nil {
+		a.RestoredAt = c.InPlace.RestoredAt
+	}
+	return nodes.NewEtcdAuth(ctx, env.Stack.Region+"-"+c.Name+"-auth", a, append(opts, pulumi.DependsOn(append([]pulumi.Resource{c}, deps...)))...)
 }

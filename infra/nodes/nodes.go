@@ -283,15 +283,22 @@ type EtcdClusterArgs struct {
 	CA        *CA
 	Client    *Certificate
 	Members   int
+	// ExpectClusterID, when set, is the cluster ID it must form under (a
+	// ShardRestore's): a new one waits again, after the restarted members.
+	ExpectClusterID pulumi.StringInput
 }
 
 // NewEtcdCluster waits for a cluster to form.
 func NewEtcdCluster(ctx *pulumi.Context, name string, a EtcdClusterArgs, opts ...pulumi.ResourceOption) (*EtcdCluster, error) {
 	var r EtcdCluster
-	return &r, ctx.RegisterResource(prefix_+"EtcdCluster", name, pulumi.Map{
+	props := pulumi.Map{
 		"endpoints": strings(a.Endpoints), "caCertPem": a.CA.CertPem, "certPem": a.Client.CertPem, "keyPem": a.Client.KeyPem,
 		"members": pulumi.Int(a.Members),
-	}, &r, opts...)
+	}
+	if a.ExpectClusterID != nil {
+		props["expectClusterId"] = a.ExpectClusterID
+	}
+	return &r, ctx.RegisterResource(prefix_+"EtcdCluster", name, props, &r, opts...)
 }
 
 // EtcdEpoch is a cluster's bootstrapped epoch record (ADR-03): the coord
@@ -377,6 +384,9 @@ type EtcdAuthArgs struct {
 	Tailer    pulumi.StringInput
 	// Snapshot, when not nil, is the snapshot job's user's password.
 	Snapshot pulumi.StringInput
+	// RestoredAt, when not nil, is a ShardRestore's: each restore in
+	// place applies the users and passwords again over the snapshot's.
+	RestoredAt pulumi.StringInput
 }
 
 // NewEtcdAuth applies the etcd users and roles to a cluster and turns
@@ -390,6 +400,9 @@ func NewEtcdAuth(ctx *pulumi.Context, name string, a EtcdAuthArgs, opts ...pulum
 	}
 	if a.Snapshot != nil {
 		in["snapshotPassword"] = pulumi.ToSecret(a.Snapshot)
+	}
+	if a.RestoredAt != nil {
+		in["restoredAt"] = a.RestoredAt
 	}
 	return &r, ctx.RegisterResource(prefix_+"EtcdAuth", name, in, &r, append(opts, pulumi.AdditionalSecretOutputs(
 		[]string{"rootPassword", "arbiterPassword", "adminPassword", "tailerPassword", "snapshotPassword"}))...)

@@ -117,3 +117,85 @@ func NewEtcdRestore(ctx *pulumi.Context, name string, a EtcdRestoreArgs, opts ..
 	return &r, ctx.RegisterResource(prefix_+"EtcdRestore", name, props, &r,
 		append(opts, pulumi.AdditionalSecretOutputs([]string{"vaultSecretKey", "token"}))...)
 }
+
+// ShardRestore is a running entity shard restored in place from one
+// snapshot: every member stopped, its data dir moved aside (kept) and
+// replaced by the snapshot's as a member of a new cluster, so the shard
+// comes back sealed under a new cluster ID while the rest of the region
+// serves, its revisions above every one it had served (its watchers are
+// told theirs are compacted). It does not start the members: put
+// RestoredAt in their Services' triggers, which restarts them after it.
+// Coord is refused.
+type ShardRestore struct {
+	pulumi.CustomResourceState
+	Manifest        pulumi.StringOutput `pulumi:"manifest"`
+	Revision        pulumi.IntOutput    `pulumi:"revision"`
+	SourceClusterID pulumi.StringOutput `pulumi:"sourceClusterId"`
+	// Epoch and EpochClusterID are the snapshot's epoch record: the
+	// restored shard's, bound to a cluster ID it no longer has.
+	Epoch          pulumi.IntOutput    `pulumi:"epoch"`
+	EpochClusterID pulumi.StringOutput `pulumi:"epochClusterId"`
+	// ClusterID is the shard's new ID, as etcd derives it.
+	ClusterID pulumi.StringOutput `pulumi:"clusterId"`
+	// Replaced maps each member to where its old data dir was moved.
+	Replaced   pulumi.StringMapOutput `pulumi:"replaced"`
+	RestoredAt pulumi.StringOutput    `pulumi:"restoredAt"`
+	// HeadRevision is the running shard's head before it stopped (0: no
+	// member answered); RevisionsFrom the restored shard's revision when
+	// it starts, every one below it compacted.
+	HeadRevision  pulumi.IntOutput `pulumi:"headRevision"`
+	RevisionsFrom pulumi.IntOutput `pulumi:"revisionsFrom"`
+}
+
+// ShardMember is one running member of the shard restored in place.
+type ShardMember struct {
+	Connection Connection
+	Name       string
+	PeerURL    string
+	// DataDir is its --data-dir; Service the Service that runs it.
+	DataDir  string
+	Service  string
+	Mode     string
+	StateDir string
+}
+
+// ShardRestoreArgs: the vault, the chosen snapshot, every member of the
+// shard, and how to read the running shard's head revision.
+type ShardRestoreArgs struct {
+	Vault    SnapshotVault
+	Snapshot *VaultSnapshot
+	Members  []ShardMember
+	// Endpoints, CA and Client reach the running shard (the deployer's
+	// certificate, as the formed check).
+	Endpoints []string
+	CA        *CA
+	Client    *Certificate
+	// RevisionBump (at least 1) is how far above the shard's head its
+	// restored revisions start: the margin for what it writes until it
+	// stops, and the whole bump when no member answers.
+	RevisionBump int
+}
+
+// NewShardRestore restores a's shard in place from a.Snapshot, into every
+// one of a.Members.
+func NewShardRestore(ctx *pulumi.Context, name string, a ShardRestoreArgs, opts ...pulumi.ResourceOption) (*ShardRestore, error) {
+	props := a.Vault.props()
+	props["snapshot"] = a.Snapshot.Manifest
+	props["snapshotSha256"] = a.Snapshot.Sha256
+	props["endpoints"] = strings(a.Endpoints)
+	props["caCertPem"], props["certPem"], props["keyPem"] = a.CA.CertPem, a.Client.CertPem, pulumi.ToSecret(a.Client.KeyPem)
+	props["revisionBump"] = pulumi.Int(a.RevisionBump)
+	var ms pulumi.Array
+	for _, m := range a.Members {
+		svc := pulumi.Map{"name": pulumi.String(m.Service), "mode": pulumi.String(m.Mode)}
+		if m.StateDir != "" {
+			svc["stateDir"] = pulumi.String(m.StateDir)
+		}
+		ms = append(ms, pulumi.Map{"connection": m.Connection.Input(), "name": pulumi.String(m.Name), "peerUrl": pulumi.String(m.PeerURL),
+			"dataDir": pulumi.String(m.DataDir), "service": svc})
+	}
+	props["members"] = ms
+	var r ShardRestore
+	return &r, ctx.RegisterResource(prefix_+"ShardRestore", name, props, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"vaultSecretKey", "keyPem", "token"}))...)
+}

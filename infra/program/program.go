@@ -30,7 +30,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "snapshots", "restore", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "snapshots", "restore", "restoreInPlace", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -174,6 +174,7 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 	if s.Restore.Enabled() {
 		exportRestore(ctx, region)
 	}
+	exportRestoreInPlace(ctx, region)
 	// Set by `lockplane promote` when the stack met its acquire gate.
 	if rec := cfg.Get("promotion"); rec != "" {
 		ctx.Export("promotion", pulumi.String(rec))

@@ -2,9 +2,11 @@ package program_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lockplane/lockplane/infra/components"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
@@ -138,6 +140,125 @@ func TestARegionStackRestoresNothing(t *testing.T) {
 	for _, r := range m.of("lockplane:nodes:EtcdEpoch") {
 		if _, ok := r.Inputs["restored"]; ok {
 			t.Errorf("%s: restored set in a region stack", r.Name)
+		}
+	}
+}
+
+// A region restores a shard in place from its own vault, as its
+// restorer: one snapshot chosen once, one restore of every member of the
+// shard (exactly the data dir, name, peer URL and service its etcd runs
+// as), each member's service restarted after it by its restoredAt, and
+// the shard not formed until it answers under the restore's new ID.
+// Coord and the other clusters are not touched.
+func TestARegionRestoresAShardInPlace(t *testing.T) {
+	m, err := run(t, "local", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:restoreInPlace"] = `{"entity-0":"entity-0/20261201T000000.000Z-r7-aaaaaaaaaaaa.json"}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := m.of("lockplane:nodes:VaultSnapshot")
+	if len(snaps) != 1 || snaps[0].Inputs["cluster"].StringValue() != "entity-0" || snaps[0].Inputs["vaultAccessKey"].StringValue() != "restore-local" ||
+		snaps[0].Inputs["snapshot"].StringValue() != "entity-0/20261201T000000.000Z-r7-aaaaaaaaaaaa.json" || !snaps[0].Inputs["vaultSecretKey"].IsSecret() {
+		t.Fatalf("VaultSnapshots %v, want entity-0's pinned one, read as the region's restorer", snaps)
+	}
+	rs := m.of("lockplane:nodes:ShardRestore")
+	if len(rs) != 1 || rs[0].Inputs["cluster"].StringValue() != "entity-0" || len(m.of("lockplane:nodes:EtcdRestore")) != 0 {
+		t.Fatalf("%d ShardRestores, %d EtcdRestores: want one ShardRestore, of entity-0", len(rs), len(m.of("lockplane:nodes:EtcdRestore")))
+	}
+	restore := rs[0]
+	if restore.Inputs["snapshot"].StringValue() != "entity-0/20261204T120000.000Z-r42-0123456789ab" || restore.Inputs["snapshotSha256"].StringValue() != "sha-"+snaps[0].Name {
+		t.Errorf("the restore takes %v (%v), not the VaultSnapshot's choice", restore.Inputs["snapshot"], restore.Inputs["snapshotSha256"])
+	}
+	// Its revisions start above the running shard's head, read with the
+	// deployer's certificate at the shard's own endpoints.
+	var formed pulumi.MockResourceArgs
+	for _, r := range m.of("lockplane:nodes:EtcdCluster") {
+		if strings.HasSuffix(r.Name, "-entity-0-formed") {
+			formed = r
+		}
+	}
+	if got := restore.Inputs["revisionBump"]; !got.IsNumber() || got.NumberValue() != components.InPlaceRevisionBump {
+		t.Errorf("revisionBump %v, want %d: the restored shard's watchers must be told their revisions are compacted", got, components.InPlaceRevisionBump)
+	}
+	if !restore.Inputs["endpoints"].DeepEquals(formed.Inputs["endpoints"]) || restore.Inputs["certPem"].StringValue() != formed.Inputs["certPem"].StringValue() ||
+		!strings.HasSuffix(restore.Inputs["certPem"].StringValue(), "-entity-0-deployer") || !restore.Inputs["keyPem"].IsSecret() {
+		t.Errorf("the restore reads the head at %v with %v (key secret: %v), want entity-0's endpoints %v and deployer certificate",
+			restore.Inputs["endpoints"], restore.Inputs["certPem"], restore.Inputs["keyPem"].IsSecret(), formed.Inputs["endpoints"])
+	}
+	members := map[string]map[string]string{}
+	for _, v := range restore.Inputs["members"].ArrayValue() {
+		o := v.ObjectValue()
+		svc := o["service"].ObjectValue()
+		members[o["name"].StringValue()] = map[string]string{"dataDir": o["dataDir"].StringValue(), "peerUrl": o["peerUrl"].StringValue(),
+			"service": svc["name"].StringValue(), "stateDir": svc["stateDir"].StringValue(), "host": o["connection"].ObjectValue()["host"].StringValue()}
+	}
+	var restarted int
+	for _, r := range m.of("lockplane:nodes:Service") {
+		name := r.Inputs["name"].StringValue()
+		if !strings.HasPrefix(name, "etcd-") {
+			continue
+		}
+		cmd := strs(r.Inputs["command"])
+		triggered := slices.Contains(strs(r.Inputs["triggers"]), "2026-12-04T12:00:00.5Z")
+		if name != "etcd-entity-0" {
+			if triggered || dependsOnSuffix(r, "-in-place-restore") {
+				t.Errorf("%s is restarted by entity-0's restore", r.Name)
+			}
+			continue
+		}
+		restarted++
+		mem, ok := members[flag(cmd, "--name")]
+		if !ok {
+			t.Fatalf("%s (member %s) is not restored", r.Name, flag(cmd, "--name"))
+		}
+		if mem["dataDir"] != flag(cmd, "--data-dir") || !strings.Contains(flag(cmd, "--initial-cluster"), flag(cmd, "--name")+"="+mem["peerUrl"]) ||
+			mem["service"] != name || mem["stateDir"] != r.Inputs["stateDir"].StringValue() || mem["host"] != r.Inputs["connection"].ObjectValue()["host"].StringValue() {
+			t.Errorf("%s runs %v on %v; the restore stops and replaces %v", r.Name, cmd, r.Inputs["connection"].ObjectValue()["host"], mem)
+		}
+		if !triggered || !dependsOnSuffix(r, "-in-place-restore") {
+			t.Errorf("%s: triggers %v: want it restarted after the restore, by its restoredAt", r.Name, strs(r.Inputs["triggers"]))
+		}
+	}
+	if restarted != len(members) || restarted != 3 {
+		t.Fatalf("%d entity-0 members restarted, %d restored: want all 3", restarted, len(members))
+	}
+	// The snapshot's users and passwords are those of its time: the
+	// shard's are applied again after the restore, no other cluster's.
+	for _, r := range m.of("lockplane:nodes:EtcdAuth") {
+		want := ""
+		if strings.Contains(r.Name, "entity-0") {
+			want = "2026-12-04T12:00:00.5Z"
+		}
+		if got := r.Inputs["restoredAt"]; (want == "" && !got.IsNull()) || (want != "" && (!got.IsString() || got.StringValue() != want)) {
+			t.Errorf("%s: restoredAt %v, want %q", r.Name, got, want)
+		}
+	}
+	for _, r := range m.of("lockplane:nodes:EtcdCluster") {
+		want := ""
+		if strings.Contains(r.Name, "entity-0") {
+			want = "restored-" + restore.Name
+		}
+		if got := r.Inputs["expectClusterId"]; (want == "" && !got.IsNull()) || (want != "" && got.StringValue() != want) {
+			t.Errorf("%s: expectClusterId %v, want %q", r.Name, got, want)
+		}
+	}
+
+	for edit, want := range map[string]string{
+		`{"coord":"latest"}`:    "restoreInPlace.coord: coord is never restored in place",
+		`{"entity-3":"latest"}`: `restoreInPlace: "entity-3" is not an entity shard of the region (entity-0 ... entity-0)`,
+		`{"entity-0":"coord/20261201T000000.000Z-r7-aaaaaaaaaaaa.json"}`: `restoreInPlace.entity-0: "coord/20261201T000000.000Z-r7-aaaaaaaaaaaa.json" is not a snapshot of entity-0`,
+	} {
+		m, err := run(t, "local", func(c map[string]string) {
+			localHosts(c)
+			c["lockplane:restoreInPlace"] = edit
+		})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("restoreInPlace %s: %v, want %q", edit, err, want)
+		}
+		if len(m.of("lockplane:nodes:Service")) != 0 {
+			t.Errorf("restoreInPlace %s: services made", edit)
 		}
 	}
 }

@@ -216,3 +216,21 @@ func exportRestore(ctx *pulumi.Context, r *components.Region) {
 	}
 	ctx.Export("restored", restored)
 }
+
+// exportRestoreInPlace exports the shards restored in place, by shard:
+// the snapshot, the epoch record it holds (bound to the shard's old
+// cluster ID, so it is sealed), the new cluster ID, when, and where each
+// member's old data dir was moved. `lockplane up` prints the unseal.
+func exportRestoreInPlace(ctx *pulumi.Context, r *components.Region) {
+	restored := pulumi.Map{}
+	for _, c := range r.Shards {
+		if p := c.InPlace; p != nil {
+			restored[c.Name] = pulumi.Map{"manifest": p.Manifest, "revision": p.Revision, "epoch": p.Epoch,
+				"sourceClusterId": p.SourceClusterID, "epochClusterId": p.EpochClusterID, "clusterId": p.ClusterID,
+				"restoredAt": p.RestoredAt, "replaced": p.Replaced}
+		}
+	}
+	if len(restored) > 0 {
+		ctx.Export("restoredInPlace", restored)
+	}
+}

@@ -1,6 +1,9 @@
 package topology
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Restore makes a stack a DR stack (docs/dr.md): every cluster of the
 // region is stood up from a snapshot in the region's vault instead of
@@ -51,5 +54,35 @@ func (s *Stack) validateRestore(bad func(string, ...any)) {
 	}
 	if s.Coord.EpochAbove != 0 {
 		bad("coord.epochAbove: %d is for a coord cluster rebuilt empty; a restored one is anchored by the operators' advance (docs/dr.md)", s.Coord.EpochAbove)
+	}
+}
+
+// validateRestoreInPlace checks the shards a region restores in place
+// (docs/dr.md): entity shards only, from the region's own vault.
+func (s *Stack) validateRestoreInPlace(bad func(string, ...any)) {
+	if len(s.RestoreInPlace) == 0 {
+		return
+	}
+	switch {
+	case s.Restore.Enabled():
+		bad("restoreInPlace: a DR stack restores every cluster already; restore a shard in place in a running region's stack")
+	case s.Snapshots.VaultStack == "":
+		bad("restoreInPlace: needs the region's vault: set snapshots.vaultStack")
+	}
+	for shard, from := range s.RestoreInPlace {
+		var i int
+		if shard == "coord" {
+			bad("restoreInPlace.coord: coord is never restored in place (the region's epochs are allocated from it, and an older coord could allocate them again): restore the region with a DR stack")
+			continue
+		}
+		if _, err := fmt.Sscanf(shard, "entity-%d", &i); err != nil || fmt.Sprintf("entity-%d", i) != shard || i < 0 || i >= s.Entity.Shards {
+			bad("restoreInPlace: %q is not an entity shard of the region (entity-0 ... entity-%d)", shard, s.Entity.Shards-1)
+			continue
+		}
+		if from == "" {
+			bad("restoreInPlace.%s: %q or a snapshot's name (lockplane snapshot list) is required", shard, Latest)
+		} else if from != Latest && !strings.HasPrefix(from, shard+"/") {
+			bad("restoreInPlace.%s: %q is not a snapshot of %s (its name starts %s/)", shard, from, shard, shard)
+		}
 	}
 }

@@ -67,6 +67,9 @@ type Stack struct {
 	Snapshots Snapshots `json:"snapshots"`
 	// Restore, in a DR stack, stands the clusters up from the vault.
 	Restore Restore `json:"restore"`
+	// RestoreInPlace restores entity shards of a running region from its
+	// snapshot vault, by shard: the snapshot's name, or "latest".
+	RestoreInPlace map[string]string `json:"restoreInPlace,omitempty"`
 	// Kubernetes is the arbiter's placement under the kubernetes runtime.
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// BinDir holds the binaries the program installs (etcd, arbiter,
@@ -222,7 +225,11 @@ type Archive struct {
 // Kubernetes places the arbiter on a cluster.
 type Kubernetes struct {
 	Namespace string `json:"namespace"`
-	Image     string `json:"image"`
+	// Image is the arbiter's image, pinned by digest:
+	// REPOSITORY@sha256:<64 hex>, the digest `make images` prints for the
+	// arbiter. A tag alone is refused: a tag can be moved, so two
+	// `lockplane up` runs could deploy different binaries under one stack.
+	Image string `json:"image"`
 	// HallLabel is the node label whose value is the hall.
 	HallLabel string `json:"hallLabel"`
 }
@@ -248,6 +255,9 @@ type Plan struct {
 var (
 	name     = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
 	database = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+	// pinned is an image reference pinned by digest: a repository (with
+	// an optional tag, which the digest overrides) and @sha256:<64 hex>.
+	pinned = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
 )
 
 // Defaults fills what a stack may leave out.
@@ -431,10 +441,14 @@ func (s *Stack) Validate() (*Plan, error) {
 	if s.Runtime == RuntimeKubernetes && (s.Kubernetes.Namespace == "" || s.Kubernetes.Image == "") {
 		bad("kubernetes.namespace, kubernetes.image: are required with runtime kubernetes")
 	}
+	if s.Runtime == RuntimeKubernetes && s.Kubernetes.Image != "" && !pinned.MatchString(s.Kubernetes.Image) {
+		bad("kubernetes.image: %q must be pinned by digest, REPOSITORY@sha256: and 64 lowercase hex digits (the digest `make images` prints), so every deploy runs the same binary", s.Kubernetes.Image)
+	}
 	s.validateAudit(bad)
 	s.validateArchive(bad)
 	s.validateSnapshots(bad)
 	s.validateRestore(bad)
+	s.validateRestoreInPlace(bad)
 	s.validateOperators(bad)
 	s.validateHosts(bad)
 	if len(errs) > 0 {

@@ -16,6 +16,10 @@ func stackFile(t *testing.T, name string) *topology.Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As committed: the e2e test sets these on the same files while it runs.
+	for _, k := range []string{"operators", "restoreInPlace", "promotion", "etcdRootPassword"} {
+		delete(cfg, program.Namespace+":"+k)
+	}
 	s, err := program.LoadStack(func(k string) string { return cfg["lockplane:"+k] }, "/repo")
 	if err != nil {
 		t.Fatal(err)
@@ -202,6 +206,35 @@ func TestAuditHostIsPlanned(t *testing.T) {
 	s.Audit.Networks = []string{"10.64.0.0/14"}
 	if _, err := s.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKubernetesImageIsPinnedByDigest: a tag alone, or a digest that is not
+// sha256 and 64 lowercase hex digits, is refused naming kubernetes.image.
+func TestKubernetesImageIsPinnedByDigest(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, image := range []string{
+		"registry.example/lockplane/arbiter@" + digest,
+		"registry.example:5000/lockplane/arbiter:v0.1.0@" + digest,
+	} {
+		s := stackFile(t, "us-east")
+		s.Kubernetes.Image = image
+		if _, err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", image, err)
+		}
+	}
+	for _, image := range []string{
+		"registry.example/lockplane/arbiter:v0.1.0",
+		"registry.example/lockplane/arbiter@sha256:0123",
+		"registry.example/lockplane/arbiter@sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
+		"@" + digest,
+	} {
+		s := stackFile(t, "us-east")
+		s.Kubernetes.Image = image
+		_, err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), "kubernetes.image: \""+image+"\" must be pinned by digest") {
+			t.Errorf("%s: %v, want kubernetes.image refused as not pinned by digest", image, err)
+		}
 	}
 }
 

@@ -25,6 +25,10 @@ type EtcdClusterInputs struct {
 	KeyPem         string   `json:"keyPem"`
 	Members        int      `json:"members"`
 	TimeoutSeconds int      `json:"timeoutSeconds,omitempty"`
+	// ExpectClusterID, when set, is the ID the cluster must form under:
+	// a shard restored in place is not formed until its restarted
+	// members agree on the restore's new ID.
+	ExpectClusterID string `json:"expectClusterId,omitempty"`
 }
 
 // client reaches the cluster with the certificate alone. Status and
@@ -69,6 +73,9 @@ func (in *EtcdClusterInputs) formed(ctx context.Context, cli *clientv3.Client) (
 			return nil, fmt.Errorf("%s: disagrees on the cluster or its leader", ep)
 		}
 		cluster, leader = st.Header.ClusterId, st.Leader
+	}
+	if in.ExpectClusterID != "" && epoch.FormatID(cluster) != in.ExpectClusterID {
+		return nil, fmt.Errorf("cluster %s, not the %s expected", epoch.FormatID(cluster), in.ExpectClusterID)
 	}
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

@@ -1,5 +1,7 @@
 package provider
 
+import "context"
+
 // SetArchiverPolicy replaces the archiver's policy until the returned
 // func is called: the tests' broken variants.
 func SetArchiverPolicy(f func(historyBucket, recordsBucket string, recordsYears int) []byte) (restore func()) {
@@ -14,4 +16,9 @@ func SetVaultStorerPolicy(f func(region string) []byte) (restore func()) {
 	old := vaultStorerPolicy
 	vaultStorerPolicy = f
 	return func() { vaultStorerPolicy = old }
+}
+
+// ShardHead is a ShardRestore's read of the running shard's head revision.
+func ShardHead(ctx context.Context, endpoints []string, caCertPem, certPem, keyPem string) (int64, error) {
+	return (&ShardRestoreInputs{Endpoints: endpoints, CACertPem: caCertPem, CertPem: certPem, KeyPem: keyPem}).head(ctx)
 }

@@ -267,15 +267,37 @@ func state(k kind, inputs *structpb.Struct, out map[string]any) (*structpb.Struc
 			props[resource.PropertyKey(key)] = resource.MakeSecret(v)
 		}
 	}
-	// An SSH key is a secret in the state whether or not the program said so.
-	if c, ok := props["connection"]; ok && c.IsObject() {
-		conn := c.ObjectValue().Copy()
-		if v, ok := conn["privateKey"]; ok && !v.IsSecret() {
-			conn["privateKey"] = resource.MakeSecret(v)
-			props["connection"] = resource.NewObjectProperty(conn)
+	// An SSH key is a secret in the state whether or not the program said
+	// so, nested ones too (a ShardRestore's members): an update's outputs
+	// are the old state, read without its secrets.
+	return marshal(sshKeysSecret(resource.NewObjectProperty(props)).ObjectValue())
+}
+
+// sshKeysSecret marks the privateKey of every connection object in v,
+// at any depth, secret.
+func sshKeysSecret(v resource.PropertyValue) resource.PropertyValue {
+	switch {
+	case v.IsArray():
+		out := make([]resource.PropertyValue, len(v.ArrayValue()))
+		for i, e := range v.ArrayValue() {
+			out[i] = sshKeysSecret(e)
 		}
+		return resource.NewArrayProperty(out)
+	case v.IsObject():
+		out := resource.PropertyMap{}
+		for k, e := range v.ObjectValue() {
+			out[k] = sshKeysSecret(e)
+			if c := out[k]; k == "connection" && c.IsObject() {
+				if key, ok := c.ObjectValue()["privateKey"]; ok && !key.IsSecret() {
+					conn := c.ObjectValue().Copy()
+					conn["privateKey"] = resource.MakeSecret(key)
+					out[k] = resource.NewObjectProperty(conn)
+				}
+			}
+		}
+		return resource.NewObjectProperty(out)
 	}
-	return marshal(props)
+	return v
 }
 
 // Create implements pulumirpc.ResourceProviderServer.

@@ -98,6 +98,33 @@ func (v vaultRef) resolve(ctx context.Context) (vault.Vault, snapshot.Manifest, 
 	return vt, m, nil
 }
 
+// fetch resolves the snapshot, refuses one whose digest is not sha256
+// (when set: another snapshot put under the chosen one's name), and
+// downloads it, checked against its manifest, into a new work directory
+// the caller removes.
+func (v vaultRef) fetch(ctx context.Context, sha256 string) (m snapshot.Manifest, work, file string, err error) {
+	vt, m, err := v.resolve(ctx)
+	if err != nil {
+		return m, "", "", err
+	}
+	if sha256 != "" && m.SHA256 != sha256 {
+		return m, "", "", fmt.Errorf("snapshot: %s's manifest says sha256 %s, not the %s chosen (snapshotSha256): refusing another snapshot under its name",
+			manifestName(m), m.SHA256, sha256)
+	}
+	if work, err = os.MkdirTemp("", "lockplane-restore-"); err != nil {
+		return m, "", "", err
+	}
+	file = filepath.Join(work, "snapshot.db")
+	fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	err = vt.Fetch(fctx, m, file)
+	cancel()
+	if err != nil {
+		os.RemoveAll(work)
+		return m, "", "", fmt.Errorf("snapshot %s: %w", manifestName(m), err)
+	}
+	return m, work, file, nil
+}
+
 // manifestName is the name a manifest goes by: its object without .db.
 func manifestName(m snapshot.Manifest) string { return strings.TrimSuffix(m.Object, ".db") }
 
@@ -283,26 +310,11 @@ func (in *EtcdRestoreInputs) create(ctx context.Context, env *Env) (map[string]a
 	if err := in.empty(ctx, c); err != nil {
 		return nil, err
 	}
-	vt, m, err := in.ref().resolve(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if in.SnapshotSha256 != "" && m.SHA256 != in.SnapshotSha256 {
-		return nil, fmt.Errorf("snapshot: %s's manifest says sha256 %s, not the %s chosen (snapshotSha256): refusing another snapshot under its name",
-			manifestName(m), m.SHA256, in.SnapshotSha256)
-	}
-	work, err := os.MkdirTemp("", "lockplane-restore-")
+	m, work, file, err := in.ref().fetch(ctx, in.SnapshotSha256)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	file := filepath.Join(work, "snapshot.db")
-	fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-	err = vt.Fetch(fctx, m, file)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", manifestName(m), err)
-	}
 	rc := in.plan(file, filepath.Join(work, "data"))
 	id, err := rc.ClusterID()
 	if err != nil {

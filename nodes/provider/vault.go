@@ -42,15 +42,16 @@ type VaultRegion struct {
 
 // VaultStorerPolicy lets a region's snapshot jobs put snapshots into its
 // bucket and read them back (vault.Put checks what it stored; List and
-// Latest tell the job what is there), and nothing else.
+// Latest tell the job what is there), and nothing else. Reads name the
+// version listed, which S3 allows only with s3:GetObjectVersion.
 func VaultStorerPolicy(region string) []byte {
-	return vaultPolicy(region, "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload")
+	return vaultPolicy(region, "s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:AbortMultipartUpload")
 }
 
-// VaultRestorerPolicy lets a restore list and read a region's snapshots,
-// and nothing else.
+// VaultRestorerPolicy lets a restore list and read a region's snapshots
+// (at the versions listed), and nothing else.
 func VaultRestorerPolicy(region string) []byte {
-	return vaultPolicy(region, "s3:GetObject")
+	return vaultPolicy(region, "s3:GetObject", "s3:GetObjectVersion")
 }
 
 // vaultStorerPolicy is the policy a storer is given; tests replace it.

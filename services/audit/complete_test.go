@@ -44,7 +44,9 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 	stop := tailLikeTheArbiter(t, env, store, "t0")
 
 	var mu sync.Mutex
-	observed := map[int64]string{} // grant revision -> key, as clients saw it
+	// The grants clients were given. With group commit several keys are
+	// granted at one revision, so a grant is its key and revision.
+	observed := map[grantAt]bool{}
 	traffic := func(client, rounds int) (last int64) {
 		s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
 		for i := range rounds {
@@ -61,7 +63,7 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 				continue
 			}
 			mu.Lock()
-			observed[h.Token().Revision()] = key
+			observed[grantAt{key, h.Token().Revision()}] = true
 			mu.Unlock()
 			last = h.Token().Revision()
 			h.Release(ctx)
@@ -81,7 +83,7 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 			t.Fatal(err)
 		}
 		mu.Lock()
-		observed[h.GetToken().GetRevision()] = key
+		observed[grantAt{key, h.GetToken().GetRevision()}] = true
 		crashed[key] = true
 		mu.Unlock()
 	}
@@ -169,21 +171,31 @@ func TestEveryGrantAndExpiryReachesClickHouse(t *testing.T) {
 	})
 }
 
+// grantAt is one grant: its key and the revision of its Txn.
+type grantAt struct {
+	key string
+	rev int64
+}
+
+func (g grantAt) String() string { return fmt.Sprintf("grant of %s at %d", g.key, g.rev) }
+
 // missing lists the observed grants and the crashed holders' expiries
 // that evs lack.
-func missing(evs []audit.Event, observed map[int64]string, crashed map[string]bool) []string {
-	seen := map[int64]bool{}
+func missing(evs []audit.Event, observed map[grantAt]bool, crashed map[string]bool) []string {
+	seen := map[grantAt]bool{}
 	expired := map[string]bool{}
 	for _, e := range evs {
-		seen[e.Revision] = seen[e.Revision] || e.Kind == audit.Grant || e.Kind == audit.Handoff
+		if e.Kind == audit.Grant || e.Kind == audit.Handoff {
+			seen[grantAt{e.Key, e.Revision}] = true
+		}
 		if e.Kind == audit.Expiry && e.Instance == "crashed" {
 			expired[e.Key] = true
 		}
 	}
 	var out []string
-	for rev, key := range observed {
-		if !seen[rev] {
-			out = append(out, fmt.Sprintf("grant of %s at %d", key, rev))
+	for g := range observed {
+		if !seen[g] {
+			out = append(out, g.String())
 		}
 	}
 	for key := range crashed {
@@ -195,26 +207,23 @@ func missing(evs []audit.Event, observed map[int64]string, crashed map[string]bo
 }
 
 // problems lists the events shown more than once, and the observed grants
-// stored other than once or under another key.
-func problems(evs []audit.Event, observed map[int64]string) []string {
+// stored other than once.
+func problems(evs []audit.Event, observed map[grantAt]bool) []string {
 	var out []string
 	rows := map[string]int{}
-	grants := map[int64]int{}
+	grants := map[grantAt]int{}
 	for _, e := range evs {
 		id := fmt.Sprintf("%s/%d/%s", e.ClusterID, e.Revision, e.Key)
 		if rows[id]++; rows[id] == 2 {
 			out = append(out, "event shown more than once: "+id)
 		}
 		if e.Kind == audit.Grant || e.Kind == audit.Handoff {
-			grants[e.Revision]++
-			if key, ok := observed[e.Revision]; ok && key != e.Key {
-				out = append(out, fmt.Sprintf("stored a grant of %s at %d, where a client was given %s", e.Key, e.Revision, key))
-			}
+			grants[grantAt{e.Key, e.Revision}]++
 		}
 	}
-	for rev, key := range observed {
-		if grants[rev] != 1 {
-			out = append(out, fmt.Sprintf("grant of %s at revision %d stored %d times, want once", key, rev, grants[rev]))
+	for g := range observed {
+		if grants[g] != 1 {
+			out = append(out, fmt.Sprintf("%s stored %d times, want once", g, grants[g]))
 		}
 	}
 	return out

@@ -72,6 +72,10 @@ type checkpoint struct {
 // election: another instance takes over, a tailer from the checkpoint on.
 var ErrDeposed = errors.New("audit: no longer the elected leader (its election lease ended)")
 
+// ErrClusterChanged ends a tailer whose endpoints came to serve another
+// cluster: Run again reads the new one from its start, after a gap.
+var ErrClusterChanged = errors.New("audit: the tailed cluster changed under the tailer")
+
 // Run tails cfg.Cluster while it is the elected tailer, until ctx ends
 // (nil) or it is deposed (ErrDeposed). A second instance waits in the
 // election. Every event reaches the store before the checkpoint passes
@@ -189,7 +193,13 @@ func (t *tailer) run(ctx context.Context) error {
 	}
 	if ck.ClusterID != "" && ck.ClusterID != t.src.id {
 		// A new revision space: say so, and read this one from its start.
-		if err := t.insert(ctx, []Event{t.gap(0, ck.Revision, fmt.Sprintf("cluster ID changed from %s to %s (rebuilt or restored); its revisions start again", ck.ClusterID, t.src.id))}); err != nil {
+		// Keyed at the new cluster's revision 0, which holds no event: at
+		// the old checkpoint's revision it would share a row with the new
+		// cluster's own event there (an epoch record restored, say).
+		g := t.gap(0, 0, "")
+		g.Detail = fmt.Sprintf("cluster ID changed from %s to %s (rebuilt or restored): %s's revisions after %d were not read, and this one's start again",
+			ck.ClusterID, t.src.id, ck.ClusterID, ck.Revision)
+		if err := t.insert(ctx, []Event{g}); err != nil {
 			return err
 		}
 		t.done = 0
@@ -222,6 +232,9 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick:
+			if err := t.sameCluster(ctx); err != nil {
+				return err
+			}
 			if err := t.checkpoint(ctx); err != nil {
 				return err
 			}
@@ -231,6 +244,19 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 			var b batch
 			for {
 				b.cost.add(it.cost)
+				if id := it.resp.Header.ClusterId; it.ok && id != 0 && epoch.FormatID(id) != t.src.id {
+					// The endpoints serve another cluster now (restored or
+					// rebuilt in place behind the client): another revision
+					// space. Store what came before, and start again, where
+					// run records the change as a gap and reads it anew.
+					// Checked first: a shard restored above its old head
+					// answers the resumed watch with its own compaction,
+					// which is not the old cluster's.
+					if err := t.flush(ctx, &b); err != nil {
+						return t.flushFailed(ctx, err)
+					}
+					return fmt.Errorf("%w: %s is cluster %s now, not %s", ErrClusterChanged, t.cfg.Cluster, epoch.FormatID(id), t.src.id)
+				}
 				if !it.ok || it.resp.Canceled || it.resp.CompactRevision > 0 || it.resp.Err() != nil {
 					if err := t.flush(ctx, &b); err != nil {
 						return t.flushFailed(ctx, err)
@@ -253,6 +279,23 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 			}
 		}
 	}
+}
+
+// sameCluster ends the watch when the endpoints serve another cluster:
+// a shard restored in place starts below the revision the watch waits
+// for, so the watch alone would say nothing, perhaps for days. A read
+// that fails says nothing either way: the watch handles outages.
+func (t *tailer) sameCluster(ctx context.Context) error {
+	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+	resp, err := t.cfg.Etcd.Get(octx, lockkey.EpochKey, clientv3.WithCountOnly())
+	cancel()
+	if err != nil || resp.Header.ClusterId == 0 {
+		return nil
+	}
+	if id := epoch.FormatID(resp.Header.ClusterId); id != t.src.id {
+		return fmt.Errorf("%w: %s is cluster %s now, not %s", ErrClusterChanged, t.cfg.Cluster, id, t.src.id)
+	}
+	return nil
 }
 
 // flushFailed ends a watch after a failed flush: after a pause when the

@@ -76,6 +76,8 @@ type Options struct {
 	AllowAnyWorkload bool
 	// OpTimeout overrides the arbiter's bound on each etcd call.
 	OpTimeout time.Duration
+	// GroupCommit overrides the arbiter's Config.GroupCommit.
+	GroupCommit int
 	// PollInterval overrides a waiter's fallback poll period.
 	PollInterval time.Duration
 	// ValidateRate and ValidateBurst override ValidateToken's limit.
@@ -214,7 +216,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			e.Close()
 		}
 	}()
-	if e.Profile, err = writeTrustDomain(opts.Dir, opts.Workers); err != nil {
+	if e.Profile, err = WriteTrustDomain(opts.Dir, opts.Workers); err != nil {
 		return nil, err
 	}
 	e.Cluster, err = etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(opts.Dir, "etcd"), Logger: opts.EtcdLogger,
@@ -256,7 +258,12 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	return e, e.Profile.Save(e.ProfilePath)
 }
 
-func writeTrustDomain(dir string, workers int) (*profile.Profile, error) {
+// WriteTrustDomain writes a fresh development CA, an SVID for each of
+// Identities and of worker-0 .. worker-(workers-1) under dir/pki, and
+// dir/profile.json naming them (its endpoint still "pending"), and returns
+// the profile. Start uses it; so does a benchmark that runs the arbiter as
+// its own process (benchmarks/scale), with the arbiter's SVID.
+func WriteTrustDomain(dir string, workers int) (*profile.Profile, error) {
 	ca, err := devca.New(TrustDomain, 30*24*time.Hour)
 	if err != nil {
 		return nil, err
@@ -316,7 +323,7 @@ func (e *Env) StartArbiter() error {
 	}
 	cfg := arbiter.Config{
 		Etcd: etcd, AdminEtcd: adminEtcd, Cluster: e.coordName(), Self: self, Classes: e.opts.Classes, Authorizer: e.opts.Authorizer,
-		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout,
+		IsOperator: arbiter.OperatorPathPrefix(td, "/operator/"), OpTimeout: e.opts.OpTimeout, GroupCommit: e.opts.GroupCommit,
 		PollInterval: e.opts.PollInterval, ValidateRate: e.opts.ValidateRate, ValidateBurst: e.opts.ValidateBurst, Metrics: e.Registry, Logger: e.opts.Logger,
 		Quotas: e.opts.Quotas, Operators: e.opts.Operators, ActionTTL: e.opts.ActionTTL, AllowAnyWorkload: e.opts.AllowAnyWorkload,
 		// The embedded default without operator sign-in keeps the direct

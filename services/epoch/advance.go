@@ -24,8 +24,9 @@ type Change struct {
 	// Floor is an epoch the new one must exceed besides every epoch the
 	// coord cluster has recorded (a moved range's source shards).
 	Floor uint32
-	// MapVersion stamps a cluster that had no record; a cluster with one
-	// keeps its own.
+	// MapVersion stamps a cluster that had no record, or whose record is
+	// bound to another cluster ID (restored); a cluster with its own
+	// record keeps its version.
 	MapVersion int64
 	Reason     string
 }
@@ -67,7 +68,14 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 	}
 	floor, mapVersion := c.Floor, c.MapVersion
 	if cur != nil {
-		floor, mapVersion = max(floor, cur.Epoch), cur.MapVersion
+		floor = max(floor, cur.Epoch)
+		// A record bound to another cluster (a restore) carries the map
+		// version of its snapshot's day, which the map may have left
+		// since; the advance deletes every hold, so such a cluster takes
+		// the version it is given, as one rebuilt empty does.
+		if !cur.Sealed(resp.Header.ClusterId) || c.MapVersion == 0 {
+			mapVersion = cur.MapVersion
+		}
 	}
 	next, err := Allocate(ctx, coord, c.Cluster, floor+1)
 	if err != nil {

@@ -257,3 +257,27 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A record bound to another cluster ID (a restore's) keeps the map
+// version of its snapshot's day; the advance that unseals the cluster
+// stamps the version it is given, or every grant routed to it under the
+// current map would be refused MOVING. A record of its own cluster keeps
+// its version (TestAdvanceIsOneConditionalTxn).
+func TestARestoredRecordTakesTheMapVersionItIsGiven(t *testing.T) {
+	cli := cluster(t)
+	ctx := ctxT(t)
+	if _, err := epoch.Anchor(ctx, cli, 0); err != nil {
+		t.Fatal(err)
+	}
+	restored, _ := json.Marshal(epoch.Record{Epoch: 2, ClusterID: "an-older-cluster", MapVersion: 1, Since: time.Now(), Reason: "bootstrapped"})
+	if _, err := cli.Put(ctx, lockkey.EpochKey, string(restored)); err != nil {
+		t.Fatal(err)
+	}
+	adv, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Expected: 2, MapVersion: 3, Reason: "restored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adv.MapVersion != 3 || adv.Epoch <= 2 {
+		t.Fatalf("advance of a restored record: %+v, want map version 3, the one given", adv.State)
+	}
+}

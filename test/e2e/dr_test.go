@@ -53,28 +53,87 @@ func keepStackFile(t *testing.T, dir, stack string) {
 	t.Cleanup(func() { os.WriteFile(p, orig, 0o644) })
 }
 
+// operators are two operators, alice and bob, of an OpenID provider on
+// the test hosts' bridge, where the arbiters reach it: the two-person
+// advances of a restore are theirs.
+type operators struct {
+	idp    *devidp.Provider
+	caFile string
+	work   string
+}
+
+func startOperators(t *testing.T, h *hosts.Harness) *operators {
+	t.Helper()
+	idp, err := devidp.Start(devidp.Config{Addr: h.BridgeAddress() + ":0", Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idp.Close() })
+	o := &operators{idp: idp, work: t.TempDir()}
+	o.caFile = filepath.Join(o.work, "idp-ca.pem")
+	os.WriteFile(o.caFile, idp.CAPEM(), 0o644)
+	return o
+}
+
+// config is the stack's lockplane:operators for the provider.
+func (o *operators) config() string {
+	b, _ := json.Marshal(map[string]any{"issuer": o.idp.Issuer(), "caFile": o.caFile, "amr": []string{"otp"}})
+	return string(b)
+}
+
+// signIn signs both operators in, as lockctl login caches their tokens,
+// and returns `lockctl --profile profile` as who.
+func (o *operators) signIn(t *testing.T, dir, profile string) func(who string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	idFile := map[string]string{}
+	for _, who := range []string{"alice", "bob"} {
+		tok, err := o.idp.SignInWithOTP(ctx, who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(login.Token{Issuer: o.idp.Issuer(), ClientID: o.idp.ClientID(), Subject: "user-" + who, IDToken: tok,
+			Expiry: time.Now().Add(5 * time.Minute)})
+		idFile[who] = filepath.Join(o.work, who+"-token.json")
+		os.WriteFile(idFile[who], b, 0o600)
+	}
+	return func(who string, args ...string) string {
+		return string(run(t, dir, append([]string{"lockctl", "--profile", profile, "--identity", "operator", "--id-token-file", idFile[who]}, args...)...))
+	}
+}
+
+// advance runs one printed unseal line: alice requests the advance, bob
+// approves it. Other lines (the approve reminders) are skipped.
+func advance(as func(who string, args ...string) string, line string) bool {
+	i0 := strings.Index(line, " epoch advance ")
+	if i0 < 0 {
+		return false
+	}
+	args := strings.Fields(line[i0+1:])
+	// The printed --reason is quoted for a shell: pass it whole.
+	for j, a := range args {
+		if a == "--reason" {
+			args = append(args[:j+1], "DR drill")
+			break
+		}
+	}
+	first, _, _ := strings.Cut(as("alice", args...), "\n")
+	as("bob", "epoch", "approve", strings.TrimPrefix(first, "request "))
+	return true
+}
+
 // drill is the disaster: the region is gone (destroyed), its snapshots
 // are in the vault. The DR stack stands it up on standby hosts from them,
 // sealed; two operators of an OpenID provider the arbiters trust advance
 // every cluster's epoch; a grant then carries a token above every token
 // the region issued before, and the RTO (from the start of the DR up to
 // that grant) is printed.
-func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64, shardsBefore map[string]any) {
+func drill(t *testing.T, dir string, ops *operators, before []uint64, shardsBefore map[string]any) {
 	t.Helper()
-	// The operators' provider, on the test hosts' bridge where the DR
-	// arbiter reaches it.
-	idp, err := devidp.Start(devidp.Config{Addr: h.BridgeAddress() + ":0", Private: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idp.Close()
-	work := t.TempDir()
-	caFile := filepath.Join(work, "idp-ca.pem")
-	os.WriteFile(caFile, idp.CAPEM(), 0o644)
 	keepStackFile(t, dir, "local-dr")
 	pulumiConfig(t, dir, "local-dr", "--secret", "lockplane:etcdRootPassword", rootPassword)
-	ops, _ := json.Marshal(map[string]any{"issuer": idp.Issuer(), "caFile": caFile, "amr": []string{"otp"}})
-	pulumiConfig(t, dir, "local-dr", "lockplane:operators", string(ops))
+	pulumiConfig(t, dir, "local-dr", "lockplane:operators", ops.config())
 	t.Cleanup(func() { exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-dr").Run() })
 
 	start := time.Now()
@@ -88,46 +147,14 @@ func drill(t *testing.T, dir string, h *hosts.Harness, before []uint64, shardsBe
 	t.Logf("DR up: %v in %s; restored %v", up.Changes, upTook.Round(time.Second), restored)
 
 	// Sealed: no grant until the advance.
-	cmd := exec.Command(filepath.Join(dir, "bin", "lockctl"), "--profile", up.Profile, "run", "demo/e2e/dr", "--class", "demo", "--wait", "2s", "--", "true")
-	cmd.Dir = dir
-	if got, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(got), "SEALED") {
-		t.Fatalf("a grant from the restored region before the unseal: %v: %s", err, got)
-	}
+	refusedSealed(t, dir, up.Profile, "demo/e2e/dr", "demo")
 
 	// Two operators: alice requests, bob approves; coord first.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	idFile := map[string]string{}
-	for _, who := range []string{"alice", "bob"} {
-		tok, err := idp.SignInWithOTP(ctx, who)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// As lockctl login caches it.
-		b, _ := json.Marshal(login.Token{Issuer: idp.Issuer(), ClientID: idp.ClientID(), Subject: "user-" + who, IDToken: tok,
-			Expiry: time.Now().Add(5 * time.Minute)})
-		idFile[who] = filepath.Join(work, who+"-token.json")
-		os.WriteFile(idFile[who], b, 0o600)
-	}
-	as := func(who string, args ...string) string {
-		return string(run(t, dir, append([]string{"lockctl", "--profile", up.Profile, "--identity", "operator", "--id-token-file", idFile[who]}, args...)...))
-	}
+	as := ops.signIn(t, dir, up.Profile)
 	for i, line := range up.Unseal {
-		i0 := strings.Index(line, " epoch advance ")
-		if i0 < 0 {
+		if !advance(as, line) {
 			continue
 		}
-		args := strings.Fields(line[i0+1:])
-		// The printed --reason is quoted for a shell: pass it whole.
-		for j, a := range args {
-			if a == "--reason" {
-				args = append(args[:j+1], "DR drill")
-				break
-			}
-		}
-		first, _, _ := strings.Cut(as("alice", args...), "\n")
-		id := strings.TrimPrefix(first, "request ")
-		as("bob", "epoch", "approve", id)
 		if i == 0 {
 			// Coord advanced, the shard not yet: the shard's epoch record
 			// is still the old cluster's, and it stays sealed.
@@ -214,4 +241,116 @@ func maxToken(ts []uint64) uint64 {
 		m = max(m, t)
 	}
 	return m
+}
+
+// grant takes key in class through lockctl and returns its token.
+func grant(t *testing.T, dir, profile, key, class string) uint64 {
+	t.Helper()
+	out := run(t, dir, "lockctl", "--profile", profile, "run", key, "--class", class, "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
+	var tok uint64
+	if err := json.Unmarshal(bytes.TrimSpace(out), &tok); err != nil || tok == 0 {
+		t.Fatalf("a grant on %s (class %s): %q (%v)", key, class, out, err)
+	}
+	return tok
+}
+
+// shardDrill restores entity-0 in place from its oldest snapshot while
+// the region serves: a grant on the shard after that snapshot, then the
+// region's up with lockplane:restoreInPlace. The shard comes back sealed
+// (an entity-tier class is refused SEALED) while coord's classes are
+// granted on; two operators advance the shard alone; its next grant's
+// token exceeds every token before. It returns the tokens it took and
+// the resources its up created.
+func shardDrill(t *testing.T, dir string, ops *operators, profile string, before []uint64) ([]uint64, int) {
+	t.Helper()
+	l, _ := listSnapshots(t, dir)
+	var from string
+	for _, m := range l.Snapshots { // oldest first
+		if m.Cluster == "entity-0" {
+			from = strings.TrimSuffix(m.Object, ".db")
+			break
+		}
+	}
+	// After every snapshot of the shard: a token the restored shard could
+	// issue again if nothing sealed it.
+	onShard := grant(t, dir, profile, "demo/e2e/shard-1", "demo-shard")
+	pulumiConfig(t, dir, "local", "lockplane:restoreInPlace", `{"entity-0":"`+from+`"}`)
+
+	start := time.Now()
+	var up summary
+	out := run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &up); err != nil || up.Result != "succeeded" || len(up.Unseal) != 2 {
+		t.Fatalf("up with entity-0 restored in place: %s (%v)", out, err)
+	}
+	upTook := time.Since(start)
+	restored, _ := up.Outputs["restoredInPlace"].(map[string]any)["entity-0"].(map[string]any)
+	if restored["manifest"] != from || len(restored["replaced"].(map[string]any)) != 3 {
+		t.Fatalf("restoredInPlace %v: want entity-0 from %s, each of its 3 members' old data dir kept", up.Outputs["restoredInPlace"], from)
+	}
+	for member, old := range restored["replaced"].(map[string]any) {
+		if _, err := os.Stat(filepath.Join(old.(string), "member", "snap", "db")); err != nil {
+			t.Errorf("%s's old data dir: %v", member, err)
+		}
+	}
+	t.Logf("up restoring entity-0 in place: %v in %s", up.Changes, upTook.Round(time.Second))
+
+	// The shard is sealed; the rest of the region serves.
+	refusedSealed(t, dir, profile, "demo/e2e/shard-2", "demo-shard")
+	onCoord := grant(t, dir, profile, "demo/e2e/during-shard-restore", "demo")
+
+	as := ops.signIn(t, dir, profile)
+	if !advance(as, up.Unseal[0]) || !strings.Contains(up.Unseal[0], "--cluster entity-0") || strings.Contains(up.Unseal[0], "--above") {
+		t.Fatalf("the printed unseal %q: want entity-0's advance alone", up.Unseal[0])
+	}
+	// lockplane ends the restore: the shard unsealed above its snapshot's
+	// epoch, its first grant taken from it, and the RTO.
+	var verify struct {
+		Clusters []struct {
+			Cluster string
+			Epoch   uint32
+		}
+		Grant      struct{ Epoch uint32 }
+		RTO        string
+		RTOSeconds float64
+		First      bool `json:"firstVerification"`
+	}
+	vout := run(t, dir, "lockplane", "dr", "verify", "--stack", "local", "--class", "demo-shard", "--key", "demo/e2e/shard-verify", "-o", "json")
+	if err := json.Unmarshal(lastLine(vout), &verify); err != nil || !verify.First || len(verify.Clusters) != 1 || verify.Clusters[0].Cluster != "entity-0" ||
+		verify.Grant.Epoch != verify.Clusters[0].Epoch {
+		t.Fatalf("dr verify of entity-0: %s (%v)", vout, err)
+	}
+	if rto := time.Duration(verify.RTOSeconds * float64(time.Second)); rto < upTook || rto > time.Since(start) {
+		t.Fatalf("dr verify's RTO %s: not between the up's %s and the %s since it began", rto, upTook, time.Since(start))
+	}
+	after := grant(t, dir, profile, "demo/e2e/shard-2", "demo-shard")
+	for _, b := range append(before, onShard) {
+		if after <= b {
+			t.Fatalf("the shard's token after its restore (epoch %d, revision %d) does not exceed one before (epoch %d, revision %d)",
+				token.Token(after).Epoch(), token.Token(after).Revision(), token.Token(b).Epoch(), token.Token(b).Revision())
+		}
+	}
+	t.Logf("entity-0 restored in place from %s: up %s, RTO %s (lockplane dr verify: from the start of the up to the shard's first grant after its advance), epoch %d after, %d before",
+		from, upTook.Round(time.Second), verify.RTO, token.Token(after).Epoch(), token.Token(onShard).Epoch())
+	return []uint64{onShard, onCoord, after}, up.Changes["create"]
+}
+
+// refusedSealed asks for key until the arbiter answers SEALED, failing at
+// once if it grants. Right after an up restarted a cluster's members, an
+// arbiter may still be reconnecting to them (an attempt times out, or
+// meets no quorum): those answers are asked again, for a minute at most.
+func refusedSealed(t *testing.T, dir, profile, key, class string) {
+	t.Helper()
+	var got []byte
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		cmd := exec.Command(filepath.Join(dir, "bin", "lockctl"), "--profile", profile, "run", key, "--class", class, "--wait", "2s", "--", "true")
+		cmd.Dir = dir
+		var err error
+		if got, err = cmd.CombinedOutput(); err == nil {
+			t.Fatalf("%s (class %s) was granted before the unseal: %s", key, class, got)
+		}
+		if strings.Contains(string(got), "SEALED") {
+			return
+		}
+	}
+	t.Fatalf("%s (class %s) was not refused SEALED within a minute; last answer: %s", key, class, got)
 }

@@ -53,11 +53,18 @@ func unavailable(t *testing.T, why string) {
 	t.Skip(why)
 }
 
+// runTimeout bounds one command of the test: an up of the whole region
+// takes a few minutes; a command stuck past this fails the test, whose
+// cleanups then tear the stacks and hosts down (a test timeout would not).
+const runTimeout = 12 * time.Minute
+
 // run runs a repository binary and returns its stdout, failing on error.
 func run(t *testing.T, dir string, args ...string) []byte {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := exec.Command(filepath.Join(dir, "bin", args[0]), args[1:]...)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", args[0]), args[1:]...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &errb
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s: %v\nstdout: %s\nstderr (tail): %s", strings.Join(args, " "), err, out.String(), tail(errb.String(), 40))
@@ -122,8 +129,11 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 
 	// The region's etcd root password is the operators' to keep (the DR
 	// stack needs it): set, as secret configuration, before the first up.
+	// So are its operators' provider (restores are unsealed by two).
 	keepStackFile(t, dir, "local")
 	pulumiConfig(t, dir, "local", "--secret", "lockplane:etcdRootPassword", rootPassword)
+	ops := startOperators(t, h)
+	pulumiConfig(t, dir, "local", "lockplane:operators", ops.config())
 
 	var up summary
 	out = run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
@@ -166,6 +176,11 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	// of each, and every manifest carries the cluster's ID and its epoch
 	// record.
 	checkSnapshots(t, dir, up.Outputs["coordClusterId"])
+
+	// One shard restored in place from an older snapshot while the rest
+	// of the region serves; the entry stays, and the next ups change
+	// nothing.
+	shardTokens, shardCreated := shardDrill(t, dir, ops, up.Profile, []uint64{tok})
 
 	// promote: within the gate it is recorded as a tag and an output (the
 	// stack's config gains lockplane:promotion: restored afterwards);
@@ -258,10 +273,10 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	// The disaster: the region is destroyed; its vault survives.
 	var down summary
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local", "-o", "json")
-	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"] {
+	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"]+shardCreated {
 		t.Fatalf("destroy: %s (%v)", out, err)
 	}
-	drill(t, dir, h, []uint64{tok, last}, shardsBefore)
+	drill(t, dir, ops, append(shardTokens, tok, last), shardsBefore)
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local-vault", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != vaultUp.Changes["create"] {
 		t.Fatalf("destroy --stack local-vault: %s (%v)", out, err)

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
@@ -32,6 +34,10 @@ type restoreRecord struct {
 	Above int64 `json:"above"`
 	// Clusters are the restored clusters' new IDs, by name.
 	Clusters map[string]string `json:"clusters"`
+	// InPlace marks shards restored in place in a serving region: the map
+	// keeps shards not restored, and the probe grant must come from a
+	// restored shard (its epoch is that shard's).
+	InPlace bool `json:"inPlace,omitempty"`
 	// Verified is the first grant verify took after the unseal: the end
 	// of the RTO.
 	Verified *verifiedGrant `json:"verified,omitempty"`
@@ -83,6 +89,29 @@ func recordRestore(root, stack string, began time.Time, floor int64, restored ma
 	case err == nil && len(old.Clusters) == 0:
 		rec.StartedAt = old.StartedAt
 	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writeRestoreRecord(path, rec)
+}
+
+// recordInPlace records the shards an up restored in place, timed from
+// that up's start, or from the restore itself when an earlier up made it
+// and failed after (its start is not known here): a new restore replaces
+// any record before it. Their epochs must exceed the snapshots' own
+// records; coord, not restored, allocates above every epoch the region
+// served.
+func recordInPlace(root, stack string, began time.Time, restored []restoredCluster) error {
+	rec := restoreRecord{Stack: stack, StartedAt: began.UTC(), Clusters: map[string]string{}, InPlace: true}
+	for _, c := range restored {
+		rec.Clusters[c.name] = c.clusterID
+		rec.Floor = max(rec.Floor, c.epoch)
+		if !c.restoredAt.IsZero() && c.restoredAt.Before(rec.StartedAt) {
+			rec.StartedAt = c.restoredAt.UTC()
+		}
+	}
+	rec.Above = rec.Floor
+	path := restoreRecordPath(root, stack)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -155,7 +184,11 @@ status (each must be unsealed, serving an epoch above every epoch the
 snapshots show, and be the cluster the restore made), then takes and
 releases one grant as a workload. The RTO is from the start of the up
 that restored to the first grant verify took; later runs check again and
-print that first RTO.`,
+print that first RTO.
+
+After a region's up restored an entity shard in place (lockplane:restoreInPlace)
+and its advance, verify checks that shard alone, and the probe must be granted
+by it: give an entity-tier --class and a --key the shard map homes on it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
@@ -183,7 +216,7 @@ print that first RTO.`,
 			return nil
 		},
 	}
-	verify.Flags().StringVar(&f.stack, "stack", "", "the DR stack that restored (required)")
+	verify.Flags().StringVar(&f.stack, "stack", "", "the stack that restored: a DR stack, or a region that restored a shard in place (required)")
 	verify.Flags().StringVarP(&f.output, "output", "o", "text", "output: text or json")
 	verify.MarkFlagRequired("stack")
 	verify.Flags().StringVar(&key, "key", "demo/dr/verify", "the key of the probe grant")
@@ -219,6 +252,15 @@ func verifyRestore(ctx context.Context, root, stack, operator, workload, class, 
 	}
 	if rep.Grant, err = probeGrant(ctx, p, workload, class, key); err != nil {
 		return verifyReport{}, err
+	}
+	if rec.InPlace && !slices.ContainsFunc(rep.Clusters, func(c verifiedEpoch) bool { return c.Epoch == rep.Grant.Epoch }) {
+		// Every advance allocates an epoch of its own, so the grant's
+		// epoch says which cluster granted it.
+		return verifyReport{}, fmt.Errorf("the grant on %s (class %s) carries epoch %d, no restored shard's: it was not granted by %s; "+
+			"give --class an entity-tier class and a --key the shard map homes on it", key, class, rep.Grant.Epoch, strings.Join(sortedKeys(rec.Clusters), ", "))
+	}
+	if int64(rep.Grant.Epoch) <= rec.Above && rec.InPlace {
+		return verifyReport{}, fmt.Errorf("the grant on %s carries epoch %d, not above its shard's snapshot's %d", key, rep.Grant.Epoch, rec.Above)
 	}
 	if int64(rep.Grant.Epoch) <= rec.Above {
 		return verifyReport{}, fmt.Errorf("the grant on %s carries epoch %d, not above %d (the snapshots' highest epoch plus %d): its token could repeat one the region issued before the disaster",
@@ -257,7 +299,7 @@ func unsealedEpochs(ctx context.Context, p *profile.Profile, operator string, re
 		return nil, fmt.Errorf("the shard map: %w", err)
 	}
 	for _, shard := range m.GetShards() {
-		if _, ok := rec.Clusters[shard]; !ok {
+		if _, ok := rec.Clusters[shard]; !ok && !rec.InPlace {
 			return nil, fmt.Errorf("shard %s is in the map but was not restored by this stack", shard)
 		}
 	}
@@ -277,6 +319,8 @@ func unsealedEpochs(ctx context.Context, p *profile.Profile, operator string, re
 			return nil, fmt.Errorf("%s has no etcd quorum: it cannot grant (lockctl status --cluster %s shows its members)", name, cluster)
 		case st.GetEpochMissing() || st.GetSealed() || st.GetEpochClusterId() != st.GetClusterId():
 			return nil, fmt.Errorf("%s is still sealed: run the unseal `lockplane up` printed (coord first)", name)
+		case int64(st.GetEpoch()) <= rec.Above && rec.InPlace:
+			return nil, fmt.Errorf("%s serves epoch %d, not above its snapshot's %d: advance it", name, st.GetEpoch(), rec.Above)
 		case int64(st.GetEpoch()) <= rec.Above:
 			return nil, fmt.Errorf("%s serves epoch %d, not above %d (the snapshots' highest epoch plus %d): advance coord again with --above %d, then every shard", name, st.GetEpoch(), rec.Above, EpochMargin, rec.Above)
 		}

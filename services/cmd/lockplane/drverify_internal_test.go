@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/shardmap"
 )
 
 // restoredOutput is a DR stack's "restored" output for one coord cluster.
@@ -122,4 +125,53 @@ func TestVerifyChecksTheRestoredClustersAndKeepsTheFirstRTO(t *testing.T) {
 		t.Fatal(err)
 	}
 	verify("coord is still sealed")
+}
+
+// After a shard restored in place, verify checks that shard alone (the
+// map's other shards were not restored) and takes its probe from it: a
+// grant from another cluster, here coord's class, is refused, since it
+// says nothing of the restored shard.
+func TestVerifyOfAShardRestoredInPlaceTakesItsGrantFromTheShard(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, ".lockplane", "region")
+	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity}
+	env := devenvtest.Start(t, devenv.Options{Dir: dir, Shards: []string{"entity-0", "entity-1"}, Classes: class.NewStatic(devenvtest.Fast, entity)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	op, err := env.Client("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close(ctx)
+	st, err := adminv1.NewAdminServiceClient(op.Conn()).Status(ctx, &adminv1.StatusRequest{Cluster: "entity-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := adminv1.NewAdminServiceClient(op.Conn()).ShardMap(ctx, &adminv1.ShardMapRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A key the map homes on entity-0.
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("team-a/verify/%d", i)
+		if (shardmap.Map{Version: m.GetVersion(), Shards: m.GetShards()}).Home(k) == "entity-0" {
+			key = k
+		}
+	}
+	began := time.Now().Add(-time.Minute)
+	if err := recordInPlace(root, "region", began, []restoredCluster{{name: "entity-0", clusterID: st.GetClusterId(), epoch: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyRestore(ctx, root, "region", "alice", "demo", devenvtest.Fast.Name, "team-a/dr/verify"); err == nil ||
+		!strings.Contains(err.Error(), "no restored shard's: it was not granted by entity-0") {
+		t.Fatalf("verify with a probe on coord's class: %v, want it refused", err)
+	}
+	rep, err := verifyRestore(ctx, root, "region", "alice", "demo", entity.Name, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.First || rep.RTOSecs < 60 || len(rep.Clusters) != 1 || rep.Clusters[0].Cluster != "entity-0" || rep.Grant.Epoch != st.GetEpoch() {
+		t.Fatalf("verify of entity-0: %+v", rep)
+	}
 }

@@ -314,6 +314,27 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				}
 				out.Verify = verifyCommand(f.stack)
 			}
+			if restored, ok := res.Outputs["restoredInPlace"].Value.(map[string]any); ok {
+				w := io.Discard
+				if f.output == "text" {
+					w = os.Stdout
+				}
+				var recorded map[string]string
+				if rec, err := readRestoreRecord(restoreRecordPath(root, f.stack)); err == nil && rec.InPlace {
+					recorded = rec.Clusters
+				}
+				cmds, done, err := inPlaceUnseal(w, f.stack, out.Profile, restored, f.began, recorded)
+				if err != nil {
+					return summary{}, err
+				}
+				out.Unseal = append(out.Unseal, cmds...)
+				if len(done) > 0 {
+					if err := recordInPlace(root, f.stack, f.began, done); err != nil {
+						fmt.Fprintf(os.Stderr, "warning: the restore is not recorded, so dr verify cannot check it: %v\n", err)
+					}
+					out.Verify = verifyCommand(f.stack) + " --class CLASS --key KEY"
+				}
+			}
 			if f.output == "text" {
 				if v, ok := res.Outputs["vaultUrl"]; ok {
 					fmt.Printf("snapshot vault %v\n", v.Value)

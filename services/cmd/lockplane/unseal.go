@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 )
 
 // restoredCluster is one cluster of a DR stack's "restored" output.
 type restoredCluster struct {
 	name, manifest, sourceID, clusterID string
 	revision, epoch, highest            int64
+	// restoredAt is when a shard was restored in place (zero otherwise).
+	restoredAt time.Time
 }
 
 func restoredClusters(restored map[string]any) ([]restoredCluster, error) {
@@ -35,7 +38,13 @@ func restoredClusters(restored map[string]any) ([]restoredCluster, error) {
 		str("clusterId", &c.clusterID)
 		num("revision", &c.revision)
 		num("epoch", &c.epoch)
-		num("highestAllocated", &c.highest)
+		if name == "coord" {
+			// Only coord's is a floor for the anchor; a shard's may be absent.
+			num("highestAllocated", &c.highest)
+		}
+		if at, ok := m["restoredAt"].(string); ok {
+			c.restoredAt, _ = time.Parse(time.RFC3339Nano, at)
+		}
 		if len(bad) > 0 {
 			// A missing epoch read as 0 would print an unsafe --above.
 			return nil, fmt.Errorf("the stack's restored output for %s lacks %v: run lockplane refresh, then up", name, bad)
@@ -64,6 +73,12 @@ const EpochMargin = 100
 // epochs allocated after the snapshots are not in them, docs/dr.md), and
 // that floor.
 func unsealCommands(profile string, restored map[string]any) ([]string, int64, error) {
+	return advances(profile, restored, "DR restore from ")
+}
+
+// advances are the two-person advances that unseal the restored
+// clusters, coord first, each request's reason why plus the snapshot.
+func advances(profile string, restored map[string]any, why string) ([]string, int64, error) {
 	cs, err := restoredClusters(restored)
 	if err != nil {
 		return nil, 0, err
@@ -84,7 +99,7 @@ func unsealCommands(profile string, restored map[string]any) ([]string, int64, e
 		} else {
 			cmd += " --cluster " + c.name
 		}
-		cmd += fmt.Sprintf(" --reason %q", "DR restore from "+c.manifest)
+		cmd += fmt.Sprintf(" --reason %q", why+c.manifest)
 		cmds = append(cmds, cmd, lockctl+" epoch approve ID   # a second operator, with the ID the request printed")
 	}
 	return cmds, floor, nil
@@ -115,3 +130,55 @@ func printRestored(w io.Writer, stack, profile string, restored map[string]any) 
 
 // verifyCommand is what ends a restore: `dr verify` of the DR stack.
 func verifyCommand(stack string) string { return "bin/lockplane dr verify --stack " + stack }
+
+// inPlaceUnseal is what an up that restored shards in place prints and
+// returns: for each shard this up restored (restoredAt at or after began)
+// or that no restore record names (recorded: the record's clusters), the
+// advance of that shard alone, and those shards. A restore whose up failed
+// after it is so named by the next up. A shard whose restore is recorded
+// is named once, without the advance: the entry stays as the restore's
+// record, and its shard may be unsealed already.
+func inPlaceUnseal(w io.Writer, stack, profile string, restored map[string]any, began time.Time, recorded map[string]string) ([]string, []restoredCluster, error) {
+	cs, err := restoredClusters(restored)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := map[string]any{}
+	var done []restoredCluster
+	for _, c := range cs {
+		if c.restoredAt.Before(began) && recorded[c.name] == c.clusterID {
+			fmt.Fprintf(w, "%s was restored in place from %s at %s (lockplane:restoreInPlace; another snapshot's name restores it again)\n",
+				c.name, c.manifest, c.restoredAt.Format(time.RFC3339))
+			continue
+		}
+		now[c.name] = restored[c.name]
+		done = append(done, c)
+	}
+	if len(now) == 0 {
+		return nil, nil, nil
+	}
+	cmds, _, err := advances(profile, now, "restored in place from ")
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(w, "\nrestored in place from the vault, and SEALED: no grant on these shards until two operators advance each one's epoch;\n"+
+		"coord and the other shards serve on. Each member's old data dir is kept beside the new one.\n")
+	for _, name := range sortedKeys(now) {
+		m := now[name].(map[string]any)
+		fmt.Fprintf(w, "  %-10s %v (revision %v, epoch %v of cluster %v), now cluster %v\n", name, m["manifest"], m["revision"], m["epoch"],
+			m["sourceClusterId"], m["clusterId"])
+		if rep, ok := m["replaced"].(map[string]any); ok {
+			for _, member := range sortedKeys(rep) {
+				fmt.Fprintf(w, "             %s's old data dir: %v\n", member, rep[member])
+			}
+		}
+	}
+	fmt.Fprintf(w, "unseal each shard; each request is approved by a second operator (lockctl login, the stack's lockplane:operators).\n"+
+		"The new epoch is allocated from coord, above every epoch the region has served:\n")
+	for _, c := range cmds {
+		fmt.Fprintln(w, "  "+c)
+	}
+	fmt.Fprintf(w, "then check each shard, take its first grant and print the RTO (an entity-tier class, a key the map homes on the shard):\n  %s --class CLASS --key KEY\n",
+		verifyCommand(stack))
+	return cmds, done, nil
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // The unseal advances coord first, anchored above the highest epoch any
@@ -51,5 +52,50 @@ func TestUnsealRefusesARestoredOutputWithoutAnEpoch(t *testing.T) {
 	delete(c, "epoch")
 	if _, _, err := unsealCommands("", map[string]any{"coord": c}); err == nil || !strings.Contains(err.Error(), "lacks [epoch]") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// A shard restored in place is unsealed by the up that restored it, or,
+// when that up failed after the restore, by the next: the advance is
+// printed (and the restore recorded, timed from the restore) until a
+// record names the restored cluster. Then later ups only name it.
+func TestAnInPlaceRestoreIsUnsealedUntilItIsRecorded(t *testing.T) {
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	restored := map[string]any{"entity-0": map[string]any{"manifest": "entity-0/m", "sourceClusterId": "old", "clusterId": "new",
+		"revision": float64(9), "epoch": float64(2), "restoredAt": at.Format(time.RFC3339Nano)}}
+	unseal := func(began time.Time, recorded map[string]string) ([]string, []restoredCluster, string) {
+		t.Helper()
+		var w strings.Builder
+		cmds, done, err := inPlaceUnseal(&w, "region", "p.json", restored, began, recorded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmds, done, w.String()
+	}
+	// The up that restored it.
+	if cmds, done, _ := unseal(at.Add(-time.Minute), nil); len(cmds) != 2 || len(done) != 1 ||
+		cmds[0] != `bin/lockctl --profile p.json epoch advance --expected 2 --cluster entity-0 --reason "restored in place from entity-0/m"` {
+		t.Fatalf("the restoring up: %q", cmds)
+	}
+	// That up failed after the restore: the next prints the advance, and
+	// records the restore from its own time.
+	cmds, done, _ := unseal(at.Add(time.Hour), nil)
+	if len(cmds) != 2 || len(done) != 1 {
+		t.Fatalf("the up after a failed restoring up: %q, want the advance", cmds)
+	}
+	root := t.TempDir()
+	if err := recordInPlace(root, "region", at.Add(time.Hour), done); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := readRestoreRecord(restoreRecordPath(root, "region"))
+	if err != nil || !rec.StartedAt.Equal(at) || !rec.InPlace || rec.Clusters["entity-0"] != "new" {
+		t.Fatalf("record %+v (%v): want the restore timed from %s", rec, err, at)
+	}
+	// Recorded: named only. An older restore's record is not this one's.
+	if cmds, _, out := unseal(at.Add(2*time.Hour), rec.Clusters); len(cmds) != 0 || !strings.Contains(out, "entity-0 was restored in place from entity-0/m") {
+		t.Fatalf("an up after the recorded restore: %q, %q", cmds, out)
+	}
+	if cmds, _, _ := unseal(at.Add(2*time.Hour), map[string]string{"entity-0": "older"}); len(cmds) != 2 {
+		t.Fatalf("an up whose record is of an older restore: %q, want the advance", cmds)
 	}
 }

@@ -532,15 +532,21 @@ func GrantedWhileSealed(ops []history.Op, onCluster func(key string) bool, from,
 	if from == 0 || to <= from {
 		return nil
 	}
-	earlier := map[uint64]bool{}
+	// A token names a grant together with its key: with group commit
+	// several keys are granted at one revision.
+	type grant struct {
+		key   string
+		token uint64
+	}
+	earlier := map[grant]bool{}
 	for _, op := range ops {
 		if op.Kind == history.Acquire && op.Result == history.OK && op.Return < from {
-			earlier[op.Token] = true
+			earlier[grant{op.Key, op.Token}] = true
 		}
 	}
 	var vs []Violation
 	for _, op := range ops {
-		if op.Kind != history.Acquire || op.Result != history.OK || op.Call <= from || op.Return >= to || !onCluster(op.Key) || earlier[op.Token] {
+		if op.Kind != history.Acquire || op.Result != history.OK || op.Call <= from || op.Return >= to || !onCluster(op.Key) || earlier[grant{op.Key, op.Token}] {
 			continue
 		}
 		vs = append(vs, Violation{Check: "granted-while-sealed", Key: op.Key, Detail: fmt.Sprintf(

@@ -177,8 +177,15 @@ func (c *Cluster) Wipe(ctx context.Context, down func()) error {
 // cluster ID) on the same endpoints: a disaster recovery done behind the
 // clients' backs. Network faults are lifted. down is as Wipe's.
 func (c *Cluster) Restore(ctx context.Context, path string, down func()) error {
+	return c.RestoreBumped(ctx, path, down, 0)
+}
+
+// RestoreBumped is Restore with the restored revisions starting bump
+// above the snapshot's, those below marked compacted (restore.Cluster's
+// RevisionBump), as a shard restored in place is.
+func (c *Cluster) RestoreBumped(ctx context.Context, path string, down func(), bump uint64) error {
 	token := fmt.Sprintf("gate-restored-%d", time.Now().UnixNano())
-	rc := restore.Cluster{Snapshot: path, Token: token}
+	rc := restore.Cluster{Snapshot: path, Token: token, RevisionBump: bump}
 	c.stopAll(down)
 	for _, m := range c.Members {
 		dir := filepath.Join(c.cfg.Dir, m.Name)

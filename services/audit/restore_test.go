@@ -1,0 +1,235 @@
+package audit_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/dr/snapshot"
+	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/audit/audittest"
+	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/test/gate/cluster"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// shardRig is a coord cluster and an entity shard (etcd processes, one
+// member each) with epoch records, for tailers of the shard.
+type shardRig struct {
+	t          *testing.T
+	ctx        context.Context
+	shard      *cluster.Cluster
+	coord, cli *clientv3.Client
+}
+
+func newShardRig(t *testing.T) *shardRig {
+	bin, err := filepath.Abs("../../bin/etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("bin/etcd: %v (make build)", err)
+	}
+	r := &shardRig{t: t, ctx: ctxT(t, 3*time.Minute)}
+	start := func() (*cluster.Cluster, *clientv3.Client) {
+		c, err := cluster.Start(r.ctx, cluster.Config{Bin: bin, Dir: t.TempDir(), Members: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		cli, err := c.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return c, cli
+	}
+	_, r.coord = start()
+	r.shard, r.cli = start()
+	if _, err := epoch.BootstrapRegion(r.ctx, r.coord, "coord", map[string]clientv3.KV{"entity-0": r.cli}, 0); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// advance advances the shard's epoch, once it answers, and returns the
+// record's revision.
+func (r *shardRig) advance() int64 {
+	r.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		actx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		var adv epoch.Advanced
+		st, _, err := epoch.Read(actx, r.cli)
+		if err == nil {
+			adv, err = epoch.Advance(actx, r.coord, r.cli, epoch.Change{Cluster: "entity-0", Expected: st.Epoch, Reason: "test"})
+		}
+		cancel()
+		if err == nil {
+			return adv.ModRevision
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("advance entity-0: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the restored member elects itself: no event to wait on from here
+	}
+}
+
+// id is the cluster ID the shard's endpoints answer with.
+func (r *shardRig) id() string {
+	r.t.Helper()
+	sctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+	defer cancel()
+	resp, err := r.cli.Get(sctx, "/")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return epoch.FormatID(resp.Header.ClusterId)
+}
+
+// snapshot saves the shard's snapshot and returns its file.
+func (r *shardRig) snapshot() string {
+	r.t.Helper()
+	file := filepath.Join(r.t.TempDir(), "shard.db")
+	if _, err := snapshot.Take(r.ctx, snapshot.Source{Region: "r", Cluster: "entity-0",
+		Config: clientv3.Config{Endpoints: r.shard.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}}, file); err != nil {
+		r.t.Fatal(err)
+	}
+	return file
+}
+
+// tail runs a tailer of the shard into store as the arbiter's tailers
+// do, again after any error, until the returned stop.
+func (r *shardRig) tail(store audit.Store, name string, every time.Duration) (stop func()) {
+	tctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tctx.Err() == nil {
+			audit.Run(tctx, audit.Config{Cluster: "entity-0", Etcd: r.cli, Coord: r.coord, Store: store, Name: name, CheckpointEvery: every})
+		}
+	}()
+	stop = func() { cancel(); <-done }
+	r.t.Cleanup(stop)
+	return stop
+}
+
+// advances holds once n epoch advances of cluster id are stored.
+func advances(id string, n int) func([]audit.Event) bool {
+	return func(evs []audit.Event) bool {
+		left := n
+		for _, e := range evs {
+			if e.Kind == audit.EpochAdvance && e.ClusterID == id {
+				left--
+			}
+		}
+		return left <= 0
+	}
+}
+
+// A shard restored in place, under a running tailer, is another revision
+// space on the same endpoints: the tailer records the change as a gap and
+// reads the restored cluster from its start, under its new cluster ID.
+// Before, its watch resumed past the restored cluster's revisions and
+// stored nothing more (or stored the new cluster's events under the old
+// ID once its revisions caught up).
+func TestATailerFollowsItsShardRestoredInPlace(t *testing.T) {
+	r := newShardRig(t)
+	oldID := r.id()
+	store := audittest.New()
+	r.tail(store, "t1", 50*time.Millisecond)
+	if err := store.Await(r.ctx, advances(oldID, 1)); err != nil {
+		t.Fatal(err)
+	}
+	file := r.snapshot()
+	r.advance()
+	r.advance()
+	if err := r.shard.Restore(r.ctx, file, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.advance()
+	newID := r.id()
+	if newID == oldID {
+		t.Fatalf("the restore kept cluster ID %s", oldID)
+	}
+	wctx, wcancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer wcancel()
+	if err := store.Await(wctx, advances(newID, 1)); err != nil {
+		t.Fatalf("no event of the restored cluster %s stored within 30s: %v; stored %+v", newID, err, store.Events())
+	}
+	var gap bool
+	for _, e := range store.Events() {
+		gap = gap || (e.Kind == audit.Gap && strings.Contains(e.Detail, "cluster ID changed from "+oldID+" to "+newID))
+		if e.ClusterID != oldID && e.ClusterID != newID {
+			t.Errorf("an event of cluster %s: %+v", e.ClusterID, e)
+		}
+	}
+	if !gap {
+		t.Fatalf("no gap names the change from %s to %s: %+v", oldID, newID, store.Events())
+	}
+}
+
+// A shard restored in place above its old head (its revisions bumped and
+// those below marked compacted, as ShardRestore does) answers the
+// tailer's resumed watch with a compaction, from its new cluster ID: that
+// is the cluster change, never a compaction of the old cluster. Before,
+// the tailer stored a gap under the old ID claiming revisions the old
+// cluster never reached, up to the restored cluster's compaction.
+func TestATailerFollowsItsShardRestoredAboveItsHead(t *testing.T) {
+	r := newShardRig(t)
+	oldID := r.id()
+	store := audittest.New()
+	// A first tailer checkpoints the old cluster; the second never does
+	// (an hour apart), so only its watch can see the restore.
+	stop := r.tail(store, "t", 50*time.Millisecond)
+	if err := store.Await(r.ctx, advances(oldID, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		gctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		resp, err := r.coord.Get(gctx, audit.CheckpointPrefix+"entity-0")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 && strings.Contains(string(resp.Kvs[0].Value), oldID) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the checkpoint ticks: no event to wait on
+	}
+	stop()
+	r.tail(store, "t", time.Hour)
+
+	file := r.snapshot()
+	r.advance()
+	head := r.advance()
+	if err := store.Await(r.ctx, advances(oldID, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.shard.RestoreBumped(r.ctx, file, nil, 1000); err != nil {
+		t.Fatal(err)
+	}
+	r.advance()
+	newID := r.id()
+	if newID == oldID {
+		t.Fatalf("the restore kept cluster ID %s", oldID)
+	}
+	wctx, wcancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer wcancel()
+	if err := store.Await(wctx, advances(newID, 1)); err != nil {
+		t.Fatalf("no event of the restored cluster %s stored within 30s: %v; stored %+v", newID, err, store.Events())
+	}
+	var changed bool
+	for _, e := range store.Events() {
+		changed = changed || (e.Kind == audit.Gap && e.ClusterID == newID && strings.Contains(e.Detail, "cluster ID changed from "+oldID+" to "+newID))
+		if e.ClusterID == oldID && e.Revision > head {
+			t.Errorf("stored under the old cluster %s at revision %d, above its head %d: %+v", oldID, e.Revision, head, e)
+		}
+	}
+	if !changed {
+		t.Fatalf("no gap names the change from %s to %s: %+v", oldID, newID, store.Events())
+	}
+}
