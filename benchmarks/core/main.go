@@ -71,6 +71,7 @@ func main() {
 	only := flag.String("modes", "a,b,c", "which modes to run (a: raw Txn, b: lockplane, c: concurrency.Mutex)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	hot := flag.Int("hot", 0, "then measure a hot key with this many contenders (0: skip)")
+	groupCommit := flag.Int("group-commit", 0, "the arbiter's grant and release Txns in flight per cluster (0: its default; -1: each request its own Txn)")
 	shards := flag.Int("shards", 0, "also start this many entity shards (3 members each) and measure mode f: lockplane on an entity class, routed to a shard")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -90,7 +91,7 @@ func main() {
 	ctx := context.Background()
 	fmt.Fprintln(os.Stderr, "starting an embedded 3-member etcd cluster and the arbiter...")
 	// Open authorisation: the benchmark measures the lock path, not a policy.
-	opts := devenv.Options{Dir: dir, Workers: *hot, AllowAnyWorkload: true}
+	opts := devenv.Options{Dir: dir, Workers: *hot, AllowAnyWorkload: true, GroupCommit: *groupCommit}
 	if *shards > 0 {
 		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
 		opts.ShardMembers = 3

@@ -44,6 +44,10 @@ type EtcdAuthInputs struct {
 	// root role: etcd serves snapshots to no other); a region without a
 	// snapshot vault has no such user.
 	SnapshotPassword string `json:"snapshotPassword,omitempty"`
+	// RestoredAt, for a shard restored in place, is the restore's time: a
+	// new one applies the spec again (an update), since the snapshot
+	// brought back the users and passwords it was taken with.
+	RestoredAt string `json:"restoredAt,omitempty"`
 }
 
 func (in *EtcdAuthInputs) spec() etcdauth.Spec {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/nodes/provider"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/pki"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
@@ -201,7 +202,7 @@ func TestEtcdAuthAppliesTheRolesOverTLS(t *testing.T) {
 }
 
 // A member runs as the program runs it (infra/components EtcdAuthToken):
-// --auth-token jwt with an EtcdAuthTokenKey's pair, ES256. The key's
+// --auth-token jwt keyed by an EtcdAuthTokenKey's private key file. The key's
 // private half is a secret in the state; after EtcdAuth, signing in gets
 // a signed token (three parts), not a simple one. The epoch bootstrap
 // signs in as root: before authentication is on (as no user), and after
@@ -240,7 +241,7 @@ func TestEtcdAuthWithJWTTokensAndTheEpochBootstrapAsRoot(t *testing.T) {
 	os.WriteFile(privPath, []byte(privPEM), 0o600)
 	os.WriteFile(pubPath, []byte(pubPEM), 0o600)
 	endpoint, ca, certPEM, keyPEM := tlsEtcd(t, func(ec *embed.Config) {
-		ec.AuthToken = fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=ES256,ttl=10m", pubPath, privPath)
+		ec.AuthToken = etcdauth.AuthTokenFlag(privPath, 10*time.Minute) // as infra/components.EtcdAuthToken
 	})
 	conn := map[string]any{"endpoints": []any{endpoint}, "caCertPem": string(ca.CertPEM), "certPem": string(certPEM), "keyPem": string(keyPEM)}
 	with := func(extra map[string]any) map[string]any {

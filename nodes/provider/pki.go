@@ -46,7 +46,8 @@ func parseURIs(field string, list []string) ([]*url.URL, error) {
 }
 
 // EtcdAuthTokenKeyInputs name the etcd cluster whose auth tokens the key
-// pair signs: every member runs --auth-token jwt with it (ES256), so a
+// pair signs: every member runs --auth-token jwt with it (its private key
+// file's bytes as the HMAC key: etcdauth.AuthTokenFlag), so a
 // token any member issued is checked by any other at once, whatever its
 // Raft index. etcd's default "simple" tokens carry the index they were
 // issued at and a member waits for its own to reach it, so a client signed

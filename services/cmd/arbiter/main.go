@@ -45,6 +45,7 @@ type flags struct {
 	svidCert, svidKey, bundle, domain string
 	cluster, operatorPrefix           string
 	opTimeout                         time.Duration
+	groupCommit                       int
 	actionTTL                         time.Duration
 	classes                           []class.Class
 	policies                          string
@@ -78,6 +79,7 @@ func main() {
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
+	flag.IntVar(&f.groupCommit, "group-commit", arbiter.DefaultGroupCommit, "grant and release Txns in flight per cluster; requests that arrive meanwhile are sent together in the next (0: each its own Txn)")
 	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class); this or --allow-any-workload is required")
 	flag.BoolVar(&f.allowAnyWorkload, "allow-any-workload", false, "without a policy set, let every workload of the trust domain lock every key: for trials and tests only; logged at start and exported as lockplane_authorization_open")
 	flag.DurationVar(&f.actionTTL, "action-ttl", time.Hour, "how long a two-person request (force-release, epoch advance) lives: past it, it cannot be approved (etcd keeps it on a lease of this TTL)")
@@ -194,7 +196,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := arbiter.Config{
 		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
-		OpTimeout: f.opTimeout, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
+		OpTimeout: f.opTimeout, GroupCommit: groupCommitFlag(f.groupCommit), Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.
 		Operators: operators, OnePersonEpochAdvance: f.onePersonEpochAdvance,
@@ -368,4 +370,13 @@ func (f flags) authorization() error {
 	default:
 		return err
 	}
+}
+
+// groupCommitFlag maps --group-commit to Config.GroupCommit, where 0 is
+// the default and negative is off.
+func groupCommitFlag(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

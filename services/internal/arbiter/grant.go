@@ -261,7 +261,8 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 	return grant{token: t}, true, nil
 }
 
-// attempt is one grant: exactly one etcd Txn. Its Else branch reads back
+// attempt is one grant: exactly one etcd Txn, or one sub-Txn of a group
+// commit (groupcommit.go). Its Else branch reads back
 // the hold, the session and the epoch, so a refusal is classified without a
 // second round trip.
 func (a *Arbiter) attempt(ctx context.Context, r request, session int64) (grant, error) {
@@ -297,15 +298,15 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 		// rather than answer CONTENDED over a grant etcd applies later.
 		octx, cancel := a.opCtx(context.WithoutCancel(ctx))
 		a.metrics.attempted(r.labels)
-		resp, err := a.etcd.Txn(octx).If(append([]clientv3.Cmp{
+		resp, err := a.commits.commit(octx, r.key, append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(holdKey), "=", 0),
 			epochIs(st),
 			clientv3.Compare(clientv3.Value(sessKey), "=", want),
-		}, q.cmps...)...).Then(append([]clientv3.Op{
+		}, q.cmps...), append([]clientv3.Op{
 			clientv3.OpPut(holdKey, hold, clientv3.WithLease(clientv3.LeaseID(session))),
-		}, q.then...)...).Else(append([]clientv3.Op{
+		}, q.then...), append([]clientv3.Op{
 			clientv3.OpGet(holdKey), clientv3.OpGet(sessKey), clientv3.OpGet(lockkey.EpochKey),
-		}, q.reads...)...).Commit()
+		}, q.reads...))
 		cancel()
 		if err != nil {
 			return grant{}, a.etcdFailure(ctx, err)

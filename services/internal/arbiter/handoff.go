@@ -40,7 +40,7 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 		w = nil
 	}
 	if w == nil {
-		resp, err := a.etcd.Txn(octx).If(owned...).Then(clientv3.OpDelete(holdKey)).Commit()
+		resp, err := a.commits.commit(octx, r.key, owned, []clientv3.Op{clientv3.OpDelete(holdKey)}, nil)
 		if err != nil {
 			return false, a.etcdFailure(ctx, err)
 		}
@@ -50,13 +50,10 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 	var out handoffOutcome
 	defer func() { a.waiters.settle(w, out) }()
 	a.metrics.attempted(w.req.labels)
-	resp, err := a.etcd.Txn(octx).If(append(owned,
-		clientv3.Compare(clientv3.Value(lockkey.SessionKey(w.session)), "=", w.want))...,
-	).Then(
-		clientv3.OpPut(holdKey, holdFor(w.req, w.session).Encode(), clientv3.WithLease(clientv3.LeaseID(w.session))),
-	).Else(
-		clientv3.OpTxn(owned, []clientv3.Op{clientv3.OpDelete(holdKey)}, nil),
-	).Commit()
+	resp, err := a.commits.commit(octx, r.key, append(owned,
+		clientv3.Compare(clientv3.Value(lockkey.SessionKey(w.session)), "=", w.want)),
+		[]clientv3.Op{clientv3.OpPut(holdKey, holdFor(w.req, w.session).Encode(), clientv3.WithLease(clientv3.LeaseID(w.session)))},
+		[]clientv3.Op{clientv3.OpTxn(owned, []clientv3.Op{clientv3.OpDelete(holdKey)}, nil)})
 	if err != nil {
 		// Outcome unknown: the waiter's own attempt finds out, or, if its
 		// wait is over, it looks its hold up.

@@ -33,6 +33,7 @@ import (
 	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 )
@@ -92,6 +93,11 @@ type Config struct {
 	OpTimeout time.Duration
 	// MaxWait caps a waiting Acquire. 5 min when zero.
 	MaxWait time.Duration
+	// GroupCommit is how many grant and release Txns one cluster has in
+	// flight at once; requests that arrive meanwhile go together in the
+	// next, one sub-Txn each (groupcommit.go). DefaultGroupCommit when
+	// zero; negative sends every request as its own Txn.
+	GroupCommit int
 	// PollInterval is the fallback retry period of a waiter whose watch
 	// missed a release; jittered. 1 s when zero.
 	PollInterval time.Duration
@@ -115,6 +121,10 @@ type Arbiter struct {
 	etcdCalls
 	cfg  Config
 	etcd Etcd
+	// commits sends the grant and release Txns, batched (GroupCommit).
+	commits *groupCommit
+	// renewer renews sessions' leases on a few long-lived streams.
+	renewer *leaseRenewer
 	// admin is the cluster as the Admin API's etcd user.
 	admin   Etcd
 	log     *slog.Logger
@@ -265,6 +275,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.ActionTTL < time.Second || cfg.ActionTTL > 7*24*time.Hour {
 		return cfg, fmt.Errorf("arbiter: Config.ActionTTL %v: must be between 1s and 168h", cfg.ActionTTL)
 	}
+	if cfg.GroupCommit == 0 {
+		cfg.GroupCommit = DefaultGroupCommit
+	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = 5 * time.Minute
 	}
@@ -285,6 +298,8 @@ func (cfg Config) withDefaults() (Config, error) {
 // holds into the metrics.
 func newArbiter(cfg Config, with collaborators) *Arbiter {
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: health.New(),
+		commits:   newGroupCommit(cfg.Etcd, cfg.GroupCommit),
+		renewer:   newLeaseRenewer(func() pb.LeaseClient { return pb.NewLeaseClient(cfg.Etcd.ActiveConnection()) }),
 		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, shardOf: with.shardOf,

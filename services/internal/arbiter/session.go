@@ -191,7 +191,7 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	ka, err := a.etcd.KeepAliveOnce(octx, clientv3.LeaseID(session))
+	ka, err := a.renewer.renew(octx, clientv3.LeaseID(session))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		owned.remove(session)

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -158,6 +159,8 @@ type Config struct {
 	// default) or traffic.LockerWatchGrant, the unsafe locker of the other
 	// negative control.
 	Locker string
+	// GroupCommit is the arbiters' --group-commit (0: their default).
+	GroupCommit int
 	// Deaf makes clients blind to the service's report that a hold ended
 	// (traffic.Config.Deaf): a holder that is not told, the negative
 	// control of the force-release fault. Tests only.
@@ -336,7 +339,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	h.faultAt = ghistory.Now()
 	heal := h.inject(ctx)
-	sleep(ctx, duration*2/3-duration/4)
+	// Heal at two thirds of the run, and never sooner than a second after
+	// the fault is in place: an injection that is slow on a loaded machine
+	// (a shard restored or wiped) must still leave time sealed before the
+	// heal, and time after it.
+	sleep(ctx, max(time.Until(started.Add(duration*2/3)), time.Second))
 	healErr := heal()
 	cl.Heal()
 
@@ -413,6 +420,10 @@ const (
 // over etcd process shards.
 func (f Fault) entity() bool { return f.adds() || f == Restore }
 
+// replaces reports whether the fault replaces the keys' shard with a new
+// cluster (wiped or restored) that operators must advance before it grants.
+func (f Fault) replaces() bool { return f == ShardWipe || f == Restore }
+
 // adds reports whether the fault's history adds the second shard.
 func (f Fault) adds() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
 
@@ -423,10 +434,11 @@ func (f Fault) operators() bool {
 }
 
 // duration is the traffic time of a history of f: shard-roll's restart
-// must be followed by a lease's lapse and a grant before its heal, and
-// force-release's grants are kept ForceLinger each.
+// must be followed by a lease's lapse and a grant before its heal,
+// force-release's grants are kept ForceLinger each, and a replaced shard
+// must be started again, refuse grants sealed, and grant after its heal.
 func (f Fault) duration(d time.Duration) time.Duration {
-	if f == ShardRoll || f == ForceRelease {
+	if f == ShardRoll || f == ForceRelease || f.replaces() {
 		return max(d, 8*time.Second) + 4*time.Second
 	}
 	return d
@@ -907,6 +919,9 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, extra []st
 		// The gate's clusters run without etcd users. Operators sign in
 		// (extra: --oidc-*), so epoch advances are two-person.
 		"--etcd-without-auth"}
+	if cfg.GroupCommit != 0 {
+		args = append(args, "--group-commit", strconv.Itoa(cfg.GroupCommit))
+	}
 	args = append(args, extra...)
 	a, err := start(args, nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
 	if err != nil {

@@ -41,6 +41,11 @@ func TestMain(m *testing.M) {
 			panic(fmt.Sprintf("build %s: %v\n%s", pkg, err, out))
 		}
 	}
+	// The group commit's negative control (TestABatchThatDropsACompareIsCaught).
+	if out, err := exec.Command("go", "build", "-tags", "lockplane_broken_batch", "-o", filepath.Join(dir, "arbiter-broken-batch"),
+		"github.com/lockplane/lockplane/services/cmd/arbiter").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build the broken-batch arbiter: %v\n%s", err, out))
+	}
 	code := m.Run()
 	resourcetest.StopPostgres()
 	os.RemoveAll(dir)
@@ -186,4 +191,36 @@ func TestRestoreHistoryPasses(t *testing.T) {
 		t.Fatalf("violations: %+v", out.Report.Violations)
 	}
 	t.Logf("%d grants", out.Report.Grants)
+}
+
+// The group commit's negative control: an arbiter whose batched Txns drop
+// the compare that the key is free from every request after the first (built with the tag
+// lockplane_broken_batch) grants keys that are held. The gate, run with
+// group commit on as released, must catch it.
+//
+// Whether a history grants a held key depends on how requests happen to
+// batch, so the control runs up to three seeds: a correct arbiter passes
+// every one (TestEveryFaultKindPasses and the gate), so one caught is
+// enough.
+func TestABatchThatDropsACompareIsCaught(t *testing.T) {
+	var out *runner.Outcome
+	grants := 0
+	for seed := uint64(5); seed < 8; seed++ {
+		out = history(t, runner.MemberKill, seed, func(cfg *runner.Config) {
+			cfg.Arbiter = filepath.Join(bins, "arbiter-broken-batch")
+			cfg.Clients, cfg.Keys = 16, 2
+		})
+		grants += out.Report.Grants
+		if !out.Report.OK() {
+			break
+		}
+	}
+	if out.Report.OK() {
+		t.Fatalf("a batch without the key-free compare passed the gate in three histories (%d grants)", grants)
+	}
+	checks := map[string]int{}
+	for _, v := range out.Report.Violations {
+		checks[v.Check]++
+	}
+	t.Logf("caught: %v; e.g. %+v", checks, out.Report.Violations[0])
 }

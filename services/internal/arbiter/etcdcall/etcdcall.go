@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // Etcd is what the arbiter needs of one etcd cluster. *clientv3.Client
@@ -21,6 +22,10 @@ type Etcd interface {
 	clientv3.Cluster
 	Status(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error)
 	Endpoints() []string
+	// ActiveConnection is the client's connection, for the lease
+	// renewal streams the arbiter runs itself (clientv3 has no call
+	// that renews once on a long-lived stream).
+	ActiveConnection() *grpc.ClientConn
 }
 
 // Bound bounds the etcd calls of an Arbiter, a Router or the Admin API

@@ -1,0 +1,220 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultGroupCommit is Config.GroupCommit's default, chosen by
+// benchmarks/core (docs/performance.md).
+const DefaultGroupCommit = 1
+
+// maxBatch is the most requests one group commit carries.
+const maxBatch = 64
+
+// maxTxnOps is etcd's default --max-txn-ops. etcd allows a Txn that many
+// compares or operations per branch, and a nested Txn only what its
+// parents leave: a batch of n requests leaves each sub-Txn maxTxnOps-n.
+const maxTxnOps = 128
+
+// groupCommit sends the lock path's grant and release Txns of one cluster.
+// While inflight Txns are in flight, new requests wait, and the next Txn
+// carries every waiting request, each as a sub-Txn with its own compares,
+// writes and reads: one Raft proposal grants many keys. Each sub-Txn
+// commits or not exactly as it would alone. All of them commit at one
+// revision, so tokens of different keys may be equal; two requests for
+// one key never share a Txn, so each key's tokens still strictly increase.
+type groupCommit struct {
+	etcd     Etcd
+	inflight int
+	// dropCompare is the broken variant the gate must catch (brokenBatch).
+	dropCompare bool
+
+	mu      sync.Mutex
+	queue   []*subTxn
+	running int
+}
+
+// subTxn is one request's Txn and, once done is closed, its outcome.
+type subTxn struct {
+	key      string
+	cmps     []clientv3.Cmp
+	then     []clientv3.Op
+	els      []clientv3.Op
+	deadline time.Time
+	width    int // txnWidth of its compares and branches
+
+	done chan struct{}
+	resp *clientv3.TxnResponse
+	err  error
+}
+
+// newGroupCommit commits on etcd with at most inflight Txns at once; 0 or
+// less sends every request as its own Txn.
+func newGroupCommit(etcd Etcd, inflight int) *groupCommit {
+	return &groupCommit{etcd: etcd, inflight: inflight, dropCompare: brokenBatch}
+}
+
+// commit is Txn(ctx).If(cmps).Then(then).Else(els).Commit() for the lock
+// key key, possibly sent with others. Its response's header is the shared
+// Txn's. ctx must carry a deadline (opCtx): the shared Txn ends by the
+// earliest deadline among its requests.
+func (g *groupCommit) commit(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	if g.inflight <= 0 {
+		return g.etcd.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil, errors.New("group commit: a request without a deadline")
+	}
+	s := &subTxn{key: key, cmps: cmps, then: then, els: els, deadline: deadline, width: txnWidth(cmps, then, els), done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, s)
+	start := g.running < g.inflight
+	if start {
+		g.running++
+	}
+	g.mu.Unlock()
+	if start {
+		go g.run()
+	}
+	select {
+	case <-s.done:
+		return s.resp, s.err
+	case <-ctx.Done():
+		// Still queued or in flight: the outcome is unknown to the caller,
+		// as for a Txn of its own whose deadline passed.
+		return nil, ctx.Err()
+	}
+}
+
+// run sends batches until none is waiting.
+func (g *groupCommit) run() {
+	for {
+		g.mu.Lock()
+		batch := g.take(time.Now())
+		if len(batch) == 0 {
+			g.running--
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		g.send(batch)
+	}
+}
+
+// take removes the next batch from the queue, oldest first: at most
+// maxBatch requests, no two for one key, no more than etcd's maxTxnOps
+// allows. A request whose deadline has passed is answered and not sent.
+// Called with g.mu held.
+func (g *groupCommit) take(now time.Time) []*subTxn {
+	var batch []*subTxn
+	keys := map[string]bool{}
+	widest := 0
+	rest := g.queue[:0]
+	for _, s := range g.queue {
+		// A request alone is sent as a Txn of its own, not nested.
+		fits := len(batch) == 0 || len(batch)+1+max(widest, s.width) <= maxTxnOps
+		switch {
+		case !now.Before(s.deadline):
+			s.finish(nil, context.DeadlineExceeded)
+		case len(batch) < maxBatch && !keys[s.key] && fits:
+			keys[s.key] = true
+			widest = max(widest, s.width)
+			batch = append(batch, s)
+		default:
+			rest = append(rest, s)
+		}
+	}
+	clear(g.queue[len(rest):])
+	g.queue = rest
+	return batch
+}
+
+// send commits batch in one Txn and answers each request. The Txn runs to
+// the latest of the requests' deadlines, so that one request about to time
+// out does not end the others' Txn: its caller stops waiting at its own
+// deadline (commit), with the outcome unknown, as for a Txn of its own.
+func (g *groupCommit) send(batch []*subTxn) {
+	deadline := batch[0].deadline
+	for _, s := range batch[1:] {
+		if s.deadline.After(deadline) {
+			deadline = s.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(clientv3.WithRequireLeader(context.Background()), deadline)
+	defer cancel()
+	if len(batch) == 1 {
+		s := batch[0]
+		s.finish(g.etcd.Txn(ctx).If(s.cmps...).Then(s.then...).Else(s.els...).Commit())
+		return
+	}
+	ops := make([]clientv3.Op, len(batch))
+	for i, s := range batch {
+		cmps := s.cmps
+		if g.dropCompare && i >= 1 && len(cmps) > 0 {
+			cmps = cmps[1:]
+		}
+		ops[i] = clientv3.OpTxn(cmps, s.then, s.els)
+	}
+	resp, err := g.etcd.Txn(ctx).Then(ops...).Commit()
+	if err != nil && refusedWhole(err) {
+		// etcd refused the Txn before applying any of it (one request's
+		// write named a lease gone, say): send each alone, so that each
+		// gets its own answer rather than another's refusal.
+		var wg sync.WaitGroup
+		for _, s := range batch {
+			wg.Go(func() { s.finish(g.etcd.Txn(ctx).If(s.cmps...).Then(s.then...).Else(s.els...).Commit()) })
+		}
+		wg.Wait()
+		return
+	}
+	for i, s := range batch {
+		if err != nil {
+			s.finish(nil, err)
+			continue
+		}
+		sub := resp.Responses[i].GetResponseTxn()
+		s.finish(&clientv3.TxnResponse{Header: resp.Header, Succeeded: sub.GetSucceeded(), Responses: sub.GetResponses()}, nil)
+	}
+}
+
+// txnWidth is what a Txn takes of etcd's maxTxnOps: its widest list of
+// compares, Then or Else operations, plus the widest Txn nested in them.
+func txnWidth(cmps []clientv3.Cmp, then, els []clientv3.Op) int {
+	nested := 0
+	for _, op := range append(slices.Clip(then), els...) {
+		if op.IsTxn() {
+			nested = max(nested, txnWidth(op.Txn()))
+		}
+	}
+	return max(len(cmps), len(then), len(els)) + nested
+}
+
+func (s *subTxn) finish(resp *clientv3.TxnResponse, err error) {
+	s.resp, s.err = resp, err
+	close(s.done)
+}
+
+// refusedWhole reports whether etcd refused a Txn as a request, before
+// applying it: nothing of it committed.
+func refusedWhole(err error) bool {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
