@@ -37,6 +37,8 @@ type groupCommit struct {
 	inflight int
 	// dropCompare is the broken variant the gate must catch (brokenBatch).
 	dropCompare bool
+	// reads makes each batch one flat read-only Txn (newGroupRead).
+	reads bool
 
 	mu      sync.Mutex
 	queue   []*subTxn
@@ -61,6 +63,32 @@ type subTxn struct {
 // less sends every request as its own Txn.
 func newGroupCommit(etcd Etcd, inflight int) *groupCommit {
 	return &groupCommit{etcd: etcd, inflight: inflight, dropCompare: brokenBatch}
+}
+
+// newGroupRead coalesces linearizable reads of one cluster: reads asked
+// while a Txn of reads is in flight go together in the next one, a
+// read-only Txn that etcd serves with one ReadIndex rather than one per
+// read. A read is never answered by a Txn sent before it was asked, so it
+// sees every write committed before then, as a Get of its own would.
+func newGroupRead(etcd Etcd) *groupCommit {
+	return &groupCommit{etcd: etcd, inflight: 1, reads: true}
+}
+
+// get is a linearizable Get of op's range, possibly sent with others (a
+// group of newGroupRead only). ctx must carry a deadline.
+func (g *groupCommit) get(ctx context.Context, key string, op clientv3.Op) (*clientv3.GetResponse, error) {
+	if !g.reads || !op.IsGet() {
+		return nil, errors.New("group read: a write, or a group that commits")
+	}
+	resp, err := g.commit(ctx, key, nil, []clientv3.Op{op}, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := resp.Responses[0].GetResponseRange()
+	if r == nil {
+		return nil, errors.New("group read: an answer that is not a range")
+	}
+	return (*clientv3.GetResponse)(r), nil
 }
 
 // commit is Txn(ctx).If(cmps).Then(then).Else(els).Commit() for the lock
@@ -159,6 +187,12 @@ func (g *groupCommit) send(batch []*subTxn) {
 	}
 	ops := make([]clientv3.Op, len(batch))
 	for i, s := range batch {
+		if g.reads {
+			// Flat: a Txn of ranges only is read-only to etcd (one
+			// ReadIndex, no Raft entry); a nested one would be proposed.
+			ops[i] = s.then[0]
+			continue
+		}
 		cmps := s.cmps
 		if g.dropCompare && i >= 1 && len(cmps) > 0 {
 			cmps = cmps[1:]
@@ -180,6 +214,10 @@ func (g *groupCommit) send(batch []*subTxn) {
 	for i, s := range batch {
 		if err != nil {
 			s.finish(nil, err)
+			continue
+		}
+		if g.reads {
+			s.finish(&clientv3.TxnResponse{Header: resp.Header, Succeeded: true, Responses: resp.Responses[i : i+1]}, nil)
 			continue
 		}
 		sub := resp.Responses[i].GetResponseTxn()

@@ -110,9 +110,12 @@ type Router struct {
 	// coordEtcd is the coord cluster, where sessions and their shard lease
 	// records live.
 	coordEtcd Etcd
-	shards    map[string]cluster
-	table     *routeTable
-	admin     adminv1.AdminServiceServer
+	// coordReads coalesces renewals' linearizable reads of shard lease
+	// records into one read-only Txn per batch.
+	coordReads *groupCommit
+	shards     map[string]cluster
+	table      *routeTable
+	admin      adminv1.AdminServiceServer
 	// leases caches a session's lease per shard; the coord record is the
 	// truth.
 	leases sync.Map // shardLease -> *cachedLease
@@ -152,7 +155,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		}
 	}
 	ro := &Router{etcdCalls: newEtcdCalls(cfg.Config), cfg: cfg,
-		gate: newAdmitter(cfg.Config, m), metrics: m, coord: coord, coordEtcd: cfg.Etcd,
+		gate: newAdmitter(cfg.Config, m), metrics: m, coord: coord, coordEtcd: cfg.Etcd, coordReads: newGroupRead(cfg.Etcd),
 		shards: map[string]cluster{}, table: table}
 	shared.shardOf = true
 	arbiters := map[string]*Arbiter{}

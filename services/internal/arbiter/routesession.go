@@ -150,7 +150,7 @@ func (ro *Router) shardLeases(ctx context.Context, session int64) (map[string]in
 	octx, cancel := ro.opCtx(ctx)
 	defer cancel()
 	prefix := lockkey.ShardLeasesOf(session)
-	resp, err := ro.coordEtcd.Get(octx, prefix, clientv3.WithPrefix())
+	resp, err := ro.coordReads.get(octx, prefix, clientv3.OpGet(prefix, clientv3.WithPrefix()))
 	if err != nil {
 		return nil, ro.etcdFailure(ctx, err)
 	}
@@ -194,7 +194,8 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 	// A linearizable read on every renewal, not a cache or a watch: a shard
 	// lease another arbiter created just before this renewal was sent must
 	// be renewed by it, or the holder's deadline (send time + TTL) would
-	// outlive that lease. One read per session renewal on the coord cluster.
+	// outlive that lease. Renewals asked at once share one read-only Txn
+	// (newGroupRead), never one sent before they were asked.
 	leases, err := ro.shardLeases(ctx, session)
 	if err != nil {
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: err.Error()}
