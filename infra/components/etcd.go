@@ -103,8 +103,8 @@ func etcdFiles(env *Env, h topology.Host, cluster string) EtcdFiles {
 // own index to reach it before it answers, so a client signed in before
 // the cluster was rebuilt or restored (indexes from 1 again) would hang on
 // every call until its deadline. A signed token is checked at once by any
-// member with the public key, whatever its index; an expired one is
-// refused and the client signs in again.
+// member holding the key, whatever its index; an expired one is refused
+// and the client signs in again.
 func EtcdAuthToken(f EtcdFiles) string {
 	return etcdauth.AuthTokenFlag(f.TokenKey, etcdauth.TokenTTL)
 }

@@ -345,9 +345,10 @@ func NewEtcdEpoch(ctx *pulumi.Context, name string, a EtcdEpochArgs, opts ...pul
 		append(opts, pulumi.AdditionalSecretOutputs([]string{"rootPassword"}))...)
 }
 
-// EtcdAuthTokenKey is the ECDSA P-256 key pair a cluster's members sign
-// and check their auth tokens with (etcd's --auth-token jwt, ES256): one
-// per cluster, the same on every member of it, made once.
+// EtcdAuthTokenKey is the key a cluster's members sign and check their
+// auth tokens with: the private key's PEM bytes are the HMAC key (etcd's
+// --auth-token jwt, HS256; etcdauth.AuthTokenFlag), the public half is
+// unused. One per cluster, the same on every member of it, made once.
 type EtcdAuthTokenKey struct {
 	pulumi.CustomResourceState
 	PublicKeyPem  pulumi.StringOutput `pulumi:"publicKeyPem"`

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"github.com/lockplane/lockplane/services/etcdauth"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -85,7 +86,7 @@ func (t *tailer) feed(ctx context.Context, from int64, out chan<- item, freed <-
 	watch := func() {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		stop = cancel
-		wch = t.cfg.Etcd.Watch(wctx, "/", clientv3.WithPrefix(), clientv3.WithRev(next),
+		wch = t.cfg.Etcd.Watch(etcdauth.WatchContext(wctx), "/", clientv3.WithPrefix(), clientv3.WithRev(next),
 			clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	}
 	pause := func() { stop(); stop, wch = func() {}, nil }

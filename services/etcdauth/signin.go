@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // TokenTTL is how long an auth token of Lockplane's clusters lives: the
@@ -31,6 +33,23 @@ func AuthTokenFlag(key string, ttl time.Duration) string {
 // renewEvery is how old a token may get before the next call signs in
 // again: under half of TokenTTL, so a renewal has time to fail and retry.
 var renewEvery = TokenTTL / 3
+
+// WatchContext is ctx for opening an etcd watch on a client of New.
+// clientv3 carries every watch whose context has the same outgoing
+// metadata on one gRPC stream, and etcd checks a new watch against the
+// token that stream was opened with, which expires: a long-lived watch
+// would keep the stream, and every watch opened on it after the token's
+// TTL would be cancelled. Tagged with the current period of renewEvery/3,
+// a watch shares only a stream opened in that period, whose token is at
+// most renewEvery old and good for most of its TTL. Harmless on a client
+// without sign-in.
+func WatchContext(ctx context.Context) context.Context {
+	period := int64(max(renewEvery/3, time.Millisecond))
+	return metadata.AppendToOutgoingContext(ctx, watchPeriodKey, strconv.FormatInt(time.Now().UnixNano()/period, 10))
+}
+
+// watchPeriodKey is the metadata WatchContext adds (etcd ignores it).
+const watchPeriodKey = "lockplane-watch-period"
 
 // New opens a client of cfg. With cfg.Username set it signs in once and
 // sends that token with every call, signing in again only as the token

@@ -73,14 +73,7 @@ func TestASignedInClientSignsInOnceForManyKeepalives(t *testing.T) {
 // the call that was refused (a read) and on the next stream of a lease it
 // keeps alive for longer than a token lives, and the lease lives on.
 func TestASignedInClientOutlivesItsTokens(t *testing.T) {
-	spec := testSpec()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1, Auth: &spec, AuthTokenTTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := shortTokens(t)
 	cli, n := signedIn(t, c)
 	l, err := cli.Grant(ctx, 3)
 	if err != nil {
@@ -107,4 +100,60 @@ func TestASignedInClientOutlivesItsTokens(t *testing.T) {
 		t.Fatalf("%d sign-ins over three token lifetimes, want a new one after the first expired", got)
 	}
 	t.Logf("%d sign-ins over 6 s with a 2 s token", n.Load())
+}
+
+// etcd checks a new watch against the token its gRPC stream was opened
+// with, and clientv3 puts every watch with the same metadata on one
+// stream, which a long-lived watch keeps open. After the token's TTL a
+// watch opened on that stream is cancelled (the control below); one
+// opened with WatchContext gets a stream of its own, with a fresh token,
+// and its events.
+func TestAWatchOpenedAfterTheTokenExpiredIsServed(t *testing.T) {
+	ctx, c := shortTokens(t)
+	defer etcdauth.SetRenewEvery(time.Second)()
+	cli, _ := signedIn(t, c)
+	lead := clientv3.WithRequireLeader(ctx)
+	long := cli.Watch(lead, "/l/long") // keeps its stream open
+	go func() {
+		for range long {
+		}
+	}()
+	time.Sleep(3 * time.Second) // a token's expiry is wall-clock time: no event to wait on
+	first := func(w clientv3.WatchChan, key string) (clientv3.WatchResponse, bool) {
+		if _, err := cli.Put(ctx, key, "v"); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		select {
+		case wr, ok := <-w:
+			return wr, ok
+		case <-wctx.Done():
+			t.Fatalf("no answer on the watch of %s", key)
+		}
+		return clientv3.WatchResponse{}, false
+	}
+	// The control: a watch on the long watch's stream, opened now.
+	if wr, ok := first(cli.Watch(lead, "/l/control"), "/l/control"); ok && !wr.Canceled {
+		t.Fatal("the control watch on the old stream was served: the check below would prove nothing")
+	}
+	wr, ok := first(cli.Watch(etcdauth.WatchContext(lead), "/l/fresh"), "/l/fresh")
+	if !ok || wr.Canceled || len(wr.Events) != 1 {
+		t.Fatalf("a watch opened with WatchContext after the token expired: canceled %v, err %v, %d events", wr.Canceled, wr.Err(), len(wr.Events))
+	}
+}
+
+// shortTokens is a one-member cluster whose auth tokens live 2 s, and a
+// context bounding the test.
+func shortTokens(t *testing.T) (context.Context, *etcdembed.Cluster) {
+	t.Helper()
+	spec := testSpec()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	c, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Members: 1, Auth: &spec, AuthTokenTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return ctx, c
 }

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"fmt"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"sync"
 	"time"
 
@@ -247,7 +248,7 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 		}
 		// Every change after the read above.
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range a.etcd.Watch(wctx, lockkey.EpochKey, clientv3.WithRev(rev+1)) {
+		for wr := range a.etcd.Watch(etcdauth.WatchContext(wctx), lockkey.EpochKey, clientv3.WithRev(rev+1)) {
 			if wr.Err() != nil {
 				break
 			}

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"slices"
 	"sync"
 	"time"
@@ -182,7 +183,7 @@ func (a *Arbiter) watchForced(ctx context.Context) {
 		}
 		a.forced.reset(resp.Kvs)
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range a.etcd.Watch(wctx, records.ForcePrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		for wr := range a.etcd.Watch(etcdauth.WatchContext(wctx), records.ForcePrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 			if wr.Err() != nil {
 				break
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"log/slog"
 	"maps"
 	"slices"
@@ -133,7 +134,7 @@ func (t *routeTable) watch(ctx context.Context) {
 		}
 		if err == nil {
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			for wr := range t.coord.Watch(wctx, shardmap.Key, clientv3.WithRev(rev+1)) {
+			for wr := range t.coord.Watch(etcdauth.WatchContext(wctx), shardmap.Key, clientv3.WithRev(rev+1)) {
 				if wr.Err() != nil {
 					break
 				}

@@ -2,10 +2,12 @@ package arbiter
 
 import (
 	"context"
+	"github.com/lockplane/lockplane/services/etcdauth"
 	"math/rand/v2"
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -75,15 +77,18 @@ func (a *Arbiter) withdraw(ctx context.Context, r request, w *waiter, unsure boo
 // lookUpUnknown finds out, once a wait is over, whether a grant Txn whose
 // outcome it never learned (its own attempt, or a handoff to it)
 // committed: a read of the session's own hold, with its own deadline since
-// the wait's has passed. Only that Txn can have given this session the
-// key while this Acquire ran: it found the key held by another session,
-// and the client makes one Acquire per key per session at a time. A hold
-// found is the grant (Acquire releases it if the caller has gone); a
+// the wait's has passed. A hold found is this call's grant only if it
+// names this call (grantOf): the caller may have given up, cleaned up and
+// been granted the key by a later Acquire, whose hold must not be taken
+// for this one's (Acquire releases a grant whose caller has gone). A
 // failed read answers NO_QUORUM, so the caller knows the outcome is still
 // unknown.
 func (a *Arbiter) lookUpUnknown(ctx context.Context, r request, session int64, waitErr error) (grant, error) {
 	g, held, err := a.ownHold(context.WithoutCancel(ctx), r, session)
 	switch {
+	case reason.Of(err) == lockv1.ErrorReason_LEAKED:
+		// Another Acquire's hold: this call's outcome is still unknown.
+		return grant{}, waitErr
 	case err != nil:
 		return grant{}, err
 	case held:
@@ -141,7 +146,7 @@ func (a *Arbiter) awaitRelease(ctx context.Context, holdKey string, fromRev int6
 	defer cancel()
 	// From the refusing Txn's revision on: no delete between that check and
 	// this watch can be missed.
-	events := a.etcd.Watch(wctx, holdKey, clientv3.WithRev(fromRev+1), clientv3.WithFilterPut())
+	events := a.etcd.Watch(etcdauth.WatchContext(wctx), holdKey, clientv3.WithRev(fromRev+1), clientv3.WithFilterPut())
 	poll := time.NewTimer(jitter(a.cfg.PollInterval))
 	defer poll.Stop()
 	for {
@@ -157,10 +162,17 @@ func (a *Arbiter) awaitRelease(ctx context.Context, holdKey string, fromRev int6
 				// The watch closed because the wait is over: no attempt.
 				return ctx.Err()
 			}
-			if !ok || wr.Canceled || wr.Err() != nil {
+			if !ok || wr.CompactRevision != 0 {
 				// A compacted start revision cancels the watch: attempt
 				// at once, and watch again from that attempt's revision.
 				return nil
+			}
+			if wr.Canceled || wr.Err() != nil {
+				// Refused (etcd took the stream's auth token as expired,
+				// say): attempt at the poll, not at once, so a refusal
+				// that repeats is not a loop of grant Txns.
+				events = nil
+				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
