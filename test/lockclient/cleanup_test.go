@@ -10,6 +10,7 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/lockclient/lockclienttest"
+	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"google.golang.org/grpc"
@@ -185,5 +186,48 @@ func TestARefusedLockNeedsNoCleanup(t *testing.T) {
 	}
 	if n := l.cleanups.Load(); n != 0 {
 		t.Fatalf("%d cleanups after definite refusals, want 0", n)
+	}
+}
+
+// An Acquire the client gave up on may still commit at the service after
+// the client cleaned up (its grant Txn held up by a leader election), and
+// the service then ends that grant itself (its caller has gone). The
+// session's next Lock of the key must not be handed that hold: the
+// service says LEAKED naming the session, the client ends the hold and
+// is granted afresh, and the late end of the earlier grant leaves the
+// new one alone.
+func TestALockIsNeverHandedAnEarlierAcquiresHold(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	l, s := lossyClient(t, env)
+	c := dialWith(t, env, "demo", func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return inv(ctx, method, req, reply, cc, opts...)
+	})
+	api := lockv1.NewLockServiceClient(c.Conn())
+	const key = "team-a/unheard/1"
+	// The earlier Acquire, whose answer the session never heard.
+	earlier, err := api.Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Lock(ctx, key, noFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Token() <= token.Token(earlier.GetToken().GetValue()) {
+		t.Fatalf("the Lock was handed the earlier Acquire's hold (token %d, the earlier grant's %d)", h.Token(), earlier.GetToken().GetValue())
+	}
+	if l.cleanups.Load() == 0 {
+		t.Fatal("the earlier hold was not ended by the session")
+	}
+	// The service ends the earlier grant, late.
+	if r, err := api.Release(ctx, &lockv1.ReleaseRequest{Key: key, SessionId: s.ID(), Token: earlier.GetToken().GetValue()}); err != nil || r.GetReleased() {
+		t.Fatalf("ending the earlier grant: released %v, err %v; want nothing released", r.GetReleased(), err)
+	}
+	if lease, rev := holdOf(t, env, key); lease != s.ID() || rev != int64(h.Token().Revision()) {
+		t.Fatalf("the Lock's hold was ended by the late end of the earlier grant (held on lease %x at revision %d)", lease, rev)
+	}
+	if !h.CanStart() {
+		t.Fatal("the Lock's hold cannot start")
 	}
 }

@@ -349,6 +349,19 @@ func (l *lease) heldByRetired(err error) bool {
 	return perr == nil && l.owner.retiredLease(id)
 }
 
+// heldUnheard reports whether err is the service's LEAKED naming this very
+// lease: it holds the key under an earlier Acquire whose answer never
+// arrived (the service never hands one Acquire's hold to another).
+func (l *lease) heldUnheard(err error) bool {
+	r, meta := reason.Info(err)
+	return r == lockv1.ErrorReason_LEAKED && meta["holder_session"] == strconv.FormatInt(l.id, 10)
+}
+
+// maxUnheard bounds how many such holds one Acquire ends before giving
+// up: each is an earlier call of this lease still finishing at the
+// service, and there are few.
+const maxUnheard = 3
+
 // close revokes the lease, releasing every hold on it, and stops renewing.
 func (l *lease) close(ctx context.Context) error {
 	ended := l.end(false)

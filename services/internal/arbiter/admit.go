@@ -37,6 +37,9 @@ type request struct {
 	// not known). A retried Acquire keeps its place, so its wait counts
 	// from here, not from the retry.
 	queuedAt time.Time
+	// grant names this Acquire call in the hold it writes (records.Hold's
+	// Grant); set once per call by acquireAdmitted.
+	grant string
 }
 
 // on is r as served by the named cluster, under shard map version

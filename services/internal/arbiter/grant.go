@@ -55,6 +55,7 @@ func (a *Arbiter) acquireAdmitted(ctx context.Context, r request, req *lockv1.Ac
 		return nil, err
 	}
 	r.instance = req.GetInstance()
+	r.grant = newGrantName()
 	if err := a.withinQuota(ctx, r.caller, quota.Holds); err != nil {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err
@@ -226,7 +227,9 @@ func (a *Arbiter) servingMap(ctx context.Context, r request) (epoch.State, error
 }
 
 // ownHold reports whether session already holds r's key in the current
-// epoch, and the grant that created the hold if so. It writes nothing.
+// epoch under r's own grant (grantOf), and that grant if so; a hold of the
+// session's under another Acquire's grant is LEAKED (leakedOwn). It
+// writes nothing.
 func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant, bool, error) {
 	st, err := a.epochFor(ctx)
 	if err != nil {
@@ -253,6 +256,8 @@ func (a *Arbiter) ownHold(ctx context.Context, r request, session int64) (grant,
 		return grant{}, false, a.leaked(r, kvs[0].Value, kvs[0].Lease)
 	case !resp.Succeeded:
 		return grant{}, false, nil
+	case !grantOf(kvs[0].Value, r):
+		return grant{}, false, a.leakedOwn(r, kvs[0].Value, kvs[0].Lease)
 	}
 	t, err := token.Mint(st.Epoch, kvs[0].ModRevision)
 	if err != nil {
@@ -376,15 +381,19 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 	}
 	kv := holdKVs[0]
 	switch {
-	case kv.Lease == session:
-		// This session already holds it: a retried Acquire whose answer was
-		// lost, or a handoff it has not heard of yet. The grant is the last
-		// write of the hold: holds are written only by grants.
+	case kv.Lease == session && grantOf(kv.Value, r):
+		// This call's own grant, not yet heard of: a handoff to it, or its
+		// own earlier attempt. The grant is the last write of the hold:
+		// holds are written only by grants.
 		t, err := token.Mint(st.Epoch, kv.ModRevision)
 		if err != nil {
 			return grant{}, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error()), false
 		}
 		return grant{token: t}, nil, false
+	case kv.Lease == session:
+		// Another Acquire of this session holds it (grantOf): never given
+		// to this one, which may be a call whose caller has gone.
+		return grant{}, a.leakedOwn(r, kv.Value, kv.Lease), false
 	case heldBySameProcess(kv.Value, r):
 		// The caller's own process holds the key under another session:
 		// waiting would wait on itself. A hold it lost track of (ADR-13).
@@ -395,6 +404,19 @@ func (a *Arbiter) classify(r request, session int64, st epoch.State, resp *clien
 		return grant{}, &contended{rev: resp.Header.Revision, err: refuse.With(codes.Aborted, lockv1.ErrorReason_CONTENDED,
 			fmt.Sprintf("key %s is held by another session", r.key))}, false
 	}
+}
+
+// leakedOwn is the answer to an Acquire whose own session holds the key
+// under another Acquire's grant: one whose answer never reached the
+// caller (its deadline passed while the grant committed, or the caller
+// did not clean up after an unknown outcome). The caller, which makes one
+// Acquire per key per session at a time, ends it by Release with
+// any_token (the client library does so) and acquires again.
+func (a *Arbiter) leakedOwn(r request, hold []byte, lease int64) error {
+	holder := sessionOfHold(a.shardOf, hold, lease)
+	return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_LEAKED,
+		fmt.Sprintf("key %s is held by this session (%d) under an earlier Acquire whose answer never arrived; end it by Release with any_token, then acquire again", r.key, holder),
+		"holder_session", strconv.FormatInt(holder, 10))
 }
 
 // leaked is the answer to a process asking for a key it holds under

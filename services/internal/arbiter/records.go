@@ -2,6 +2,8 @@ package arbiter
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
@@ -18,7 +20,7 @@ type (
 )
 
 func holdFor(r request, session int64) holdRecord {
-	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC(), CoordSession: r.coordSession}
+	h := holdRecord{Identity: r.caller.String(), Instance: r.instance, Session: session, Class: r.class.Name, Since: time.Now().UTC(), CoordSession: r.coordSession, Grant: r.grant}
 	if !r.waitingSince.IsZero() {
 		// Monotonic, and at least 1 ms: 0 would read as no wait.
 		h.WaitedMs = max(waited(r, time.Now()).Milliseconds(), 1)
@@ -53,6 +55,20 @@ func sessionFor(id spiffeid.ID, ttl time.Duration, instance string) sessionRecor
 // heldBySameProcess reports whether a hold's value names the caller's own
 // process: the same identity and the same, non-empty, instance. An empty
 // instance (a client that sends none) is never the same process.
+// grantOf reports whether hold, found on session's lease, was written by
+// r's own Acquire call: a grant of r's (its own earlier attempt, or a
+// handoff to it) that it had not yet heard of.
+func grantOf(hold []byte, r request) bool {
+	h, err := decodeHold(hold)
+	return err == nil && r.grant != "" && h.Grant == r.grant
+}
+
+// newGrantName names one Acquire call: 128 random bits, unique in
+// practice across calls, arbiters and restarts.
+func newGrantName() string {
+	return strconv.FormatUint(rand.Uint64(), 36) + "." + strconv.FormatUint(rand.Uint64(), 36)
+}
+
 func heldBySameProcess(hold []byte, r request) bool {
 	h, err := decodeHold(hold)
 	return err == nil && r.instance != "" && h.Instance == r.instance && h.Identity == r.caller.String()

@@ -33,6 +33,13 @@ type Hold struct {
 	// LEAKED and Inspect name it from this read alone. Absent elsewhere
 	// and in holds written before shards recorded it.
 	CoordSession int64 `json:"coord_session,omitempty"`
+	// Grant names the Acquire call that wrote the hold (random, unique per
+	// call): only that call may take the hold as its own grant. Another
+	// Acquire of the same session finding it is told LEAKED, never given
+	// it, so an Acquire whose caller has gone cannot claim, and then end,
+	// a hold its session was granted since. Absent in holds written
+	// before grants were named.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Session is the value of a session key, on the session's lease. Grants

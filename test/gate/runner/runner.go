@@ -90,11 +90,17 @@ const (
 	// while it is sealed, and no token after the operators' advance may
 	// be below one granted before the restore.
 	Restore Fault = "restore"
+	// LeaderPause freezes the coord leader (SIGSTOP) past an election and
+	// lets it go on at the heal with its memory intact: the grant and
+	// release Txns it had taken commit late or never, after callers gave
+	// up on them and asked again, and it comes back believing for a moment
+	// that it leads, with its leases.
+	LeaderPause Fault = "leader-pause"
 )
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease, Restore}
+	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease, Restore, LeaderPause}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -518,6 +524,10 @@ func (h *history) inject(ctx context.Context) func() error {
 	case LeaderIsolate:
 		cl.Isolate(leader())
 		return none
+	case LeaderPause:
+		i := leader()
+		cl.Pause(i)
+		return func() error { return cl.Resume(i) }
 	case MinorityPartition:
 		l := leader()
 		others := []int{}
@@ -884,7 +894,7 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	}
 	var paths []string
 	for i := range 2 {
-		port, err := freePort()
+		port, err := resourcetest.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -904,7 +914,7 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, extra []st
 	if err != nil {
 		return nil, err
 	}
-	mport, err := freePort()
+	mport, err := resourcetest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -965,15 +975,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // proc is a child process that can be killed, stopped and restarted.
