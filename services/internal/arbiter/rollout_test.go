@@ -109,7 +109,7 @@ func TestARenewalThroughAnArbiterWithoutTheShardFails(t *testing.T) {
 	}
 	ka.CloseSend()
 	if r.GetError() != lockv1.ErrorReason_SHARD_UNKNOWN || r.GetTtl() != nil {
-		t.Fatalf("a renewal through an arbiter without shard b: error %s, ttl %v; want SHARD_UNKNOWN and no TTL", r.GetError(), r.GetTtl())
+		t.Fatalf("a renewal through an arbiter without shard b: error %s (%s), ttl %v; want SHARD_UNKNOWN and no TTL", r.GetError(), r.GetErrorMessage(), r.GetTtl())
 	}
 	t.Logf("renewal through the arbiter without b: %s: %s", r.GetError(), r.GetErrorMessage())
 

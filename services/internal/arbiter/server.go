@@ -299,7 +299,7 @@ func (cfg Config) withDefaults() (Config, error) {
 func newArbiter(cfg Config, with collaborators) *Arbiter {
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: health.New(),
 		commits:   newGroupCommit(cfg.Etcd, cfg.GroupCommit),
-		renewer:   newLeaseRenewer(func() pb.LeaseClient { return pb.NewLeaseClient(cfg.Etcd.ActiveConnection()) }),
+		renewer:   newLeaseRenewer(func() pb.LeaseClient { return pb.NewLeaseClient(cfg.Etcd.ActiveConnection()) }, cfg.OpTimeout),
 		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, shardOf: with.shardOf,
