@@ -9,8 +9,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // DefaultGroupCommit is Config.GroupCommit's default, chosen by
@@ -88,6 +86,9 @@ func (g *groupCommit) get(ctx context.Context, key string, op clientv3.Op) (*cli
 	if r == nil {
 		return nil, errors.New("group read: an answer that is not a range")
 	}
+	// The whole Txn's header, as a Get's: a range inside a Txn carries
+	// only the revision, no cluster ID, member or term.
+	r.Header = resp.Header
 	return (*clientv3.GetResponse)(r), nil
 }
 
@@ -243,15 +244,16 @@ func (s *subTxn) finish(resp *clientv3.TxnResponse, err error) {
 }
 
 // refusedWhole reports whether etcd refused a Txn as a request, before
-// applying it: nothing of it committed.
+// applying any of it: only errors etcd returns from its checks of the
+// whole request (before proposal, or at apply before the first write).
+// Anything else, a status a gRPC client or transport made or etcd's
+// NOSPACE (returned after the Txn was applied), may follow a Txn that
+// committed, so its outcome stays unknown.
 func refusedWhole(err error) bool {
-	code := status.Code(err)
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		code = ee.Code()
-	}
-	switch code {
-	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied, codes.ResourceExhausted:
+	switch rpctypes.Error(err) {
+	case rpctypes.ErrLeaseNotFound, rpctypes.ErrKeyNotFound, rpctypes.ErrDuplicateKey, rpctypes.ErrTooManyOps,
+		rpctypes.ErrEmptyKey, rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyRequests,
+		rpctypes.ErrPermissionDenied, rpctypes.ErrAuthOldRevision:
 		return true
 	}
 	return false

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"time"
 
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
@@ -199,4 +202,34 @@ func TestConcurrentCallersOfAGroupCommitAreEachAnswered(t *testing.T) {
 		}
 	}
 	t.Logf("%d grants at %d revisions", n, len(revs))
+}
+
+// A batch is sent again request by request only after an error etcd
+// returns from its checks of the whole request, before any write. An
+// error that can follow a Txn that committed (etcd's NOSPACE, returned
+// after applying; a status the gRPC client made, such as a response too
+// large to receive) leaves every request's outcome unknown: resent, a
+// release that committed would be answered "not held", a handoff that
+// committed "not handed".
+func TestOnlyARefusalOfTheWholeBatchIsResent(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		resend bool
+	}{
+		{rpctypes.ErrGRPCLeaseNotFound, true},
+		{rpctypes.ErrGRPCTooManyOps, true},
+		{rpctypes.ErrGRPCRequestTooLarge, true},
+		{rpctypes.ErrGRPCPermissionDenied, true},
+		{rpctypes.ErrGRPCNoSpace, false},
+		{rpctypes.ErrGRPCTimeout, false},
+		{rpctypes.ErrGRPCLeaderChanged, false},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5000000 vs. 4194304)"), false},
+		{status.Error(codes.ResourceExhausted, "transport: received RST_STREAM with error code ENHANCE_YOUR_CALM"), false},
+		{status.Error(codes.FailedPrecondition, "some other precondition"), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := refusedWhole(c.err); got != c.resend {
+			t.Errorf("refusedWhole(%v) = %v, want %v", c.err, got, c.resend)
+		}
+	}
 }
