@@ -8,7 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,7 +46,7 @@ func startEtcd(ctx context.Context, bin, dir, name string, members int, timeout 
 	var initial []string
 	for i := range ports {
 		for j := range ports[i] {
-			if ports[i][j], err = freePort(); err != nil {
+			if ports[i][j], err = resourcetest.FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -150,15 +150,6 @@ func scrapeCounter(ctx context.Context, url, name string, timeout time.Duration)
 		sum += m.GetCounter().GetValue()
 	}
 	return sum, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // exists says whether path is a file, for the flags naming binaries.

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"log/slog"
 	"net"
 	"os"
@@ -110,11 +111,11 @@ func startProcesses(ctx context.Context, cfg config, dir, policies string) (_ se
 		return nil, fmt.Errorf("shard map: %w", err)
 	}
 
-	listen, err := freePort()
+	listen, err := resourcetest.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := freePort()
+	metrics, err := resourcetest.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -229,14 +229,23 @@ func (s *Server) Diff(_ context.Context, req *pulumirpc.DiffRequest) (*pulumirpc
 // isInput reports whether key is an input field of k.
 func isInput(k kind, key string) bool { return fieldsOf(k.newInputs())[key] }
 
-// fieldsOf is the set of JSON names of a pointer to struct's fields.
+// fieldsOf is the set of JSON names of a pointer to struct's fields,
+// those of embedded structs included, as encoding/json sees them.
 func fieldsOf(p any) map[string]bool {
-	t := reflect.TypeOf(p).Elem()
 	out := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		out[name] = true
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+				walk(f.Type)
+				continue
+			}
+			out[name] = true
+		}
 	}
+	walk(reflect.TypeOf(p).Elem())
 	return out
 }
 

@@ -149,6 +149,13 @@ func described(m snapshot.Manifest) map[string]any {
 // up that fails half way and is run again included). Only a change of
 // region, cluster or snapshot chooses again (a replace).
 type VaultSnapshotInputs struct {
+	VaultSnapshotRef
+}
+
+// VaultSnapshotRef is the vault of a region, how to reach it, and one
+// snapshot of one of its clusters, by name (or "latest" where the kind
+// allows it): the inputs of every kind that reads a snapshot.
+type VaultSnapshotRef struct {
 	VaultURL       string `json:"vaultUrl"`
 	VaultCACertPem string `json:"vaultCaCertPem,omitempty"`
 	VaultAccessKey string `json:"vaultAccessKey"`
@@ -158,7 +165,7 @@ type VaultSnapshotInputs struct {
 	Snapshot       string `json:"snapshot"`
 }
 
-func (in *VaultSnapshotInputs) ref() vaultRef {
+func (in *VaultSnapshotRef) ref() vaultRef {
 	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
 		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot}
 }
@@ -176,17 +183,11 @@ func (in *VaultSnapshotInputs) ref() vaultRef {
 type EtcdRestoreInputs struct {
 	Connection remote.Target `json:"connection"`
 	// DataDir is the member's --data-dir on the host. Not a mount point.
-	DataDir        string `json:"dataDir"`
-	VaultURL       string `json:"vaultUrl"`
-	VaultCACertPem string `json:"vaultCaCertPem,omitempty"`
-	VaultAccessKey string `json:"vaultAccessKey"`
-	VaultSecretKey string `json:"vaultSecretKey"`
-	Region         string `json:"region"`
-	Cluster        string `json:"cluster"`
+	DataDir string `json:"dataDir"`
 	// Snapshot is a snapshot's name, or "latest" for a one-member cluster
 	// only: members that each resolved "latest" could restore different
 	// snapshots into one cluster.
-	Snapshot       string `json:"snapshot"`
+	VaultSnapshotRef
 	SnapshotSha256 string `json:"snapshotSha256,omitempty"`
 	// MemberName is this member; Members every member of the restored
 	// cluster, name to advertised peer URL, the same on every member's
@@ -195,11 +196,6 @@ type EtcdRestoreInputs struct {
 	Members      map[string]string `json:"members"`
 	Token        string            `json:"token"`
 	RevisionBump int64             `json:"revisionBump,omitempty"`
-}
-
-func (in *EtcdRestoreInputs) ref() vaultRef {
-	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
-		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)

@@ -38,15 +38,9 @@ import (
 // from it, and an older coord could allocate them again. A DR stack
 // restores it.
 type ShardRestoreInputs struct {
-	VaultURL       string `json:"vaultUrl"`
-	VaultCACertPem string `json:"vaultCaCertPem,omitempty"`
-	VaultAccessKey string `json:"vaultAccessKey"`
-	VaultSecretKey string `json:"vaultSecretKey"`
-	Region         string `json:"region"`
-	Cluster        string `json:"cluster"`
 	// Snapshot is a VaultSnapshot's manifest and SnapshotSha256 its
 	// digest: one snapshot, chosen once, for every member.
-	Snapshot       string          `json:"snapshot"`
+	VaultSnapshotRef
 	SnapshotSha256 string          `json:"snapshotSha256"`
 	Members        []InPlaceMember `json:"members"`
 	// Endpoints, CACertPem, CertPem and KeyPem reach the running shard
@@ -84,11 +78,6 @@ func (m *InPlaceMember) service() *ServiceInputs {
 	return &ServiceInputs{Connection: m.Connection, Name: m.Service.Name, Mode: m.Service.Mode, StateDir: m.Service.StateDir, UnitDir: m.Service.UnitDir}
 }
 
-func (in *ShardRestoreInputs) ref() vaultRef {
-	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
-		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot}
-}
-
 // restoreInputs is member m as an EtcdRestore would see it, which checks
 // the member set, the vault and the snapshot's name with one set of rules.
 func (in *ShardRestoreInputs) restoreInputs(m InPlaceMember, token string) *EtcdRestoreInputs {
@@ -96,9 +85,8 @@ func (in *ShardRestoreInputs) restoreInputs(m InPlaceMember, token string) *Etcd
 	for _, o := range in.Members {
 		members[o.Name] = o.PeerURL
 	}
-	return &EtcdRestoreInputs{Connection: m.Connection, DataDir: m.DataDir, VaultURL: in.VaultURL, VaultCACertPem: in.VaultCACertPem,
-		VaultAccessKey: in.VaultAccessKey, VaultSecretKey: in.VaultSecretKey, Region: in.Region, Cluster: in.Cluster,
-		Snapshot: in.Snapshot, SnapshotSha256: in.SnapshotSha256, MemberName: m.Name, Members: members, Token: token, RevisionBump: in.RevisionBump}
+	return &EtcdRestoreInputs{Connection: m.Connection, DataDir: m.DataDir, VaultSnapshotRef: in.VaultSnapshotRef,
+		SnapshotSha256: in.SnapshotSha256, MemberName: m.Name, Members: members, Token: token, RevisionBump: in.RevisionBump}
 }
 
 func (in *ShardRestoreInputs) validate() error {

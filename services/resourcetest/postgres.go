@@ -88,7 +88,7 @@ func startPostgres() (*Postgres, error) {
 	if err := as(filepath.Join(PGBin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}

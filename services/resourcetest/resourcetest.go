@@ -25,7 +25,9 @@ func unavailable(t testing.TB, what, how string, err error) {
 	t.Skip(msg)
 }
 
-func freePort() (int, error) {
+// FreePort is a TCP port on 127.0.0.1 that was free a moment ago, for a
+// child process to listen on.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

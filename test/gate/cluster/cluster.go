@@ -8,7 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,10 +81,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	var initial []string
 	ports := make([][2]int, cfg.Members)
 	for i := 0; i < cfg.Members; i++ {
-		if ports[i][0], err = freePort(); err != nil {
+		if ports[i][0], err = resourcetest.FreePort(); err != nil {
 			return nil, err
 		}
-		if ports[i][1], err = freePort(); err != nil {
+		if ports[i][1], err = resourcetest.FreePort(); err != nil {
 			return nil, err
 		}
 		m := &Member{Name: fmt.Sprintf("m%d", i+1)}
@@ -429,15 +429,6 @@ func (c *Cluster) Close() {
 			m.peerProxy.Close()
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // BuildEtcd builds this module's etcd into dir and returns its path: what
