@@ -69,8 +69,13 @@ func newGroupCommit(etcd Etcd, inflight int) *groupCommit {
 // read. A read is never answered by a Txn sent before it was asked, so it
 // sees every write committed before then, as a Get of its own would.
 func newGroupRead(etcd Etcd) *groupCommit {
-	return &groupCommit{etcd: etcd, inflight: 1, reads: true}
+	// Several in flight: one read stuck on a member must not hold up
+	// every renewal behind it.
+	return &groupCommit{etcd: etcd, inflight: groupReadsInFlight, reads: true}
 }
+
+// groupReadsInFlight is how many group reads of a cluster may be in flight.
+const groupReadsInFlight = 4
 
 // get is a linearizable Get of op's range, possibly sent with others (a
 // group of newGroupRead only). ctx must carry a deadline.
@@ -94,8 +99,8 @@ func (g *groupCommit) get(ctx context.Context, key string, op clientv3.Op) (*cli
 
 // commit is Txn(ctx).If(cmps).Then(then).Else(els).Commit() for the lock
 // key key, possibly sent with others. Its response's header is the shared
-// Txn's. ctx must carry a deadline (opCtx): the shared Txn ends by the
-// earliest deadline among its requests.
+// Txn's. ctx must carry a deadline (opCtx): the shared Txn runs to the
+// latest deadline among its requests (send).
 func (g *groupCommit) commit(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	if g.inflight <= 0 {
 		return g.etcd.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()

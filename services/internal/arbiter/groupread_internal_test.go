@@ -106,6 +106,9 @@ func TestAGroupReadIsNeverAnsweredByATxnSentBeforeIt(t *testing.T) {
 	_, cli := startOne(t, ctx, etcdembed.Config{})
 	held := &heldAnswer{Etcd: cli, executed: make(chan struct{}), release: make(chan struct{})}
 	g := newGroupRead(held)
+	// One in flight, so that the second read queues while the first's Txn
+	// is in flight: the case the property is about.
+	g.inflight = 1
 	get := func() chan *clientv3.GetResponse {
 		out := make(chan *clientv3.GetResponse, 1)
 		go func() {
