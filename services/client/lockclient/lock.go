@@ -169,27 +169,38 @@ func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, err
 func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
 	req := &lockv1.AcquireRequest{Key: hs.key, SessionId: l.id, Wait: wait, Class: hs.class, Instance: l.instance}
 	resp, err := l.api.Acquire(ctx, req)
-	for ended := 0; l.heldUnheard(err) && ended < maxUnheard && ctx.Err() == nil; ended++ {
-		// A hold of an earlier Acquire of this lease whose answer never
-		// arrived: this lease has no other Acquire of the key in flight,
-		// so it is ended (as after an unknown outcome) and asked again.
-		if cerr := l.cleanUpOnce(ctx, hs); !cleanupDone(cerr) {
-			break
+	backoff, ended := 100*time.Millisecond, 0
+	for ctx.Err() == nil {
+		switch {
+		case l.heldUnheard(err) && ended < maxUnheard:
+			// A hold of an earlier Acquire of this lease whose answer never
+			// arrived: this lease has no other Acquire of the key in
+			// flight, so it is ended (as after an unknown outcome) and
+			// asked again.
+			ended++
+			if cerr := l.cleanUpOnce(ctx, hs); !cleanupDone(cerr) {
+				return resp, err
+			}
+		case wait && (transient(err) || l.heldByRetired(err)):
+			t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				continue
+			case <-t.C:
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		default:
+			return l.retiredAsContended(resp, err, hs, wait)
 		}
 		resp, err = l.api.Acquire(ctx, req)
 	}
-	for backoff := 100 * time.Millisecond; wait && (transient(err) || l.heldByRetired(err)); backoff = min(2*backoff, 2*time.Second) {
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		resp, err = l.api.Acquire(ctx, req)
-	}
+	return l.retiredAsContended(resp, err, hs, wait)
+}
+
+// retiredAsContended says CONTENDED for a key held by an ended lease of
+// this client: waiting for it to expire at etcd is contention, not a leak.
+func (l *lease) retiredAsContended(resp *lockv1.AcquireResponse, err error, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
 	if l.heldByRetired(err) {
 		code := codes.Aborted
 		if wait {

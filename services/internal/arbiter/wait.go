@@ -88,13 +88,25 @@ func (a *Arbiter) lookUpUnknown(ctx context.Context, r request, session int64, w
 	switch {
 	case reason.Of(err) == lockv1.ErrorReason_LEAKED:
 		// Another Acquire's hold: this call's outcome is still unknown.
-		return grant{}, waitErr
+		return grant{}, stillUnknown(waitErr)
 	case err != nil:
 		return grant{}, err
 	case held:
 		return g, nil
 	}
-	return grant{}, waitErr
+	return grant{}, stillUnknown(waitErr)
+}
+
+// stillUnknown is the answer of a wait whose last grant Txn's outcome the
+// lookup could not settle (it may commit yet): NO_QUORUM, so that the
+// caller ends any hold it may have, never the CONTENDED a bare deadline
+// error would become (waitEnded). A refusal that already says so stands.
+func stillUnknown(waitErr error) error {
+	if reason.Of(waitErr) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return waitErr
+	}
+	return refuse.With(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM,
+		"the wait ended while its last grant attempt's outcome was unknown; end any hold it may have (Release with any_token)")
 }
 
 // takeTurns waits until w is the head, then until a handoff or a grant

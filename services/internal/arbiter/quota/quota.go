@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/lockplane/lockplane/services/etcdauth"
 	"strconv"
 	"sync"
 	"time"
@@ -249,7 +248,7 @@ func (g *Gate) follow(ctx context.Context, prefix string, of map[string]map[stri
 			// progress request only once the store has reached every
 			// watch's start. Events of that revision are in the read.
 			read := resp.Header.Revision
-			for wr := range g.cfg.Etcd.Watch(etcdauth.WatchContext(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(read), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()) {
+			for wr := range g.cfg.Etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(read), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()) {
 				if wr.Err() != nil {
 					break
 				}
