@@ -108,8 +108,8 @@ func TestAnAcquireNeverTakesAnotherAcquiresHoldForItsOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 		unknown := status.Error(codes.Unavailable, "test: the outcome is unknown")
-		if g, err := a.lookUpUnknown(ctx, first, session, unknown); err != unknown {
-			t.Fatalf("the first call's lookup took the second call's hold: token %d, err %v", g.token, err)
+		if g, err := a.lookUpUnknown(ctx, first, session, unknown); err == nil || reason.Of(err) != lockv1.ErrorReason_NO_QUORUM {
+			t.Fatalf("the first call's lookup took the second call's hold: token %d, err %v; want its outcome still unknown (NO_QUORUM)", g.token, err)
 		}
 		if g, err := a.attempt(ctx, first, session); err == nil {
 			t.Fatalf("the first call's attempt was given the second call's hold (token %d)", g.token)
