@@ -30,19 +30,7 @@ func TestAnAcquireNeverTakesAnotherAcquiresHoldForItsOwn(t *testing.T) {
 	defer cancel()
 	cli := oneMember(t, ctx)
 	a := readyArbiter(t, ctx, cli)
-	cls := class.Default
-	open := func(name string) (request, int64) {
-		id := spiffeid.RequireFromString("spiffe://t/" + name)
-		lease, err := cli.Grant(ctx, 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, name).Encode(), clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
-		return request{caller: id, instance: name, key: "team-a/named/" + name, class: cls, grant: newGrantName(),
-			labels: labels{namespace: "team-a", class: cls.Name, tier: string(cls.Tier), cluster: "default"}}, int64(lease.ID)
-	}
+	open := func(name string) (request, int64) { return openTestSession(t, ctx, cli, name, "team-a/named/"+name) }
 	// again is the same session's next Acquire call on the key.
 	again := func(r request) request { r.grant = newGrantName(); return r }
 	leakedOwn := func(t *testing.T, err error, session int64) {
@@ -123,3 +111,21 @@ func TestAnAcquireNeverTakesAnotherAcquiresHoldForItsOwn(t *testing.T) {
 }
 
 func fmtInt(n int64) string { return strconv.FormatInt(n, 10) }
+
+// openTestSession writes a live session of identity spiffe://t/NAME
+// (instance NAME, the default class) and returns an Acquire call of it on
+// key, with a name of its own.
+func openTestSession(t *testing.T, ctx context.Context, cli *clientv3.Client, name, key string) (request, int64) {
+	t.Helper()
+	id := spiffeid.RequireFromString("spiffe://t/" + name)
+	cls := class.Default
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, name).Encode(), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return request{caller: id, instance: name, key: key, class: cls, grant: newGrantName(),
+		labels: labels{namespace: "team-a", class: cls.Name, tier: string(cls.Tier), cluster: "default"}}, int64(lease.ID)
+}

@@ -7,10 +7,6 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
-	"github.com/lockplane/lockplane/services/class"
-	"github.com/lockplane/lockplane/services/lockkey"
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/status"
 )
 
@@ -25,22 +21,12 @@ func TestAWaitEndingOnAnAttemptOfUnknownOutcomeIsNotContended(t *testing.T) {
 	defer cancel()
 	cli := oneMember(t, ctx)
 	a := readyArbiter(t, ctx, cli)
-	id := spiffeid.RequireFromString("spiffe://t/waiter")
-	cls := class.Default
-	lease, err := cli.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, lockkey.SessionKey(int64(lease.ID)), sessionFor(id, cls.TTL, "w").Encode(), clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
-	}
-	r := request{caller: id, instance: "w", key: "team-a/unknown/1", class: cls, grant: newGrantName(),
-		labels: labels{namespace: "team-a", class: cls.Name, tier: string(cls.Tier), cluster: "default"}}
+	r, session := openTestSession(t, ctx, cli, "waiter", "team-a/unknown/1")
 	// The wait's context has ended; the caller's has not.
 	wctx, end := context.WithCancel(ctx)
 	end()
 	attemptErr := status.FromContextError(context.DeadlineExceeded).Err() // the attempt in flight as the wait ended
-	_, err = a.lookUpUnknown(wctx, r, int64(lease.ID), attemptErr)
+	_, err := a.lookUpUnknown(wctx, r, session, attemptErr)
 	err = a.waitEnded(ctx, wctx, r, err)
 	if why := reason.Of(err); why != lockv1.ErrorReason_NO_QUORUM {
 		t.Fatalf("a wait ended on an attempt of unknown outcome was answered %s (%v); want NO_QUORUM", why, err)
