@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -39,6 +40,9 @@ type config struct {
 	// CPUProfile, when set, is where this process's CPU profile over the
 	// measured window goes.
 	CPUProfile string
+	// MemProfile, when set, is where this process's heap profile goes at
+	// the end of the measured window, the workers' sessions still open.
+	MemProfile string
 }
 
 // shard is the one entity shard the holds live on.
@@ -232,6 +236,10 @@ func run(cfg config) (*report, error) {
 		return nil, err
 	}
 
+	if err := writeHeapProfile(cfg.MemProfile); err != nil {
+		return nil, err
+	}
+
 	// The holds as etcd has them, read before the workers stop: every one
 	// taken must still be there, whatever the clients believe.
 	if rep.HoldsInEtcd, err = countHolds(ctx, svc.shard(), lockkey.HoldKey("scale/w"), cfg.OpTimeout); err != nil {
@@ -404,6 +412,24 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeHeapProfile writes this process's live heap, after a GC, to path;
+// nothing when path is empty.
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	logf("heap in use %.1f MiB, stacks %.1f MiB, %d goroutines", float64(ms.HeapInuse)/(1<<20), float64(ms.StackInuse)/(1<<20), runtime.NumGoroutine())
+	return pprof.WriteHeapProfile(f)
 }
 
 func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }

@@ -39,6 +39,7 @@ func main() {
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of this process over the measured window to this file (embedded: the arbiter and etcd together)")
 
 	// Worker mode: the driver runs this binary again with these.
+	flag.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile of this process at the end of the measured window to this file (embedded: the arbiter and etcd together)")
 	worker := flag.Bool("worker", false, "internal: run as a client worker")
 	var w workerArgs
 	flag.IntVar(&w.Holds, "worker-holds", 0, "internal: the worker's holds in all")

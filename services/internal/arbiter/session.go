@@ -119,7 +119,14 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Durat
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(renew(etcdcall.WithBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId())); err != nil {
+		// The renewal runs and is answered on a goroutine of its own. The
+		// stream's goroutine lives as long as the session; the etcd calls
+		// would grow its stack to 16 KB, kept while it waits in Recv.
+		sent := make(chan error, 1)
+		go func() {
+			sent <- stream.Send(renew(etcdcall.WithBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId()))
+		}()
+		if err := <-sent; err != nil {
 			return err
 		}
 	}
@@ -131,36 +138,61 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Durat
 const maxOwned = 1024
 
 // ownedSessions are the sessions a stream's caller was found to own, the
-// oldest forgotten first past maxOwned.
+// oldest forgotten first past maxOwned. Almost every stream renews one
+// session: that one needs no map, which would cost each session a few
+// hundred bytes for as long as it lives.
 type ownedSessions struct {
-	set   map[int64]struct{}
-	order []int64 // insertion order, a ring of maxOwned
+	first int64              // the first session remembered; 0 when none
+	set   map[int64]struct{} // the rest, made on the second session
+	order []int64            // the rest in insertion order, a ring of maxOwned-1
 	next  int
 }
 
-func newOwned() *ownedSessions { return &ownedSessions{set: map[int64]struct{}{}} }
+func newOwned() *ownedSessions { return &ownedSessions{} }
 
-func (o *ownedSessions) has(session int64) bool { _, ok := o.set[session]; return ok }
+func (o *ownedSessions) has(session int64) bool {
+	if session == o.first && session != 0 {
+		return true
+	}
+	_, ok := o.set[session]
+	return ok
+}
 
 func (o *ownedSessions) add(session int64) {
-	if o.has(session) {
+	switch {
+	case o.has(session):
 		return
+	case o.first == 0:
+		o.first = session
+		return
+	case o.set == nil:
+		o.set = map[int64]struct{}{}
 	}
-	if len(o.order) < maxOwned {
+	if len(o.order) < maxOwned-1 {
 		o.order = append(o.order, session)
 	} else {
 		// The slot's session may be gone already (or re-added since);
 		// forgetting it wrongly costs one read.
 		delete(o.set, o.order[o.next])
 		o.order[o.next] = session
-		o.next = (o.next + 1) % maxOwned
+		o.next = (o.next + 1) % (maxOwned - 1)
 	}
 	o.set[session] = struct{}{}
 }
 
-func (o *ownedSessions) remove(session int64) { delete(o.set, session) }
+func (o *ownedSessions) remove(session int64) {
+	if session == o.first {
+		o.first = 0
+	}
+	delete(o.set, session)
+}
 
-func (o *ownedSessions) len() int { return len(o.set) }
+func (o *ownedSessions) len() int {
+	if o.first != 0 {
+		return len(o.set) + 1
+	}
+	return len(o.set)
+}
 
 func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse {
 	fail := func(reason lockv1.ErrorReason, msg string) *lockv1.KeepAliveResponse {
