@@ -39,6 +39,7 @@ func (a *Arbiter) SetTestHooks(h *TestHooks) { a.hooks.Store(h) }
 // SetTestHooks installs h on every cluster's arbiter of ro; nil removes
 // them.
 func (ro *Router) SetTestHooks(h *TestHooks) {
+	ro.hooks.Store(h)
 	for _, c := range ro.all() {
 		c.(*Arbiter).SetTestHooks(h)
 	}

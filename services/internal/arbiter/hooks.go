@@ -26,6 +26,9 @@ type testHooks struct {
 	// Answered runs when Acquire has decided its answer, after any
 	// release of a grant its caller could no longer hear of.
 	Answered func(key string, session int64, err error)
+	// ShardLeaseGranted runs when a Router has granted session a lease on
+	// shard, before it records the lease on the coord cluster.
+	ShardLeaseGranted func(session int64, shard string)
 	// ActionLoaded, ActionClaimed, ActionTxn and SessionRevoking are the
 	// Admin API's, documented on admin.Hooks: the two-person actions'
 	// points (adminHooks hands them over).
@@ -78,4 +81,10 @@ func (a *Arbiter) adminHooks() *admin.Hooks {
 		return nil
 	}
 	return &admin.Hooks{ActionLoaded: h.ActionLoaded, ActionClaimed: h.ActionClaimed, ActionTxn: h.ActionTxn, SessionRevoking: h.SessionRevoking}
+}
+
+func (ro *Router) shardLeaseGrantedHook(session int64, shard string) {
+	if h := ro.hooks.Load(); h != nil && h.ShardLeaseGranted != nil {
+		h.ShardLeaseGranted(session, shard)
+	}
 }

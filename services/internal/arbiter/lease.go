@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 )
 
 // revoke ends a session's lease on this cluster, and every hold and queue
@@ -43,4 +46,19 @@ func (a *Arbiter) closeLease(ctx context.Context, lease int64) error {
 		return a.etcdFailure(ctx, err)
 	}
 	return a.revoke(ctx, lease)
+}
+
+// touchLease renews lease once, as a session's renewal would. A lease
+// gone is the session's end.
+func (a *Arbiter) touchLease(ctx context.Context, lease int64) error {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	_, err := a.renewer.renew(octx, clientv3.LeaseID(lease))
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
+	case err != nil:
+		return a.etcdFailure(ctx, err)
+	}
+	return nil
 }

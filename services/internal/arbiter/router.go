@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
@@ -78,6 +79,8 @@ type sessionLeases interface {
 	discardLease(lease clientv3.LeaseID)
 	renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse
 	closeLease(ctx context.Context, lease int64) error
+	// touchLease renews lease once, whoever's session it is.
+	touchLease(ctx context.Context, lease int64) error
 }
 
 // coordCluster is the coord cluster's arbiter: a cluster that also opens
@@ -119,6 +122,8 @@ type Router struct {
 	// leases caches a session's lease per shard; the coord record is the
 	// truth.
 	leases sync.Map // shardLease -> *cachedLease
+	// hooks are the tests' synchronisation points; nil in production.
+	hooks atomic.Pointer[testHooks]
 }
 
 type shardLease struct {

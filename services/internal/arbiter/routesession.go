@@ -54,7 +54,7 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 		return 0, err
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		return ro.remember(session, shard, kvs[0].Value)
+		return ro.confirm(ctx, session, shard, kvs[0].Value)
 	}
 	if !create {
 		return 0, nil
@@ -63,6 +63,7 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 	if err != nil {
 		return 0, err
 	}
+	ro.shardLeaseGrantedHook(session, shard)
 	// The owner record is for arbiters of earlier releases (lockkey.ShardLeaseOwner).
 	put, err := ro.coordEtcd.Txn(octx).
 		If(clientv3.Compare(clientv3.Value(sKey), "=", string(sess)),
@@ -71,8 +72,7 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 			clientv3.OpPut(lockkey.ShardLeaseOwner(shard, lease), strconv.FormatInt(session, 10), clientv3.WithLease(clientv3.LeaseID(session)))).
 		Else(clientv3.OpGet(slKey)).Commit()
 	if err == nil && put.Succeeded {
-		ro.remembered(session, shard, lease)
-		return lease, nil
+		return ro.confirmed(ctx, session, shard, lease)
 	}
 	// Lost a race, or the session ended: ours is not needed.
 	ro.shards[shard].discardLease(clientv3.LeaseID(lease))
@@ -80,15 +80,29 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 		return 0, ro.etcdFailure(ctx, err)
 	}
 	if kvs := put.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return ro.remember(session, shard, kvs[0].Value)
+		return ro.confirm(ctx, session, shard, kvs[0].Value)
 	}
 	return 0, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 }
 
-func (ro *Router) remember(session int64, shard string, raw []byte) (int64, error) {
+// confirm is confirmed for a lease read from its coord record.
+func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw []byte) (int64, error) {
 	lease, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
 		return 0, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
+	}
+	return ro.confirmed(ctx, session, shard, lease)
+}
+
+// confirmed renews session's lease on shard once, now that its record is
+// committed, and only then caches it for holds to attach to. The lease
+// was granted before its record was written; a renewal read the records
+// in between missed it, yet its holder counts a deadline from that
+// renewal's send time, later than the grant. Renewing after the record
+// makes the lease outlive every deadline a renewal that missed it gave.
+func (ro *Router) confirmed(ctx context.Context, session int64, shard string, lease int64) (int64, error) {
+	if err := ro.shards[shard].touchLease(ctx, lease); err != nil {
+		return 0, err
 	}
 	ro.remembered(session, shard, lease)
 	return lease, nil
@@ -192,10 +206,12 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 
 func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session int64, coord *lockv1.KeepAliveResponse, ownedOn func(string) *ownedSessions) *lockv1.KeepAliveResponse {
 	// A linearizable read on every renewal, not a cache or a watch: a shard
-	// lease another arbiter created just before this renewal was sent must
+	// lease recorded by another arbiter before this renewal was sent must
 	// be renewed by it, or the holder's deadline (send time + TTL) would
-	// outlive that lease. Renewals asked at once share one read-only Txn
-	// (newGroupRead), never one sent before they were asked.
+	// outlive that lease. One granted but not yet recorded is renewed by
+	// its arbiter once recorded (confirmed). Renewals asked at once share
+	// one read-only Txn (newGroupRead), never one sent before they were
+	// asked.
 	leases, err := ro.shardLeases(ctx, session)
 	if err != nil {
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason.Of(err), ErrorMessage: err.Error()}
