@@ -38,6 +38,10 @@ type groupCommit struct {
 	// reads makes each batch one flat read-only Txn (newGroupRead).
 	reads bool
 
+	// runners run the batches: Txn calls grow a stack a fresh goroutine
+	// would grow again for every batch.
+	runners *workers
+
 	mu      sync.Mutex
 	queue   []*subTxn
 	running int
@@ -60,7 +64,7 @@ type subTxn struct {
 // newGroupCommit commits on etcd with at most inflight Txns at once; 0 or
 // less sends every request as its own Txn.
 func newGroupCommit(etcd Etcd, inflight int) *groupCommit {
-	return &groupCommit{etcd: etcd, inflight: inflight, dropCompare: brokenBatch}
+	return &groupCommit{etcd: etcd, inflight: inflight, dropCompare: brokenBatch, runners: newWorkers(workerIdle)}
 }
 
 // newGroupRead coalesces linearizable reads of one cluster: reads asked
@@ -71,7 +75,7 @@ func newGroupCommit(etcd Etcd, inflight int) *groupCommit {
 func newGroupRead(etcd Etcd) *groupCommit {
 	// Several in flight: one read stuck on a member must not hold up
 	// every renewal behind it.
-	return &groupCommit{etcd: etcd, inflight: groupReadsInFlight, reads: true}
+	return &groupCommit{etcd: etcd, inflight: groupReadsInFlight, reads: true, runners: newWorkers(workerIdle)}
 }
 
 // groupReadsInFlight is how many group reads of a cluster may be in flight.
@@ -118,7 +122,7 @@ func (g *groupCommit) commit(ctx context.Context, key string, cmps []clientv3.Cm
 	}
 	g.mu.Unlock()
 	if start {
-		go g.run()
+		g.runners.run(g.run)
 	}
 	select {
 	case <-s.done:

@@ -48,17 +48,30 @@ func (a *Arbiter) closeLease(ctx context.Context, lease int64) error {
 	return a.revoke(ctx, lease)
 }
 
-// touchLease renews lease once, as a session's renewal would. A lease
-// gone is the session's end.
+// touchLease renews lease once, refused as a session's renewal would be
+// (renew): a lease gone, or revoked by a force-release, is the session's
+// end, and a sealed cluster renews nothing.
 func (a *Arbiter) touchLease(ctx context.Context, lease int64) error {
+	if id := a.forced.revokedBy(lease); id != "" {
+		a.discardLease(clientv3.LeaseID(lease))
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session was revoked by force-release request "+id)
+	}
+	if a.epochs.sealed() {
+		st, _ := a.epochs.get()
+		return a.sealedErr(st)
+	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	_, err := a.renewer.renew(octx, clientv3.LeaseID(lease))
+	ka, err := a.renewer.renew(octx, clientv3.LeaseID(lease))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
 	case err != nil:
 		return a.etcdFailure(ctx, err)
+	}
+	if a.observeHeader(ka.ResponseHeader) {
+		st, _ := a.epochs.get()
+		return a.sealedErr(st)
 	}
 	return nil
 }

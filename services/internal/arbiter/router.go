@@ -122,6 +122,8 @@ type Router struct {
 	// leases caches a session's lease per shard; the coord record is the
 	// truth.
 	leases sync.Map // shardLease -> *cachedLease
+	// renewals runs KeepAlive streams' renewals (serveKeepAlive).
+	renewals *workers
 	// hooks are the tests' synchronisation points; nil in production.
 	hooks atomic.Pointer[testHooks]
 }
@@ -159,7 +161,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return nil, err
 		}
 	}
-	ro := &Router{etcdCalls: newEtcdCalls(cfg.Config), cfg: cfg,
+	ro := &Router{etcdCalls: newEtcdCalls(cfg.Config), cfg: cfg, renewals: newWorkers(workerIdle),
 		gate: newAdmitter(cfg.Config, m), metrics: m, coord: coord, coordEtcd: cfg.Etcd, coordReads: newGroupRead(cfg.Etcd),
 		shards: map[string]cluster{}, table: table}
 	shared.shardOf = true

@@ -54,7 +54,7 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 		return 0, err
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		return ro.confirm(ctx, session, shard, kvs[0].Value)
+		return ro.confirm(ctx, session, shard, kvs[0].Value, create)
 	}
 	if !create {
 		return 0, nil
@@ -71,27 +71,29 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 		Then(clientv3.OpPut(slKey, strconv.FormatInt(lease, 10), clientv3.WithLease(clientv3.LeaseID(session))),
 			clientv3.OpPut(lockkey.ShardLeaseOwner(shard, lease), strconv.FormatInt(session, 10), clientv3.WithLease(clientv3.LeaseID(session)))).
 		Else(clientv3.OpGet(slKey)).Commit()
-	if err == nil && put.Succeeded {
-		return ro.confirmed(ctx, session, shard, lease)
+	if err != nil {
+		// The record may have committed: revoking the lease it names would
+		// end the session. Unrecorded, the lease expires on its own.
+		return 0, ro.etcdFailure(ctx, err)
+	}
+	if put.Succeeded {
+		return ro.confirmed(ctx, session, shard, lease, create)
 	}
 	// Lost a race, or the session ended: ours is not needed.
 	ro.shards[shard].discardLease(clientv3.LeaseID(lease))
-	if err != nil {
-		return 0, ro.etcdFailure(ctx, err)
-	}
 	if kvs := put.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return ro.confirm(ctx, session, shard, kvs[0].Value)
+		return ro.confirm(ctx, session, shard, kvs[0].Value, create)
 	}
 	return 0, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 }
 
 // confirm is confirmed for a lease read from its coord record.
-func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw []byte) (int64, error) {
+func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw []byte, create bool) (int64, error) {
 	lease, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
 		return 0, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
 	}
-	return ro.confirmed(ctx, session, shard, lease)
+	return ro.confirmed(ctx, session, shard, lease, create)
 }
 
 // confirmed renews session's lease on shard once, now that its record is
@@ -100,8 +102,13 @@ func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw 
 // in between missed it, yet its holder counts a deadline from that
 // renewal's send time, later than the grant. Renewing after the record
 // makes the lease outlive every deadline a renewal that missed it gave.
-func (ro *Router) confirmed(ctx context.Context, session int64, shard string, lease int64) (int64, error) {
+// Without create (a release or a look), a lease that is gone holds
+// nothing: 0, as for a session with no lease there.
+func (ro *Router) confirmed(ctx context.Context, session int64, shard string, lease int64, create bool) (int64, error) {
 	if err := ro.shards[shard].touchLease(ctx, lease); err != nil {
+		if !create && reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			return 0, nil
+		}
 		return 0, err
 	}
 	ro.remembered(session, shard, lease)
@@ -192,7 +199,7 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		}
 		return owned[cluster]
 	}
-	return serveKeepAlive(stream, ro.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	return serveKeepAlive(stream, ro.renewals, ro.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		resp := ro.coord.renew(ctx, caller, session, ownedOn(""))
 		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)

@@ -125,6 +125,8 @@ type Arbiter struct {
 	commits *groupCommit
 	// renewer renews sessions' leases on a few long-lived streams.
 	renewer *leaseRenewer
+	// renewals runs KeepAlive streams' renewals (serveKeepAlive).
+	renewals *workers
 	// admin is the cluster as the Admin API's etcd user.
 	admin   Etcd
 	log     *slog.Logger
@@ -299,6 +301,7 @@ func (cfg Config) withDefaults() (Config, error) {
 func newArbiter(cfg Config, with collaborators) *Arbiter {
 	a := &Arbiter{cfg: cfg, etcd: cfg.Etcd, admin: cfg.AdminEtcd, log: cfg.Logger, health: health.New(),
 		commits:   newGroupCommit(cfg.Etcd, cfg.GroupCommit),
+		renewals:  newWorkers(workerIdle),
 		renewer:   newLeaseRenewer(func() pb.LeaseClient { return pb.NewLeaseClient(cfg.Etcd.ActiveConnection()) }, cfg.OpTimeout),
 		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),

@@ -97,15 +97,16 @@ func (a *Arbiter) discardLeaseAs(cli clientv3.Lease, lease clientv3.LeaseID) {
 // time is answered NO_QUORUM, never with a TTL.
 func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	owned := newOwned()
-	return serveKeepAlive(stream, a.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
+	return serveKeepAlive(stream, a.renewals, a.cfg.OpTimeout, func(ctx context.Context, caller spiffeid.ID, session int64) *lockv1.KeepAliveResponse {
 		return a.renew(ctx, caller, session, owned)
 	})
 }
 
 // serveKeepAlive answers each renewal request of one stream with renew's
-// response, for the authenticated caller, until the client closes it. A
+// response, run on renewals, for the authenticated caller, until the
+// client closes it. A
 // renewal's etcd requests share one deadline, budget from its arrival.
-func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Duration, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
+func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renewals *workers, budget time.Duration, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
 	ctx := stream.Context()
 	caller, err := identity.Caller(ctx)
 	if err != nil {
@@ -119,13 +120,13 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, budget time.Durat
 		if err != nil {
 			return err
 		}
-		// The renewal runs and is answered on a goroutine of its own. The
-		// stream's goroutine lives as long as the session; the etcd calls
-		// would grow its stack to 16 KB, kept while it waits in Recv.
+		// The renewal runs and is answered on a worker: the stream's
+		// goroutine lives as long as the session, and the etcd calls would
+		// grow its stack to 16 KB, kept while it waits in Recv.
 		sent := make(chan error, 1)
-		go func() {
+		renewals.run(func() {
 			sent <- stream.Send(renew(etcdcall.WithBudget(ctx, time.Now().Add(budget)), caller, req.GetSessionId()))
-		}()
+		})
 		if err := <-sent; err != nil {
 			return err
 		}
