@@ -38,8 +38,8 @@ type groupCommit struct {
 	// reads makes each batch one flat read-only Txn (newGroupRead).
 	reads bool
 
-	// runners run the batches: Txn calls grow a stack a fresh goroutine
-	// would grow again for every batch.
+	// runners run the batches: a Txn call grows a stack that a goroutine
+	// per batch would grow again every time.
 	runners *workers
 
 	mu      sync.Mutex

@@ -50,7 +50,8 @@ func TestAnIdleKeepAliveStreamKeepsASmallStack(t *testing.T) {
 	}
 	// A stream's handler starts when its headers arrive, on a goroutine
 	// of its own: count them in before measuring.
-	for handlers() < streams {
+	buf := make([]byte, 16<<20)
+	for handlers(buf) < streams {
 		runtime.Gosched()
 	}
 	opened := stacks()
@@ -74,8 +75,8 @@ func TestAnIdleKeepAliveStreamKeepsASmallStack(t *testing.T) {
 	}
 }
 
-// handlers counts the goroutines serving a KeepAlive stream.
-func handlers() int {
-	buf := make([]byte, 16<<20)
+// handlers counts the goroutines serving a KeepAlive stream, reading
+// every goroutine's stack into buf.
+func handlers(buf []byte) int {
 	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "arbiter.serveKeepAlive(")
 }

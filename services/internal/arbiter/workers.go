@@ -3,13 +3,14 @@ package arbiter
 import "time"
 
 // workers runs functions on goroutines that outlive them: one that has
-// just run a function takes the next, keeping the stack it grew, and ends
-// once idle for a while. Any number run at once; none waits for a worker.
+// just run a function takes the next, with the stack it grew (until a GC
+// halves an idle one), and ends once idle for a while. Any number run at
+// once; none waits for a worker.
 //
 // KeepAlive streams run their renewals here. A stream's own goroutine
 // lives as long as its session, so the stack a renewal's etcd calls grow
 // (16 KB) must not stay with it; a goroutine per renewal would grow that
-// stack afresh every time, a tenth of the arbiter's CPU at 6,000 sessions.
+// stack afresh every time.
 type workers struct {
 	handoff chan func()
 	idle    time.Duration

@@ -36,7 +36,10 @@ func TestWorkersRunAtOnceAndAreReused(t *testing.T) {
 	ended := make(chan struct{})
 	idle.run(func() { close(ended) })
 	<-ended
-	for runtime.NumGoroutine() > base {
-		runtime.Gosched() // the worker's idle timer is the event; nothing to wait on
+	// The worker's idle timer is the event; nothing exposes it.
+	for give := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > base; runtime.Gosched() {
+		if time.Now().After(give) {
+			t.Fatalf("%d goroutines more than before, 10 s after the idle worker's last run", runtime.NumGoroutine()-base)
+		}
 	}
 }
