@@ -24,8 +24,8 @@ const maxBatch = 64
 const maxTxnOps = 128
 
 // groupCommit sends the lock path's grant and release Txns of one cluster.
-// While inflight Txns are in flight, new requests wait, and the next Txn
-// carries every waiting request, each as a sub-Txn with its own compares,
+// While inflight Txns are in flight (and none has been for stallAfter),
+// new requests wait, and the next Txn carries every waiting request, each as a sub-Txn with its own compares,
 // writes and reads: one Raft proposal grants many keys. Each sub-Txn
 // commits or not exactly as it would alone. All of them commit at one
 // revision, so tokens of different keys may be equal; two requests for
@@ -145,7 +145,32 @@ func (g *groupCommit) run() {
 			return
 		}
 		g.mu.Unlock()
+		stall := time.AfterFunc(stallAfter, g.stalled)
 		g.send(batch)
+		stall.Stop()
+	}
+}
+
+// stallAfter is how long a batch may be in flight before the requests
+// waiting behind it go beside it: one Txn stuck on a slow or partitioned
+// member must not hold every grant of the cluster for its whole deadline.
+// Far above a Txn's usual time, so batches still form under load.
+const stallAfter = 100 * time.Millisecond
+
+// maxStalled bounds the Txns that stalls add to a group's inflight.
+const maxStalled = 4
+
+// stalled starts another runner when a batch has been in flight for
+// stallAfter and requests are waiting.
+func (g *groupCommit) stalled() {
+	g.mu.Lock()
+	start := len(g.queue) > 0 && g.running < g.inflight+maxStalled
+	if start {
+		g.running++
+	}
+	g.mu.Unlock()
+	if start {
+		g.runners.run(g.run)
 	}
 }
 

@@ -233,3 +233,36 @@ func TestOnlyARefusalOfTheWholeBatchIsResent(t *testing.T) {
 		}
 	}
 }
+
+// A Txn stuck on a member (its answer held) does not hold back the
+// requests that arrive behind it for their whole deadline: past
+// stallAfter they go in a Txn beside it.
+func TestAStuckBatchDoesNotHoldTheNextBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, cli := startOne(t, ctx, etcdembed.Config{})
+	held := &heldAnswer{Etcd: cli, executed: make(chan struct{}), release: make(chan struct{})}
+	defer close(held.release)
+	g := newGroupCommit(held, 1)
+	commit := func(key string) <-chan error {
+		out := make(chan error, 1)
+		go func() {
+			s := grantLike(key, 0, time.Now().Add(10*time.Second))
+			octx, cancel := context.WithDeadline(ctx, s.deadline)
+			defer cancel()
+			resp, err := g.commit(octx, key, s.cmps, s.then, s.els)
+			if err == nil && !resp.Succeeded {
+				err = errors.New("not granted")
+			}
+			out <- err
+		}()
+		return out
+	}
+	commit("stuck")
+	<-held.executed
+	// The stuck Txn stays held until the test ends: the next request is
+	// answered beside it, or at its own deadline with an error.
+	if err := <-commit("next"); err != nil {
+		t.Fatalf("a request behind a stuck Txn: %v; want it granted in a Txn beside it", err)
+	}
+}

@@ -68,16 +68,15 @@ func TestGroupReadsAreOneReadOnlyTxnEachAnsweredItsOwnRange(t *testing.T) {
 // release is closed; executed is closed once etcd has served it.
 type heldAnswer struct {
 	Etcd
-	first             bool
+	held              atomic.Bool
 	executed, release chan struct{}
 }
 
 func (h *heldAnswer) Txn(ctx context.Context) clientv3.Txn {
 	txn := h.Etcd.Txn(ctx)
-	if h.first {
+	if !h.held.CompareAndSwap(false, true) {
 		return txn
 	}
-	h.first = true
 	return &heldTxn{Txn: txn, h: h}
 }
 
