@@ -45,6 +45,12 @@ type groupCommit struct {
 	mu      sync.Mutex
 	queue   []*subTxn
 	running int
+	// stalled counts the Txns in flight past stallAfter: each lets one
+	// more run beside the inflight (up to maxStalled).
+	stalled int
+	// took is a moving average of how long a Txn takes; a Txn is stalled
+	// only well past it (stallAfter).
+	took time.Duration
 }
 
 // subTxn is one request's Txn and, once done is closed, its outcome.
@@ -116,7 +122,7 @@ func (g *groupCommit) commit(ctx context.Context, key string, cmps []clientv3.Cm
 	s := &subTxn{key: key, cmps: cmps, then: then, els: els, deadline: deadline, width: txnWidth(cmps, then, els), done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, s)
-	start := g.running < g.inflight
+	start := g.running < g.limit()
 	if start {
 		g.running++
 	}
@@ -134,45 +140,78 @@ func (g *groupCommit) commit(ctx context.Context, key string, cmps []clientv3.Cm
 	}
 }
 
-// run sends batches until none is waiting.
+// run sends batches until none is waiting, or until it is one more than
+// the limit (a stalled Txn it ran beside has come back).
 func (g *groupCommit) run() {
 	for {
 		g.mu.Lock()
+		if g.running > g.limit() {
+			g.running--
+			g.mu.Unlock()
+			return
+		}
 		batch := g.take(time.Now())
 		if len(batch) == 0 {
 			g.running--
 			g.mu.Unlock()
 			return
 		}
+		after := max(stallAfter, stallTimes*g.took)
 		g.mu.Unlock()
-		stall := time.AfterFunc(stallAfter, g.stalled)
-		g.send(batch)
-		stall.Stop()
+		g.sendWatched(batch, after)
 	}
 }
 
-// stallAfter is how long a batch may be in flight before the requests
-// waiting behind it go beside it: one Txn stuck on a slow or partitioned
-// member must not hold every grant of the cluster for its whole deadline.
-// Far above a Txn's usual time, so batches still form under load.
-const stallAfter = 100 * time.Millisecond
+// sendWatched sends batch and counts it stalled while it is in flight
+// past after.
+func (g *groupCommit) sendWatched(batch []*subTxn, after time.Duration) {
+	var stalled, done bool // under g.mu
+	start := time.Now()
+	timer := time.AfterFunc(after, func() {
+		g.mu.Lock()
+		if done { // fired as the Txn came back
+			g.mu.Unlock()
+			return
+		}
+		stalled = true
+		g.stalled++
+		more := len(g.queue) > 0 && g.running < g.limit()
+		if more {
+			g.running++
+		}
+		g.mu.Unlock()
+		if more {
+			g.runners.run(g.run)
+		}
+	})
+	g.send(batch)
+	timer.Stop()
+	took := time.Since(start)
+	g.mu.Lock()
+	done = true
+	if stalled {
+		g.stalled--
+	}
+	g.took += (took - g.took) / 8
+	g.mu.Unlock()
+}
+
+// limit is how many Txns may be in flight: inflight, plus one beside each
+// stalled one (at most maxStalled). Called with g.mu held.
+func (g *groupCommit) limit() int { return g.inflight + min(g.stalled, maxStalled) }
+
+// A Txn is stalled once in flight for stallAfter, or stallTimes the
+// average Txn when that is longer: one Txn stuck on a slow or cut-off
+// member must not hold every grant of the cluster for its whole
+// deadline, yet an etcd slow for every Txn must not turn the batches
+// into many small ones, which would slow it further.
+const (
+	stallAfter = 100 * time.Millisecond
+	stallTimes = 4
+)
 
 // maxStalled bounds the Txns that stalls add to a group's inflight.
 const maxStalled = 4
-
-// stalled starts another runner when a batch has been in flight for
-// stallAfter and requests are waiting.
-func (g *groupCommit) stalled() {
-	g.mu.Lock()
-	start := len(g.queue) > 0 && g.running < g.inflight+maxStalled
-	if start {
-		g.running++
-	}
-	g.mu.Unlock()
-	if start {
-		g.runners.run(g.run)
-	}
-}
 
 // take removes the next batch from the queue, oldest first: at most
 // maxBatch requests, no two for one key, no more than etcd's maxTxnOps

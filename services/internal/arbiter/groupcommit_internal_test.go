@@ -260,9 +260,28 @@ func TestAStuckBatchDoesNotHoldTheNextBack(t *testing.T) {
 	}
 	commit("stuck")
 	<-held.executed
-	// The stuck Txn stays held until the test ends: the next request is
-	// answered beside it, or at its own deadline with an error.
-	if err := <-commit("next"); err != nil {
-		t.Fatalf("a request behind a stuck Txn: %v; want it granted in a Txn beside it", err)
+	// The stuck Txn stays held until the test ends: the next requests are
+	// answered beside it, or at their own deadlines with an error. One is
+	// asked at once (waiting when the Txn is found stalled), one after.
+	if err := <-commit("queued"); err != nil {
+		t.Fatalf("a request queued behind a stuck Txn: %v; want it granted in a Txn beside it", err)
 	}
+	for g.stalledNow() == 0 {
+		time.Sleep(time.Millisecond) // the stall timer is the event
+	}
+	if err := <-commit("later"); err != nil {
+		t.Fatalf("a request asked once a Txn was stalled: %v; want it granted in a Txn beside it", err)
+	}
+	g.mu.Lock()
+	running, limit := g.running, g.limit()
+	g.mu.Unlock()
+	if running > limit || limit > g.inflight+maxStalled {
+		t.Fatalf("%d runners for a limit of %d", running, limit)
+	}
+}
+
+func (g *groupCommit) stalledNow() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stalled
 }
