@@ -24,9 +24,10 @@ const maxBatch = 64
 const maxTxnOps = 128
 
 // groupCommit sends the lock path's grant and release Txns of one cluster.
-// While inflight Txns are in flight (and none has been for stallAfter),
-// new requests wait, and the next Txn carries every waiting request, each as a sub-Txn with its own compares,
-// writes and reads: one Raft proposal grants many keys. Each sub-Txn
+// While inflight Txns are in flight (and none has stalled), new requests
+// wait, and the next Txn carries every waiting request, each as a sub-Txn
+// with its own compares, writes and reads: one Raft proposal grants many
+// keys. Each sub-Txn
 // commits or not exactly as it would alone. All of them commit at one
 // revision, so tokens of different keys may be equal; two requests for
 // one key never share a Txn, so each key's tokens still strictly increase.
