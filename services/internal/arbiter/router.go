@@ -79,8 +79,8 @@ type sessionLeases interface {
 	discardLease(lease clientv3.LeaseID)
 	renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse
 	closeLease(ctx context.Context, lease int64) error
-	// touchLease renews lease once, whoever's session it is.
-	touchLease(ctx context.Context, lease int64) error
+	// renewLease renews lease once, whoever's session it is.
+	renewLease(ctx context.Context, lease int64, checked func() error) (int64, error)
 }
 
 // coordCluster is the coord cluster's arbiter: a cluster that also opens

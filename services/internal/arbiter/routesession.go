@@ -105,7 +105,7 @@ func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw 
 // Without create (a release or a look), a lease that is gone holds
 // nothing: 0, as for a session with no lease there.
 func (ro *Router) confirmed(ctx context.Context, session int64, shard string, lease int64, create bool) (int64, error) {
-	if err := ro.shards[shard].touchLease(ctx, lease); err != nil {
+	if _, err := ro.shards[shard].renewLease(ctx, lease, nil); err != nil {
 		if !create && reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
 			return 0, nil
 		}

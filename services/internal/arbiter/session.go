@@ -14,7 +14,6 @@ import (
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -196,49 +195,29 @@ func (o *ownedSessions) len() int {
 }
 
 func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse {
-	fail := func(reason lockv1.ErrorReason, msg string) *lockv1.KeepAliveResponse {
-		return &lockv1.KeepAliveResponse{SessionId: session, Error: reason, ErrorMessage: msg}
-	}
 	if session == 0 {
-		return fail(lockv1.ErrorReason_INVALID_ARGUMENT, "session_id: is required")
+		return &lockv1.KeepAliveResponse{Error: lockv1.ErrorReason_INVALID_ARGUMENT, ErrorMessage: "session_id: is required"}
 	}
-	// A force-release that revoked the session deleted its record: the
-	// owner check, made once a stream, would not see it, and the lease
-	// revoke that follows may have failed. Refused, and the lease revoked
-	// again, however this stream began.
-	if id := a.forced.revokedBy(session); id != "" {
-		owned.remove(session)
-		a.discardLease(clientv3.LeaseID(session))
-		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session was revoked by force-release request "+id)
-	}
-	if !owned.has(session) {
+	// The owner is checked once a stream; a force-release is checked at
+	// every renewal (renewLease), however the stream began.
+	ttl, err := a.renewLease(ctx, session, func() error {
+		if owned.has(session) {
+			return nil
+		}
 		if err := a.checkOwner(ctx, caller, session); err != nil {
-			return fail(reason.Of(err), err.Error())
+			return err
 		}
 		owned.add(session)
+		return nil
+	})
+	if err != nil {
+		why := reason.Of(err)
+		if why == lockv1.ErrorReason_SESSION_EXPIRED {
+			owned.remove(session)
+		}
+		return &lockv1.KeepAliveResponse{SessionId: session, Error: why, ErrorMessage: "renewal: " + status.Convert(err).Message()}
 	}
-	// A restored cluster's leases are as suspect as its holds: renewing them
-	// would keep alive grants the epoch advance is about to delete.
-	if a.epochs.sealed() {
-		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
-	}
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	ka, err := a.renewer.renew(octx, clientv3.LeaseID(session))
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		owned.remove(session)
-		return fail(lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
-	case err != nil:
-		a.metrics.renewalFailed(a.cfg.Cluster)
-		ferr := a.etcdFailure(ctx, err)
-		return fail(reason.Of(ferr), "renewal: "+status.Convert(ferr).Message())
-	}
-	if a.observeHeader(ka.ResponseHeader) {
-		return fail(lockv1.ErrorReason_SEALED, "the cluster is sealed (restored); no renewals until the epoch advances")
-	}
-	a.metrics.renewed(a.cfg.Cluster)
-	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ka.TTL)), Ended: a.forced.of(session)}
+	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ttl)), Ended: a.forced.of(session)}
 }
 
 // checkOwner reads the session record and refuses another identity's
