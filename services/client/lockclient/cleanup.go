@@ -91,6 +91,6 @@ func (l *lease) cleanUp(hs *holdState) {
 func (l *lease) cleanUpOnce(ctx context.Context, hs *holdState) error {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	_, err := l.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: l.id, AnyToken: true, Class: hs.class})
+	_, err := l.api.Release(routedBy(ctx, hs.key), &lockv1.ReleaseRequest{Key: hs.key, SessionId: l.id, AnyToken: true, Class: hs.class})
 	return err
 }

@@ -67,7 +67,11 @@ var errClosed = errors.New("lockclient: the client is closed")
 
 // Config says where the arbiter is and who the caller is.
 type Config struct {
-	// Target is the arbiter's gRPC address, host:port.
+	// Target is the arbiter's gRPC address, host:port, or any target
+	// gRPC resolves: xds:///NAME routes each key to one arbiter through
+	// the fan-in tier's control plane once the program imports
+	// google.golang.org/grpc/xds and GRPC_XDS_BOOTSTRAP names its
+	// bootstrap (docs/fan-in.md).
 	Target string
 	// Identity is the caller's SVID source.
 	Identity identity.Source
@@ -399,7 +403,7 @@ func (c *Client) retiredLease(id int64) bool {
 // when empty; the class picks the key's cluster). It never returns the
 // token.
 func (c *Client) Inspect(ctx context.Context, key string, cls ...string) (*lockv1.InspectResponse, error) {
-	return c.api.Inspect(ctx, &lockv1.InspectRequest{Key: key, Class: firstOr(cls, "")})
+	return c.api.Inspect(routedBy(ctx, key), &lockv1.InspectRequest{Key: key, Class: firstOr(cls, "")})
 }
 
 func firstOr(s []string, def string) string {

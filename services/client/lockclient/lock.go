@@ -168,7 +168,8 @@ func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, err
 // so the client does, and says CONTENDED if it cannot.
 func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
 	req := &lockv1.AcquireRequest{Key: hs.key, SessionId: l.id, Wait: wait, Class: hs.class, Instance: l.instance}
-	resp, err := l.api.Acquire(ctx, req)
+	rctx := routedBy(ctx, hs.key)
+	resp, err := l.api.Acquire(rctx, req)
 	backoff, ended := 100*time.Millisecond, 0
 	for ctx.Err() == nil {
 		switch {
@@ -193,7 +194,7 @@ func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.
 		default:
 			return l.retiredAsContended(resp, err, hs, wait)
 		}
-		resp, err = l.api.Acquire(ctx, req)
+		resp, err = l.api.Acquire(rctx, req)
 	}
 	return l.retiredAsContended(resp, err, hs, wait)
 }
@@ -220,7 +221,7 @@ func (l *lease) release(ctx context.Context, hs *holdState) error {
 		l.forget(hs)
 		return ErrFenced
 	}
-	resp, err := l.api.Release(ctx, &lockv1.ReleaseRequest{Key: hs.key, SessionId: l.id, Token: uint64(hs.token), Class: hs.class})
+	resp, err := l.api.Release(routedBy(ctx, hs.key), &lockv1.ReleaseRequest{Key: hs.key, SessionId: l.id, Token: uint64(hs.token), Class: hs.class})
 	l.settle(hs, err)
 	if err != nil {
 		return err
