@@ -46,6 +46,8 @@ type flags struct {
 	cluster, operatorPrefix           string
 	opTimeout                         time.Duration
 	groupCommit                       int
+	callRate                          float64
+	callBurst                         int
 	actionTTL                         time.Duration
 	classes                           []class.Class
 	policies                          string
@@ -79,6 +81,8 @@ func main() {
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
+	flag.Float64Var(&f.callRate, "call-rate", 0, "lock.v1 calls a second each identity may make at this arbiter, past which it is refused RESOURCE_EXHAUSTED (RATE_LIMITED): the fan-in tier's per-identity limit, which proxyless clients have no proxy to apply (0: no limit)")
+	flag.IntVar(&f.callBurst, "call-burst", 0, "bursts of --call-rate (0: --call-rate rounded up)")
 	flag.IntVar(&f.groupCommit, "group-commit", arbiter.DefaultGroupCommit, "grant and release Txns in flight per cluster; requests that arrive meanwhile are sent together in the next (0: each its own Txn)")
 	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class); this or --allow-any-workload is required")
 	flag.BoolVar(&f.allowAnyWorkload, "allow-any-workload", false, "without a policy set, let every workload of the trust domain lock every key: for trials and tests only; logged at start and exported as lockplane_authorization_open")
@@ -196,7 +200,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := arbiter.Config{
 		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
-		OpTimeout: f.opTimeout, GroupCommit: groupCommitFlag(f.groupCommit), Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
+		OpTimeout: f.opTimeout, GroupCommit: groupCommitFlag(f.groupCommit), CallRate: f.callRate, CallBurst: f.callBurst, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.
 		Operators: operators, OnePersonEpochAdvance: f.onePersonEpochAdvance,

@@ -14,11 +14,17 @@ import (
 // bound the README states. Serve the arbiter with it
 // (grpc.ChainUnaryInterceptor). A waiting Acquire's requests keep a
 // deadline each: its wait may outlast any one of them.
-func (a *Arbiter) UnaryInterceptor() grpc.UnaryServerInterceptor { return budgeted(a.cfg.OpTimeout) }
+// Each call is first counted against its identity's rate (Config.CallRate).
+// Call it once per server: each call makes a limiter of its own.
+func (a *Arbiter) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return limited(newCallLimit(a.cfg.CallRate, a.cfg.CallBurst), budgeted(a.cfg.OpTimeout))
+}
 
 // UnaryInterceptor is the Arbiter's, with the OpTimeout every cluster of a
 // Router has.
-func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor { return budgeted(ro.cfg.OpTimeout) }
+func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return limited(newCallLimit(ro.cfg.CallRate, ro.cfg.CallBurst), budgeted(ro.cfg.OpTimeout))
+}
 
 // budgeted gives each unary call but a waiting Acquire the budget opTimeout.
 func budgeted(opTimeout time.Duration) grpc.UnaryServerInterceptor {

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,13 @@ type Config struct {
 	// from grants: 200/s with bursts of 50 when zero.
 	ValidateRate  float64
 	ValidateBurst int
+	// CallRate and CallBurst limit each identity's lock.v1 calls at this
+	// arbiter (a keepalive stream's renewals are not counted): the fan-in
+	// tier's per-identity local rate limit, which proxyless clients have
+	// no proxy to apply. No limit when CallRate is zero; CallBurst is
+	// CallRate rounded up when zero.
+	CallRate  float64
+	CallBurst int
 	// Quotas limits each identity's live sessions and holds; none when nil.
 	Quotas quota.Quotas
 	// Metrics receives the arbiter's metrics; not registered when nil.
@@ -291,6 +299,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ValidateRate == 0 {
 		cfg.ValidateRate, cfg.ValidateBurst = 200, 50
+	}
+	switch {
+	case cfg.CallRate < 0 || math.IsNaN(cfg.CallRate) || math.IsInf(cfg.CallRate, 0):
+		return cfg, fmt.Errorf("arbiter: Config.CallRate %v: must be a finite number of calls a second, 0 for no limit", cfg.CallRate)
+	case cfg.CallBurst < 0:
+		return cfg, fmt.Errorf("arbiter: Config.CallBurst %d: must be at least 0", cfg.CallBurst)
+	case cfg.CallRate > 0 && cfg.CallBurst == 0:
+		cfg.CallBurst = int(math.Ceil(cfg.CallRate))
 	}
 	return cfg, nil
 }
