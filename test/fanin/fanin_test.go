@@ -1,0 +1,205 @@
+package fanin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"strings"
+
+	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/fanin"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// brokenEnv, set to "direct", dials each client straight to one arbiter
+// in turn instead of through the control plane: the variant without key
+// affinity, which this file's order test must fail on.
+const brokenEnv = "LOCKPLANE_FANIN_BROKEN"
+
+// TestWaitersForOneKeyAreGrantedInArrivalOrderAcrossArbiters: client
+// processes, each with its own xDS client, queue for one key one after
+// another; every release must grant the next in arrival order. Without
+// key affinity the waiters queue on whichever arbiter they reached and
+// each arbiter races the others for the key at a release.
+func TestWaitersForOneKeyAreGrantedInArrivalOrderAcrossArbiters(t *testing.T) {
+	r := startRegion(t)
+	const key, waiters = "fanin/orders/1", 6
+	target := func(i int) string {
+		if os.Getenv(brokenEnv) == "direct" {
+			return r.arbiters[i%len(r.arbiters)].addr
+		}
+		return "xds:///" + fanin.DefaultName
+	}
+	clients := make([]*client, waiters+1)
+	for i := range clients {
+		clients[i] = r.startClient(fmt.Sprintf("client-%d", i), key, target(i))
+	}
+	clients[0].say(t, "lock")
+	clients[0].expect(t, "granted")
+	// Each waiter is sent once the one before it has joined a queue.
+	for i := 1; i <= waiters; i++ {
+		clients[i].say(t, "lock")
+		deadline := time.Now().Add(30 * time.Second)
+		for r.waits() < i {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d did not join a queue within 30s", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var order []int
+	holder := 0
+	for range waiters {
+		clients[holder].say(t, "release")
+		clients[holder].expect(t, "released")
+		next := granted(t, clients[1:]) + 1
+		order = append(order, next)
+		holder = next
+	}
+	clients[holder].say(t, "release")
+	want := make([]int, waiters)
+	for i := range want {
+		want[i] = i + 1
+	}
+	if !slices.Equal(order, want) {
+		t.Fatalf("grants after each release went to waiters %v; arrival order is %v", order, want)
+	}
+	t.Logf("granted in arrival order: %v", order)
+}
+
+// granted is the index of the next client to say "granted"; a client
+// that has released and exited is skipped.
+func granted(t *testing.T, clients []*client) int {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	done := make([]bool, len(clients))
+	for {
+		for i, c := range clients {
+			if done[i] {
+				continue
+			}
+			select {
+			case line, ok := <-c.lines:
+				if !ok {
+					done[i] = true
+					continue
+				}
+				if line != "granted" {
+					t.Fatalf("client %d said %q, want granted", i, line)
+				}
+				return i
+			default:
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatal("no waiter was granted within a minute of a release")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// TestRemovingAnArbiterMovesOnlyItsKeys: the ring keeps every key of the
+// remaining arbiters where it was.
+func TestRemovingAnArbiterMovesOnlyItsKeys(t *testing.T) {
+	r := startRegion(t)
+	api := r.routed("router")
+	keys := make([]string, 150)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("fanin/k/%d", i)
+	}
+	// where maps each key to the arbiter that answered an Inspect of it.
+	where := func() map[string]string {
+		out := map[string]string{}
+		for _, k := range keys {
+			addr, err := inspect(api, k)
+			if err != nil {
+				t.Fatalf("inspect %s: %v", k, err)
+			}
+			out[k] = addr
+		}
+		return out
+	}
+	before := where()
+	share := map[string]int{}
+	for _, a := range before {
+		share[a]++
+	}
+	if len(share) != 3 {
+		t.Fatalf("150 keys reached %d arbiters, want all 3: %v", len(share), share)
+	}
+	gone := r.arbiters[2].addr
+	if err := r.xds.SetArbiters(context.Background(), r.addrs()[:2]); err != nil {
+		t.Fatal(err)
+	}
+	// The client moves off the removed arbiter once it has the new
+	// endpoints.
+	var after map[string]string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		after = where()
+		if !slices.Contains(values(after), gone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("keys still reach the removed arbiter 30s after it was unpublished")
+		}
+	}
+	moved := 0
+	for _, k := range keys {
+		switch {
+		case before[k] == gone:
+			moved++
+		case after[k] != before[k]:
+			t.Errorf("key %s moved from %s to %s though its arbiter stayed", k, before[k], after[k])
+		}
+	}
+	t.Logf("shares before: %v; %d keys moved, all from the removed arbiter", share, moved)
+}
+
+func values(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestTheRateLimitRefusesNamingTheLimit: an identity past its call rate
+// at an arbiter is refused RESOURCE_EXHAUSTED, RATE_LIMITED, with the
+// limit in the message and the metadata; another identity is not.
+func TestTheRateLimitRefusesNamingTheLimit(t *testing.T) {
+	r := startRegion(t, "--call-rate", "2", "--call-burst", "3")
+	busy, quiet := r.routed("busy"), r.routed("quiet")
+	refused := 0
+	for range 10 {
+		_, err := inspect(busy, "fanin/hot/1")
+		if err == nil {
+			continue
+		}
+		st := status.Convert(err)
+		why, meta := reason.Info(err)
+		if st.Code() != codes.ResourceExhausted || why != lockv1.ErrorReason_RATE_LIMITED {
+			t.Fatalf("a call past the rate: %v, want RESOURCE_EXHAUSTED with RATE_LIMITED", err)
+		}
+		if !strings.Contains(st.Message(), "2 calls a second, bursts of 3") || meta["limit"] != "2" || meta["burst"] != "3" {
+			t.Fatalf("the refusal does not name the limit: %q (metadata %v)", st.Message(), meta)
+		}
+		refused++
+	}
+	// Ten calls at once against a burst of three: at least six refused,
+	// however slow the machine (at 2/s, ten calls would take 3.5 s to
+	// be let through).
+	if refused < 6 {
+		t.Fatalf("%d of 10 calls in a burst of 3 were refused", refused)
+	}
+	if _, err := inspect(quiet, "fanin/hot/1"); err != nil {
+		t.Fatalf("another identity on the same arbiter: %v", err)
+	}
+	t.Logf("%d of 10 calls refused; the message: identity ... is over its rate at this arbiter: 2 calls a second, bursts of 3", refused)
+}
