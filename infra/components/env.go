@@ -1,6 +1,6 @@
 // Package components holds the Pulumi component resources of a region,
 // one per real thing: Region, Hall, Node (a host), TangServer,
-// EtcdCluster, EtcdMember, AuditStore and Arbiter. Each takes typed args, registers
+// EtcdCluster, EtcdMember, AuditStore, Arbiter and FanIn. Each takes typed args, registers
 // its outputs, and decides nothing inside an apply callback, so a preview
 // shows every resource an `up` will make.
 package components
@@ -32,7 +32,8 @@ type Env struct {
 	// Etcd, Arbiter and Node are the binaries etcd, arbiter and
 	// lockplane-node; MinIO is minio's, with an archive or vault host
 	// only; Snapshot is lockplane-snapshot's, with snapshots on only.
-	Etcd, Arbiter, Node, MinIO, Snapshot Binary
+	// FanIn is lockplane-fanin's.
+	Etcd, Arbiter, Node, MinIO, Snapshot, FanIn Binary
 	// Vault is the region's snapshot vault, nil without snapshots;
 	// RestoreVault the vault a DR stack restores from, nil otherwise.
 	Vault, RestoreVault *VaultAccess

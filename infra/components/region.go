@@ -17,6 +17,8 @@ type Region struct {
 	Coord   *EtcdCluster
 	Shards  []*EtcdCluster
 	Arbiter *Arbiter
+	// FanIn publishes the arbiters to clients with key affinity.
+	FanIn *FanIn
 	// Audit is nil when the stack runs no audit store, Archive when it
 	// runs no audit archive.
 	Audit    *AuditStore
@@ -181,6 +183,9 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		Epochs: epochs, EtcdUsers: r.EtcdUsers, EtcdAuth: auth, Audit: r.Audit, Archive: r.Archive}, in); err != nil {
 		return nil, err
 	}
+	if r.FanIn, err = NewFanIn(ctx, env, FanInArgs{Arbiter: r.Arbiter, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
+		return nil, err
+	}
 
 	shardIDs := pulumi.StringArray{}
 	for _, sh := range r.Shards {
@@ -191,6 +196,7 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		"coordEndpoints":   pulumi.ToStringArray(r.Coord.Endpoints),
 		"entityClusterIds": shardIDs,
 		"arbiterEndpoints": pulumi.ToStringArray(r.Arbiter.Endpoints),
+		"fanInEndpoints":   pulumi.ToStringArray(r.FanIn.Endpoints),
 		"etcdCaCertPem":    r.EtcdCA.CertPem,
 		"spiffeBundlePem":  r.SpiffeCA.CertPem,
 	}

@@ -224,7 +224,8 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 		name, make string
 		into       *components.Binary
 	}
-	bins := []binary{{"etcd", "build", &env.Etcd}, {"arbiter", "build", &env.Arbiter}, {"lockplane-node", "build", &env.Node}}
+	bins := []binary{{"etcd", "build", &env.Etcd}, {"arbiter", "build", &env.Arbiter}, {"lockplane-node", "build", &env.Node},
+		{"lockplane-fanin", "build", &env.FanIn}}
 	if env.Plan.Archive != nil {
 		bins = append(bins, binary{"minio", "minio", &env.MinIO})
 	}

@@ -185,6 +185,9 @@ type Arbiter struct {
 	Replicas int `json:"replicas"`
 	Port     int `json:"port"`
 	Metrics  int `json:"metricsPort"`
+	// FanInPort is where the fan-in tier's xDS control plane
+	// (lockplane-fanin) serves on each arbiter host (docs/fan-in.md).
+	FanInPort int `json:"fanInPort,omitempty"`
 }
 
 // Audit is the audit history (docs/audit.md): a ClickHouse server on the
@@ -283,6 +286,7 @@ func (s *Stack) Defaults() {
 	def(&s.Arbiter.Replicas, 1)
 	def(&s.Arbiter.Port, 7443)
 	def(&s.Arbiter.Metrics, 9464)
+	def(&s.Arbiter.FanInPort, 7444)
 	def(&s.Audit.HTTPPort, 8123)
 	def(&s.Archive.Port, 9000)
 	if s.Operators.Issuer != "" {
@@ -432,6 +436,9 @@ func (s *Stack) Validate() (*Plan, error) {
 	if !s.Etcd.LeaseCheckpoint {
 		bad("etcd.leaseCheckpoint: must be true: without it a leader change resets every lease's TTL (ADR-05)")
 	}
+	if p := s.Arbiter.FanInPort; p < 1 || p > 65535 || p == s.Arbiter.Port || p == s.Arbiter.Metrics {
+		bad("arbiter.fanInPort: %d must be a port other than the arbiter's (%d) and its metrics' (%d): both run on each arbiter host", p, s.Arbiter.Port, s.Arbiter.Metrics)
+	}
 	if s.Arbiter.Replicas < 1 {
 		bad("arbiter.replicas: %d must be at least 1", s.Arbiter.Replicas)
 	}
@@ -539,7 +546,7 @@ func (s *Stack) validateAudit(bad func(string, ...any)) {
 	if s.Audit.HTTPPort < 1 || s.Audit.HTTPPort > 65535 {
 		bad("audit.httpPort: %d is not a port", s.Audit.HTTPPort)
 	}
-	if p := s.Audit.HTTPPort; p == s.Arbiter.Port || p == s.Arbiter.Metrics {
+	if p := s.Audit.HTTPPort; p == s.Arbiter.Port || p == s.Arbiter.Metrics || p == s.Arbiter.FanInPort {
 		bad("audit.httpPort: %d is an arbiter port; the audit host may also be an arbiter host", p)
 	}
 	for i, n := range s.Audit.Networks {
@@ -581,7 +588,7 @@ func (s *Stack) validateArchive(bad func(string, ...any)) {
 	if s.Archive.Port < 1 || s.Archive.Port > 65535 {
 		bad("archive.port: %d is not a port", s.Archive.Port)
 	}
-	if p := s.Archive.Port; p == s.Arbiter.Port || p == s.Arbiter.Metrics || p == s.Audit.HTTPPort {
+	if p := s.Archive.Port; p == s.Arbiter.Port || p == s.Arbiter.Metrics || p == s.Arbiter.FanInPort || p == s.Audit.HTTPPort {
 		bad("archive.port: %d is an arbiter's or the audit store's port; the archive host may also have those roles", p)
 	}
 	if s.Archive.HistoryDays < 1 {

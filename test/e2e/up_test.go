@@ -24,7 +24,9 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/client/token"
+	"github.com/lockplane/lockplane/services/fanin"
 	"github.com/lockplane/lockplane/test/hosts"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -61,11 +63,18 @@ const runTimeout = 12 * time.Minute
 // run runs a repository binary and returns its stdout, failing on error.
 func run(t *testing.T, dir string, args ...string) []byte {
 	t.Helper()
+	return runEnv(t, dir, nil, args...)
+}
+
+// runEnv is run with env added to the environment.
+func runEnv(t *testing.T, dir string, env []string, args ...string) []byte {
+	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", args[0]), args[1:]...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &errb
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s: %v\nstdout: %s\nstderr (tail): %s", strings.Join(args, " "), err, out.String(), tail(errb.String(), 40))
 	}
@@ -96,7 +105,7 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		unavailable(t, err.Error())
 	}
 	dir := root(t)
-	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "minio", "lockplane-snapshot"} {
+	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "lockplane-fanin", "minio", "lockplane-snapshot"} {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
 			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools minio`")
 		}
@@ -147,6 +156,15 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	var tok uint64
 	if err := json.Unmarshal(bytes.TrimSpace(tokOut), &tok); err != nil || token.Token(tok).Epoch() != 1 || token.Token(tok).Revision() <= 0 {
 		t.Fatalf("token from the deployed arbiter: %q (%v)", tokOut, err)
+	}
+
+	// The same through the fan-in tier: lockctl routes proxyless through
+	// a deployed control plane (xds:///lockplane), which publishes the
+	// region's arbiters.
+	fanOut := runEnv(t, dir, []string{"GRPC_XDS_BOOTSTRAP=" + fanInBootstrap(t, up)}, "lockctl", "--profile", fanInProfile(t, up.Profile),
+		"run", "demo/e2e/fanin", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
+	if err := json.Unmarshal(bytes.TrimSpace(fanOut), &tok); err != nil || token.Token(tok).Epoch() != 1 {
+		t.Fatalf("token through the fan-in tier: %q (%v)", fanOut, err)
 	}
 
 	// Audit: the arbiters' tailers carry the lock's grant and release into
@@ -543,3 +561,49 @@ func lastLine(b []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// fanInProfile is a copy of the profile at path, beside it, whose
+// endpoint is the fan-in tier's xDS target.
+func fanInProfile(t *testing.T, path string) string {
+	t.Helper()
+	p, err := profile.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Endpoint = "xds:///" + fanin.DefaultName
+	out := filepath.Join(filepath.Dir(path), "profile-fanin.json")
+	if err := p.Save(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// fanInBootstrap writes the xDS bootstrap of the profile's default
+// identity, naming the first control plane the up deployed.
+func fanInBootstrap(t *testing.T, up summary) string {
+	t.Helper()
+	eps, _ := up.Outputs["fanInEndpoints"].([]any)
+	if len(eps) == 0 {
+		t.Fatalf("up deployed no fan-in control plane: fanInEndpoints %v", up.Outputs["fanInEndpoints"])
+	}
+	p, err := profile.Load(up.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs := func(f string) string {
+		if filepath.IsAbs(f) {
+			return f
+		}
+		return filepath.Join(filepath.Dir(up.Profile), f)
+	}
+	id := p.Identities[p.DefaultIdentity]
+	boot, err := fanin.ClientBootstrap(fmt.Sprint(eps[0]), "e2e", fanin.ClientTLS{Cert: abs(id.Cert), Key: abs(id.Key), Bundle: abs(p.Bundle)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(filepath.Dir(up.Profile), "xds-bootstrap.json")
+	if err := os.WriteFile(out, boot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
