@@ -154,6 +154,7 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 	}
 	ctx.Export("entityClusterIds", shards)
 	ctx.Export("arbiterEndpoints", pulumi.ToStringArray(region.Arbiter.Endpoints))
+	ctx.Export("fanInEndpoints", pulumi.ToStringArray(region.FanIn.Endpoints))
 	ctx.Export("arbiterServerId", pulumi.String("spiffe://"+s.TrustDomain+components.ArbiterServerID))
 	ctx.Export("spiffeBundlePem", region.SpiffeCA.CertPem)
 	ctx.Export("clientSvidPem", region.Arbiter.Client.CertPem)
