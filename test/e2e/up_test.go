@@ -24,9 +24,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/chserver"
-	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/client/token"
-	"github.com/lockplane/lockplane/services/fanin"
 	"github.com/lockplane/lockplane/test/hosts"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -95,6 +93,10 @@ type summary struct {
 	Outputs map[string]any `json:"outputs"`
 	Profile string         `json:"profile"`
 	Unseal  []string       `json:"unseal"`
+	// FanInProfile and FanInBootstrap are what up wrote to dial through
+	// the fan-in tier.
+	FanInProfile   string `json:"fan_in_profile"`
+	FanInBootstrap string `json:"fan_in_bootstrap"`
 }
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
@@ -160,8 +162,12 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 
 	// The same through the fan-in tier: lockctl routes proxyless through
 	// a deployed control plane (xds:///lockplane), which publishes the
-	// region's arbiters.
-	fanOut := runEnv(t, dir, []string{"GRPC_XDS_BOOTSTRAP=" + fanInBootstrap(t, up)}, "lockctl", "--profile", fanInProfile(t, up.Profile),
+	// region's arbiters, with the profile and bootstrap up wrote.
+	if eps, _ := up.Outputs["fanInEndpoints"].([]any); len(eps) == 0 || up.FanInProfile == "" || up.FanInBootstrap == "" {
+		t.Fatalf("up deployed no fan-in control plane or wrote nothing to dial it: fanInEndpoints %v, profile %q, bootstrap %q",
+			up.Outputs["fanInEndpoints"], up.FanInProfile, up.FanInBootstrap)
+	}
+	fanOut := runEnv(t, dir, []string{"GRPC_XDS_BOOTSTRAP=" + up.FanInBootstrap}, "lockctl", "--profile", up.FanInProfile,
 		"run", "demo/e2e/fanin", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
 	if err := json.Unmarshal(bytes.TrimSpace(fanOut), &tok); err != nil || token.Token(tok).Epoch() != 1 {
 		t.Fatalf("token through the fan-in tier: %q (%v)", fanOut, err)
@@ -561,49 +567,3 @@ func lastLine(b []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-// fanInProfile is a copy of the profile at path, beside it, whose
-// endpoint is the fan-in tier's xDS target.
-func fanInProfile(t *testing.T, path string) string {
-	t.Helper()
-	p, err := profile.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Endpoint = "xds:///" + fanin.DefaultName
-	out := filepath.Join(filepath.Dir(path), "profile-fanin.json")
-	if err := p.Save(out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// fanInBootstrap writes the xDS bootstrap of the profile's default
-// identity, naming the first control plane the up deployed.
-func fanInBootstrap(t *testing.T, up summary) string {
-	t.Helper()
-	eps, _ := up.Outputs["fanInEndpoints"].([]any)
-	if len(eps) == 0 {
-		t.Fatalf("up deployed no fan-in control plane: fanInEndpoints %v", up.Outputs["fanInEndpoints"])
-	}
-	p, err := profile.Load(up.Profile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	abs := func(f string) string {
-		if filepath.IsAbs(f) {
-			return f
-		}
-		return filepath.Join(filepath.Dir(up.Profile), f)
-	}
-	id := p.Identities[p.DefaultIdentity]
-	boot, err := fanin.ClientBootstrap(fmt.Sprint(eps[0]), "e2e", fanin.ClientTLS{Cert: abs(id.Cert), Key: abs(id.Key), Bundle: abs(p.Bundle)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(filepath.Dir(up.Profile), "xds-bootstrap.json")
-	if err := os.WriteFile(out, boot, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}

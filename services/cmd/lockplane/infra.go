@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockplane/lockplane/infra/program"
 	"github.com/lockplane/lockplane/services/client/profile"
+	"github.com/lockplane/lockplane/services/fanin"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
@@ -213,6 +214,11 @@ type summary struct {
 	Elapsed string         `json:"elapsed"`
 	Outputs map[string]any `json:"outputs,omitempty"`
 	Profile string         `json:"profile,omitempty"`
+	// FanInProfile is the profile's copy whose endpoint is the fan-in
+	// tier (xds:///lockplane), and FanInBootstrap the demo identity's xDS
+	// bootstrap to name in GRPC_XDS_BOOTSTRAP with it (docs/fan-in.md).
+	FanInProfile   string `json:"fan_in_profile,omitempty"`
+	FanInBootstrap string `json:"fan_in_bootstrap,omitempty"`
 	// Promotion is promote's record.
 	Promotion *promotion `json:"promotion,omitempty"`
 	// Unseal, after a DR stack's up, is what the operators run next.
@@ -301,7 +307,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 					out.Outputs[k] = v.Value
 				}
 			}
-			if out.Profile, err = writeProfile(root, f.stack, res.Outputs); err != nil {
+			if out.Profile, out.FanInProfile, out.FanInBootstrap, err = writeProfiles(root, f.stack, res.Outputs); err != nil {
 				return summary{}, err
 			}
 			if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
@@ -341,6 +347,10 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				} else {
 					fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
 						res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
+					if out.FanInProfile != "" {
+						fmt.Printf("through the fan-in tier %v: GRPC_XDS_BOOTSTRAP=%s lockctl --profile %s status\n",
+							res.Outputs["fanInEndpoints"].Value, out.FanInBootstrap, out.FanInProfile)
+					}
 				}
 				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
 					printRestored(os.Stdout, f.stack, out.Profile, restored)
@@ -445,4 +455,34 @@ func writeProfile(root, stack string, out auto.OutputMap) (string, error) {
 		}}
 	path := filepath.Join(dir, "profile.json")
 	return path, p.Save(path)
+}
+
+// writeProfiles is writeProfile and, when the stack runs the fan-in tier,
+// the profile's copy that dials through it and the demo identity's xDS
+// bootstrap naming its first control plane.
+func writeProfiles(root, stack string, out auto.OutputMap) (path, fanInPath, bootstrapPath string, err error) {
+	if path, err = writeProfile(root, stack, out); err != nil || path == "" {
+		return path, "", "", err
+	}
+	eps, _ := out["fanInEndpoints"].Value.([]any)
+	if len(eps) == 0 {
+		return path, "", "", nil
+	}
+	p, err := profile.Load(path)
+	if err != nil {
+		return path, "", "", err
+	}
+	demo := p.Identities[p.DefaultIdentity]
+	boot, err := fanin.ClientBootstrap(fmt.Sprint(eps[0]), "lockctl-"+stack, fanin.ClientTLS{Cert: demo.Cert, Key: demo.Key, Bundle: p.Bundle})
+	if err != nil {
+		return path, "", "", err
+	}
+	dir := filepath.Dir(path)
+	bootstrapPath = filepath.Join(dir, "xds-bootstrap.json")
+	if err := os.WriteFile(bootstrapPath, append(boot, '\n'), 0o600); err != nil {
+		return path, "", "", err
+	}
+	p.Endpoint = "xds:///" + fanin.DefaultName
+	fanInPath = filepath.Join(dir, "profile-fanin.json")
+	return path, fanInPath, bootstrapPath, p.Save(fanInPath)
 }
