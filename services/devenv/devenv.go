@@ -380,7 +380,7 @@ func (e *Env) StartArbiter() error {
 		lis.Close()
 		return fmt.Errorf("devenv: arbiter not ready: %w", err)
 	}
-	e.server = grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()))
+	e.server = grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
 	e.served = srv
 	srv.Register(e.server)
 	go e.server.Serve(lis)
@@ -455,6 +455,7 @@ type server interface {
 	Ready(context.Context) error
 	Register(*grpc.Server)
 	UnaryInterceptor() grpc.UnaryServerInterceptor
+	StreamInterceptor() grpc.StreamServerInterceptor
 	Drain()
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
@@ -47,6 +48,8 @@ type flags struct {
 	opTimeout                         time.Duration
 	groupCommit                       int
 	callRate                          float64
+	pollInterval                      time.Duration
+	trustedProxy                      string
 	callBurst                         int
 	actionTTL                         time.Duration
 	classes                           []class.Class
@@ -82,6 +85,8 @@ func main() {
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
 	flag.Float64Var(&f.callRate, "call-rate", 0, "lock.v1 calls a second each identity may make at this arbiter, past which it is refused RESOURCE_EXHAUSTED (RATE_LIMITED): the fan-in tier's per-identity limit, which proxyless clients have no proxy to apply (0: no limit)")
+	flag.StringVar(&f.trustedProxy, "trusted-proxy-id", "", "the SPIFFE ID of the fan-in proxy (an Envoy that terminates the workloads' mTLS): its calls are made by the client certificate it forwards in x-forwarded-client-cert, and refused without one (docs/fan-in.md); the header is ignored from any other peer")
+	flag.DurationVar(&f.pollInterval, "poll-interval", time.Second, "how often a waiter whose watch may have missed a release tries the key anyway (jittered); the watch is what normally wakes it")
 	flag.IntVar(&f.callBurst, "call-burst", 0, "bursts of --call-rate (0: --call-rate rounded up)")
 	flag.IntVar(&f.groupCommit, "group-commit", arbiter.DefaultGroupCommit, "grant and release Txns in flight per cluster; requests that arrive meanwhile are sent together in the next (0: each its own Txn)")
 	flag.StringVar(&f.policies, "policies", "", "directory of LockClass and LockGrant documents: classes and prefix grants (replaces --class); this or --allow-any-workload is required")
@@ -140,6 +145,17 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	}
 	if f.endpoints == "" {
 		return errors.New("--etcd-endpoints: required")
+	}
+	if f.pollInterval <= 0 {
+		return fmt.Errorf("--poll-interval %v: must be positive", f.pollInterval)
+	}
+	var proxy spiffeid.ID
+	if f.trustedProxy != "" {
+		id, err := spiffeid.FromString(f.trustedProxy)
+		if err != nil {
+			return fmt.Errorf("--trusted-proxy-id %q: not a SPIFFE ID: %w", f.trustedProxy, err)
+		}
+		proxy = id
 	}
 	store, reader, err := f.audit()
 	if err != nil {
@@ -200,7 +216,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := arbiter.Config{
 		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
-		OpTimeout: f.opTimeout, GroupCommit: groupCommitFlag(f.groupCommit), CallRate: f.callRate, CallBurst: f.callBurst, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
+		OpTimeout: f.opTimeout, GroupCommit: groupCommitFlag(f.groupCommit), CallRate: f.callRate, CallBurst: f.callBurst, PollInterval: f.pollInterval, TrustedProxy: proxy, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.
 		Operators: operators, OnePersonEpochAdvance: f.onePersonEpochAdvance,
@@ -280,6 +296,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		Ready(context.Context) error
 		Register(*grpc.Server)
 		UnaryInterceptor() grpc.UnaryServerInterceptor
+		StreamInterceptor() grpc.StreamServerInterceptor
 		Drain()
 	}
 	if len(shards) > 0 || f.region != "" {
@@ -303,7 +320,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		return err
 	}
 	// One deadline per call for all its etcd requests: the bound the README states.
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(a.UnaryInterceptor()))
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor()))
 	a.Register(srv)
 	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {

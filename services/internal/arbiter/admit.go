@@ -7,7 +7,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -74,7 +74,7 @@ func newAdmitter(cfg Config, m *metrics) admitter {
 
 // admit is the request a call for key in className makes, or the refusal.
 func (g admitter) admit(ctx context.Context, key, className string) (request, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return request{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"google.golang.org/grpc"
 )
@@ -16,14 +17,29 @@ import (
 // deadline each: its wait may outlast any one of them.
 // Each call is first counted against its identity's rate (Config.CallRate).
 // Call it once per server: each call makes a limiter of its own.
+// Before either, a call from the trusted proxy (Config.TrustedProxy) is
+// made the forwarded caller's.
 func (a *Arbiter) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	return limited(newCallLimit(a.cfg.CallRate, a.cfg.CallBurst), budgeted(a.cfg.OpTimeout))
+	return caller.Trusting(a.cfg.TrustedProxy).Unary(
+		limited(newCallLimit(a.cfg.CallRate, a.cfg.CallBurst, a.metrics, a.cfg.Cluster), budgeted(a.cfg.OpTimeout)))
+}
+
+// StreamInterceptor makes a keepalive stream from the trusted proxy the
+// forwarded caller's.
+func (a *Arbiter) StreamInterceptor() grpc.StreamServerInterceptor {
+	return caller.Trusting(a.cfg.TrustedProxy).Stream()
 }
 
 // UnaryInterceptor is the Arbiter's, with the OpTimeout every cluster of a
 // Router has.
 func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	return limited(newCallLimit(ro.cfg.CallRate, ro.cfg.CallBurst), budgeted(ro.cfg.OpTimeout))
+	return caller.Trusting(ro.cfg.TrustedProxy).Unary(
+		limited(newCallLimit(ro.cfg.CallRate, ro.cfg.CallBurst, ro.metrics, ro.cfg.Cluster), budgeted(ro.cfg.OpTimeout)))
+}
+
+// StreamInterceptor is the Arbiter's.
+func (ro *Router) StreamInterceptor() grpc.StreamServerInterceptor {
+	return caller.Trusting(ro.cfg.TrustedProxy).Stream()
 }
 
 // budgeted gives each unary call but a waiting Acquire the budget opTimeout.

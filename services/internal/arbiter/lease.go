@@ -52,40 +52,39 @@ func (a *Arbiter) closeLease(ctx context.Context, lease int64) error {
 // as every renewal is: a lease gone, or revoked by a force-release, is its
 // session's end, and a sealed cluster renews nothing. checked runs after
 // the force-release check, before anything is renewed: a session's
-// renewal checks its owner there.
-func (a *Arbiter) renewLease(ctx context.Context, lease int64, checked func() error) (int64, error) {
+// renewal checks its owner there. failed reports an error of etcd's (no
+// quorum, a store error), as against a refusal.
+func (a *Arbiter) renewLease(ctx context.Context, lease int64, checked func() error) (ttl int64, failed bool, err error) {
 	// A force-release that revoked the session deleted its record, so an
 	// owner check would not see it, and the lease revoke that followed may
 	// have failed: refused, and the lease revoked again.
 	if id := a.forced.revokedBy(lease); id != "" {
 		a.discardLease(clientv3.LeaseID(lease))
-		return 0, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session was revoked by force-release request "+id)
+		return 0, false, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session was revoked by force-release request "+id)
 	}
 	if checked != nil {
 		if err := checked(); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 	// A restored cluster's leases are as suspect as its holds: renewing them
 	// would keep alive grants the epoch advance is about to delete.
 	if a.epochs.sealed() {
 		st, _ := a.epochs.get()
-		return 0, a.sealedErr(st)
+		return 0, false, a.sealedErr(st)
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
 	ka, err := a.renewer.renew(octx, clientv3.LeaseID(lease))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return 0, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
+		return 0, false, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired")
 	case err != nil:
-		a.metrics.renewalFailed(a.cfg.Cluster)
-		return 0, a.etcdFailure(ctx, err)
+		return 0, true, a.etcdFailure(ctx, err)
 	}
 	if a.observeHeader(ka.ResponseHeader) {
 		st, _ := a.epochs.get()
-		return 0, a.sealedErr(st)
+		return 0, false, a.sealedErr(st)
 	}
-	a.metrics.renewed(a.cfg.Cluster)
-	return ka.TTL, nil
+	return ka.TTL, false, nil
 }

@@ -80,7 +80,7 @@ type sessionLeases interface {
 	renew(ctx context.Context, caller spiffeid.ID, session int64, owned *ownedSessions) *lockv1.KeepAliveResponse
 	closeLease(ctx context.Context, lease int64) error
 	// renewLease renews lease once, whoever's session it is.
-	renewLease(ctx context.Context, lease int64, checked func() error) (int64, error)
+	renewLease(ctx context.Context, lease int64, checked func() error) (ttl int64, failed bool, err error)
 }
 
 // coordCluster is the coord cluster's arbiter: a cluster that also opens

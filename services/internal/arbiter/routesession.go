@@ -10,8 +10,8 @@ import (
 
 	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -105,7 +105,7 @@ func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw 
 // Without create (a release or a look), a lease that is gone holds
 // nothing: 0, as for a session with no lease there.
 func (ro *Router) confirmed(ctx context.Context, session int64, shard string, lease int64, create bool) (int64, error) {
-	if _, err := ro.shards[shard].renewLease(ctx, lease, nil); err != nil {
+	if _, _, err := ro.shards[shard].renewLease(ctx, lease, nil); err != nil {
 		if !create && reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
 			return 0, nil
 		}
@@ -246,7 +246,7 @@ func (ro *Router) renewShards(ctx context.Context, caller spiffeid.ID, session i
 // session's shard leases, then its coord lease, once it has found the
 // session the caller's.
 func (ro *Router) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}

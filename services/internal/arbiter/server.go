@@ -106,13 +106,18 @@ type Config struct {
 	// from grants: 200/s with bursts of 50 when zero.
 	ValidateRate  float64
 	ValidateBurst int
-	// CallRate and CallBurst limit each identity's lock.v1 calls at this
-	// arbiter (a keepalive stream's renewals are not counted): the fan-in
-	// tier's per-identity local rate limit, which proxyless clients have
-	// no proxy to apply. No limit when CallRate is zero; CallBurst is
-	// CallRate rounded up when zero.
+	// CallRate and CallBurst limit each identity's Acquire, OpenSession
+	// and Inspect calls at this arbiter (callrate.go says why not the
+	// others): the fan-in tier's per-identity local rate limit, which
+	// proxyless clients have no proxy to apply. No limit when CallRate is
+	// zero; CallBurst is CallRate rounded up when zero.
 	CallRate  float64
 	CallBurst int
+	// TrustedProxy is the SPIFFE ID of the fan-in proxy (an Envoy that
+	// terminates the workloads' mTLS): its calls are the forwarded client
+	// certificate's, by x-forwarded-client-cert (package caller). None
+	// when zero. Serve with StreamInterceptor too.
+	TrustedProxy spiffeid.ID
 	// Quotas limits each identity's live sessions and holds; none when nil.
 	Quotas quota.Quotas
 	// Metrics receives the arbiter's metrics; not registered when nil.

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
@@ -23,7 +23,7 @@ import (
 // OpenSession implements lockv1.LockServiceServer: one lease for the
 // caller's identity and the class's TTL, and the session record on it.
 func (a *Arbiter) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
@@ -107,7 +107,7 @@ func (a *Arbiter) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 // renewal's etcd requests share one deadline, budget from its arrival.
 func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renewals *workers, budget time.Duration, renew func(context.Context, spiffeid.ID, int64) *lockv1.KeepAliveResponse) error {
 	ctx := stream.Context()
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
@@ -200,7 +200,7 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	}
 	// The owner is checked once a stream; a force-release is checked at
 	// every renewal (renewLease), however the stream began.
-	ttl, err := a.renewLease(ctx, session, func() error {
+	ttl, failed, err := a.renewLease(ctx, session, func() error {
 		if owned.has(session) {
 			return nil
 		}
@@ -211,12 +211,16 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 		return nil
 	})
 	if err != nil {
+		if failed {
+			a.metrics.renewalFailed(a.cfg.Cluster)
+		}
 		why := reason.Of(err)
 		if why == lockv1.ErrorReason_SESSION_EXPIRED {
 			owned.remove(session)
 		}
 		return &lockv1.KeepAliveResponse{SessionId: session, Error: why, ErrorMessage: "renewal: " + status.Convert(err).Message()}
 	}
+	a.metrics.renewed(a.cfg.Cluster)
 	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ttl)), Ended: a.forced.of(session)}
 }
 
@@ -243,7 +247,7 @@ func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session in
 // CloseSession implements lockv1.LockServiceServer: revoking the lease
 // deletes every hold on it in one committed entry.
 func (a *Arbiter) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}

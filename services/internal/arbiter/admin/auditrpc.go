@@ -11,7 +11,7 @@ import (
 	"github.com/lockplane/lockplane/services/audit/chstore"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -99,7 +99,7 @@ func (s *Server) AuditExpiries(ctx context.Context, req *adminv1.AuditExpiriesRe
 // auditReader admits an operator to the audit store. History names every
 // identity's keys, so only operators read it.
 func (s *Server) auditReader(ctx context.Context) (audit.Reader, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}

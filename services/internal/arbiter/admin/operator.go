@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
 	"google.golang.org/grpc/codes"
@@ -74,7 +74,7 @@ func bearer(ctx context.Context) (string, error) {
 // alone serves only the read-only admin calls. Every refusal names the
 // rule that failed in metadata "cause".
 func (s *Server) signedInOperator(ctx context.Context) (Operator, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return Operator{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}

@@ -23,9 +23,9 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/lockkey"
@@ -140,7 +140,7 @@ func (s *Server) log() *slog.Logger { return s.cfg.Bound.Logger }
 // Status implements adminv1.AdminServiceServer. It answers without a
 // quorum too, from serializable reads, and says so.
 func (s *Server) Status(ctx context.Context, req *adminv1.StatusRequest) (*adminv1.StatusResponse, error) {
-	if _, err := identity.Caller(ctx); err != nil {
+	if _, err := caller.Of(ctx); err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	a, err := s.cluster(req.GetCluster())
@@ -236,7 +236,7 @@ func (s *Server) Status(ctx context.Context, req *adminv1.StatusRequest) (*admin
 // (advanceEpoch). Without sign-in it serves a SPIFFE operator only where
 // Config.OnePersonEpochAdvance opts in (trials, the embedded default).
 func (s *Server) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequest) (*adminv1.AdvanceEpochResponse, error) {
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
@@ -394,7 +394,7 @@ func (s *Server) advanceFailure(ctx context.Context, err error) error {
 
 // ShardMap implements adminv1.AdminServiceServer.
 func (s *Server) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) (*adminv1.ShardMapResponse, error) {
-	if _, err := identity.Caller(ctx); err != nil {
+	if _, err := caller.Of(ctx); err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
 	if s.table == nil || len(s.shards) == 0 {
@@ -411,7 +411,7 @@ func (s *Server) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) (*adm
 // AddShard implements adminv1.AdminServiceServer.
 func (s *Server) AddShard(req *adminv1.AddShardRequest, stream adminv1.AdminService_AddShardServer) error {
 	ctx := stream.Context()
-	caller, err := identity.Caller(ctx)
+	caller, err := caller.Of(ctx)
 	if err != nil {
 		return refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
 	}
