@@ -7,10 +7,15 @@ import (
 
 // ClientTLS are the files a gRPC client presents to the control plane
 // and checks it with: its SVID, and the trust bundle. gRPC reads them
-// again as they change (its file watcher), so a rotated SVID is picked up.
+// again every refreshInterval, so a rotated SVID is picked up well within
+// the life of the one before it (an hour from SPIRE by default).
 type ClientTLS struct {
 	Cert, Key, Bundle string
 }
+
+// refreshInterval is how often gRPC reads the files again: its default is
+// an hour, as long as an SVID lives.
+const refreshInterval = "60s"
 
 // ClientBootstrap is the gRPC xDS bootstrap (gRFC A27) of a client that
 // routes through the control plane at server (host:port, the host as its
@@ -32,6 +37,7 @@ func ClientBootstrap(server, node string, tls ClientTLS) ([]byte, error) {
 			"server_uri": server,
 			"channel_creds": []creds{{Type: "tls", Config: map[string]string{
 				"certificate_file": tls.Cert, "private_key_file": tls.Key, "ca_certificate_file": tls.Bundle,
+				"refresh_interval": refreshInterval,
 			}}},
 			"server_features": []string{"xds_v3"},
 		}},

@@ -270,7 +270,7 @@ func (s Spec) envoyListener(c EnvoyConfig) (*listenerv3.Listener, error) {
 		Http2ProtocolOptions:        &corev3.Http2ProtocolOptions{},
 		ForwardClientCertDetails:    hcmv3.HttpConnectionManager_SANITIZE_SET,
 		SetCurrentClientCertDetails: &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Uri: true},
-		RouteSpecifier:              &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: s.route()},
+		RouteSpecifier:              &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: s.envoyRoute()},
 		HttpFilters:                 filters,
 	})
 	if err != nil {
@@ -289,6 +289,17 @@ func (s Spec) envoyListener(c EnvoyConfig) (*listenerv3.Listener, error) {
 			TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tls}},
 		}},
 	}, nil
+}
+
+// envoyRoute is the clients' route without Envoy's default 15 s timeout: a
+// waiting Acquire may outlast it. Each call is bounded by its own
+// grpc-timeout instead, which the arbiter also honours.
+func (s Spec) envoyRoute() *routev3.RouteConfiguration {
+	r := s.route()
+	action := r.VirtualHosts[0].Routes[0].GetRoute()
+	action.Timeout = durationpb.New(0)
+	action.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: durationpb.New(0)}
+	return r
 }
 
 // localRateLimit gives each client certificate (its x-forwarded-client-cert

@@ -24,7 +24,9 @@ func TestABadSpecIsRefusedNamingTheField(t *testing.T) {
 		{Spec{Name: "lockplane"}, "arbiters: at least one"},
 		{Spec{Name: "lockplane", Arbiters: []string{"10.0.0.1"}}, "arbiters[0]: \"10.0.0.1\" is not host:port"},
 		{Spec{Name: "lockplane", Arbiters: []string{"10.0.0.1:0"}}, "arbiters[0]: \"10.0.0.1:0\": the port is not 1 to 65535"},
-		{Spec{Name: "lockplane", Arbiters: []string{"a:1", "a:1"}}, "arbiters[1]: a:1 is listed twice"},
+		{Spec{Name: "lockplane", Arbiters: []string{"10.0.0.1:1", "10.0.0.1:1"}}, "arbiters[1]: 10.0.0.1:1 is listed twice"},
+		{Spec{Name: "lockplane", Arbiters: []string{"arbiter-1:7443"}}, "arbiters[0]: \"arbiter-1\" is not an IP address"},
+		{Spec{Name: "lockplane", Arbiters: []string{"10.0.0.1:1", " 10.0.0.2:1"}}, "arbiters[1]: \" 10.0.0.2:1\" is not host:port"},
 	} {
 		_, err := c.spec.Resources()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -92,7 +94,7 @@ func TestTheEnvoyBootstrapIsValidAndItsValidationCanFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"headerName":"x-lock-key"`, `"lbPolicy":"RING_HASH"`, `"rateLimitedAsResourceExhausted":true`, `"path":"/run/spire/agent.sock"`} {
+	for _, want := range []string{`"headerName":"x-lock-key"`, `"lbPolicy":"RING_HASH"`, `"rateLimitedAsResourceExhausted":true`, `"path":"/run/spire/agent.sock"`, `"timeout":"0s"`, `"grpcTimeoutHeaderMax":"0s"`} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("the bootstrap has no %s", want)
 		}

@@ -10,8 +10,10 @@ package fanin
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -69,8 +71,14 @@ func (s Spec) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, a := range s.Arbiters {
-		if _, _, err := splitAddr(a); err != nil {
+		host, _, err := splitAddr(a)
+		if err != nil {
 			return fmt.Errorf("arbiters[%d]: %w", i, err)
+		}
+		// Envoy takes an endpoint's address as given, not as a name to
+		// resolve; gRPC would resolve it, and the two would disagree.
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("arbiters[%d]: %q is not an IP address: endpoints are published as addresses, never names", i, host)
 		}
 		if seen[a] {
 			return fmt.Errorf("arbiters[%d]: %s is listed twice", i, a)
@@ -82,7 +90,7 @@ func (s Spec) Validate() error {
 
 func splitAddr(a string) (string, uint32, error) {
 	host, port, err := net.SplitHostPort(a)
-	if err != nil || host == "" {
+	if err != nil || host == "" || strings.TrimSpace(host) != host {
 		return "", 0, fmt.Errorf("%q is not host:port", a)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)

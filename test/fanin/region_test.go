@@ -156,13 +156,23 @@ func (r *region) addrs() []string {
 }
 
 // waits is lockplane_waits_total summed over the arbiters: how many
-// Acquires have joined a key's queue.
+// Acquires have joined a key's queue (and, where waiters poll, how many
+// polls found the key held).
 func (r *region) waits() int {
 	total := 0
-	for _, a := range r.arbiters {
-		total += counter(r.t, a.metrics, "lockplane_waits_total")
+	for _, n := range r.waitsEach() {
+		total += n
 	}
 	return total
+}
+
+// waitsEach is lockplane_waits_total of each arbiter.
+func (r *region) waitsEach() []int {
+	var out []int
+	for _, a := range r.arbiters {
+		out = append(out, counter(r.t, a.metrics, "lockplane_waits_total"))
+	}
+	return out
 }
 
 func counter(t *testing.T, addr, name string) int {
@@ -300,4 +310,24 @@ func inspect(api lockv1.LockServiceClient, key string) (string, error) {
 		return "", err
 	}
 	return p.Addr.String(), err
+}
+
+// direct is a raw lock.v1 client of the named identity (SVID path) to
+// arbiter i, without the control plane.
+func (r *region) direct(name, path string, i int) lockv1.LockServiceClient {
+	t := r.t
+	src, err := identity.FromFiles(r.svid(name, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := identity.ClientCredentials(src, "spiffe://"+trustDomain+"/arbiter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(r.arbiters[i].addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return lockv1.NewLockServiceClient(conn)
 }

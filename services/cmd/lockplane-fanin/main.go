@@ -77,8 +77,12 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	spec := fanin.Spec{Name: f.name, Arbiters: arbiters}
+	if err := spec.Validate(); err != nil {
+		return asFlags(err)
+	}
 	if f.envoyOut != "" {
-		return writeEnvoy(fanin.Spec{Name: f.name, Arbiters: arbiters}, f.envoy, f.envoyOut)
+		return writeEnvoy(spec, f.envoy, f.envoyOut)
 	}
 	var src identity.Source
 	switch {
@@ -97,9 +101,9 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	xds, err := fanin.New(ctx, fanin.Spec{Name: f.name, Arbiters: arbiters}, log)
+	xds, err := fanin.New(ctx, spec, log)
 	if err != nil {
-		return fmt.Errorf("--arbiters: %w", err)
+		return asFlags(err)
 	}
 	// ADS streams live as long as their clients: keepalives find the
 	// dead ones.
@@ -137,10 +141,28 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	return srv.Serve(lis)
 }
 
+// asFlags names a Spec's or an EnvoyConfig's field in err as this
+// command's flag.
+func asFlags(err error) error {
+	msg := err.Error()
+	for field, flag := range map[string]string{"name": "--name", "arbiters": "--arbiters", "listen": "--envoy-listen",
+		"control_plane": "--envoy-control-plane", "control_plane_id": "--envoy-control-plane-id", "arbiter_id": "--envoy-arbiter-id",
+		"spire_socket": "--envoy-spire-socket", "call_burst": "--envoy-call-burst"} {
+		if rest, ok := strings.CutPrefix(msg, field); ok && (strings.HasPrefix(rest, ":") || strings.HasPrefix(rest, "[")) {
+			return errors.New(flag + rest)
+		}
+	}
+	return err
+}
+
 // readArbiters reads --arbiters or --arbiters-file.
 func (f flags) readArbiters() ([]string, error) {
 	if f.arbiters != "" {
-		return strings.Split(f.arbiters, ","), nil
+		list := strings.Split(f.arbiters, ",")
+		for i := range list {
+			list[i] = strings.TrimSpace(list[i])
+		}
+		return list, nil
 	}
 	file, err := os.Open(f.arbitersFile)
 	if err != nil {
@@ -165,17 +187,7 @@ func (f flags) readArbiters() ([]string, error) {
 func writeEnvoy(spec fanin.Spec, c fanin.EnvoyConfig, path string) error {
 	b, err := spec.Envoy(c)
 	if err != nil {
-		// The config's field names, as this command's flags.
-		msg := err.Error()
-		for field, flag := range map[string]string{"listen": "--envoy-listen", "control_plane": "--envoy-control-plane",
-			"control_plane_id": "--envoy-control-plane-id", "arbiter_id": "--envoy-arbiter-id",
-			"spire_socket": "--envoy-spire-socket", "call_burst": "--envoy-call-burst", "name": "--name"} {
-			if rest, ok := strings.CutPrefix(msg, field+":"); ok {
-				msg = flag + ":" + rest
-				break
-			}
-		}
-		return fmt.Errorf("--write-envoy-config: %s", msg)
+		return fmt.Errorf("--write-envoy-config: %w", asFlags(err))
 	}
 	js, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(b)
 	if err != nil {
