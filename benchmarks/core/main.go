@@ -4,10 +4,14 @@
 //	(a) raw etcd: the arbiter's own grant Txn and release Txn, issued
 //	    directly: the floor any etcd-based lock pays;
 //	(b) Lockplane: Acquire + Release through the arbiter, over mTLS gRPC;
-//	(c) etcd's concurrency.Mutex Lock/Unlock on a reused session.
+//	(c) etcd's concurrency.Mutex Lock/Unlock on a reused session;
+//	(g) (a) plus two round trips to the arbiter over mTLS gRPC that touch
+//	    no etcd (health checks): what (b) costs were the arbiter's own work
+//	    free.
 //
 // Each client works on its own key (uncontended), at each concurrency level.
-// It prints p50, p99 and ops/s per mode and the ratios b/a and b/c.
+// It prints p50, p99 and ops/s per mode and the ratios b/a, b/c, g/a (the
+// hop's price) and b/g (the arbiter's own work).
 //
 // With -shards N it also starts N entity shards (3 members each) and
 // measures (f) Lockplane on an entity class, routed by the shard map to a
@@ -40,6 +44,7 @@ import (
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 type result struct {
@@ -68,7 +73,7 @@ func main() {
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time before each measurement")
 	levels := flag.String("clients", "1,32", "comma-separated concurrency levels")
 	asJSON := flag.Bool("json", false, "print results as JSON")
-	only := flag.String("modes", "a,b,c", "which modes to run (a: raw Txn, b: lockplane, c: concurrency.Mutex)")
+	only := flag.String("modes", "a,b,c,g", "which modes to run (a: raw Txn, b: lockplane, c: concurrency.Mutex, g: a plus two round trips to the arbiter that touch no etcd)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	hot := flag.Int("hot", 0, "then measure a hot key with this many contenders (0: skip)")
 	groupCommit := flag.Int("group-commit", 0, "the arbiter's grant and release Txns in flight per cluster (0: its default; -1: each request its own Txn)")
@@ -109,7 +114,8 @@ func main() {
 	defer env.Close()
 
 	modes := []mode{
-		{"a raw etcd Txn", rawTxn(env)},
+		{"a raw etcd Txn", rawTxn(env, "bench/raw")},
+		{"g raw Txn + 2 arbiter hops", withHops(env)},
 		{"b lockplane", viaArbiter(env, false, "")},
 		{"c concurrency.Mutex", mutex(env, false)},
 		{"f lockplane entity shard", viaArbiter(env, false, "entity")},
@@ -184,6 +190,16 @@ func ratios(rs []result) []ratio {
 				continue
 			}
 			out = append(out, ratio{Clients: n, Name: "b/" + other, P50: b.P50ms / o.P50ms, P99: b.P99ms / o.P99ms, OpsSec: b.OpsSec / o.OpsSec})
+		}
+		// g is a plus the two mTLS round trips b makes: g/a is what the
+		// hop alone costs, b/g what the arbiter's own work adds.
+		if g, ok2 := by["g"+strconv.Itoa(n)]; ok2 {
+			if a, ok3 := by["a"+strconv.Itoa(n)]; ok3 {
+				out = append(out, ratio{Clients: n, Name: "g/a", P50: g.P50ms / a.P50ms, P99: g.P99ms / a.P99ms, OpsSec: g.OpsSec / a.OpsSec})
+			}
+			if ok {
+				out = append(out, ratio{Clients: n, Name: "b/g", P50: b.P50ms / g.P50ms, P99: b.P99ms / g.P99ms, OpsSec: b.OpsSec / g.OpsSec})
+			}
 		}
 		if f, ok2 := by["f"+strconv.Itoa(n)]; ok && ok2 {
 			out = append(out, ratio{Clients: n, Name: "f/b", P50: f.P50ms / b.P50ms, P99: f.P99ms / b.P99ms, OpsSec: f.OpsSec / b.OpsSec})
@@ -260,7 +276,7 @@ func run(ctx context.Context, ops []op, d time.Duration) ([]time.Duration, error
 }
 
 // rawTxn issues the arbiter's grant and release transactions directly.
-func rawTxn(env *devenv.Env) setup {
+func rawTxn(env *devenv.Env, prefix string) setup {
 	return func(ctx context.Context, n int) ([]op, func(), error) {
 		var ops []op
 		var leases []clientv3.LeaseID
@@ -280,7 +296,7 @@ func rawTxn(env *devenv.Env) setup {
 				return nil, nil, fmt.Errorf("no epoch record: %v", err)
 			}
 			epochRev := ep.Kvs[0].ModRevision
-			holdKey := lockkey.HoldKey(fmt.Sprintf("bench/raw/%d", i))
+			holdKey := lockkey.HoldKey(fmt.Sprintf("%s/%d", prefix, i))
 			hold := `{"identity":"spiffe://lockplane.dev/bench","session":1,"class":"default","since":"2026-01-01T00:00:00Z"}`
 			id := lease.ID
 			go keepAlive(env.Etcd, id)
@@ -308,6 +324,45 @@ func rawTxn(env *devenv.Env) setup {
 		return ops, func() {
 			for _, l := range leases {
 				env.Etcd.Revoke(context.Background(), l)
+			}
+		}, nil
+	}
+}
+
+// withHops is rawTxn with a gRPC health check to the arbiter before the
+// grant and after the release, each over the worker's own mTLS
+// connection, as b's Acquire and Release are: b's cost were the arbiter's
+// work free. The checks touch no etcd.
+func withHops(env *devenv.Env) setup {
+	raw := rawTxn(env, "bench/hops")
+	return func(ctx context.Context, n int) ([]op, func(), error) {
+		ops, done, err := raw(ctx, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		var clients []*lockclient.Client
+		for i, inner := range ops {
+			c, err := env.Client("demo")
+			if err != nil {
+				return nil, nil, err
+			}
+			clients = append(clients, c)
+			health := healthpb.NewHealthClient(c.Conn())
+			ops[i] = func(ctx context.Context) error {
+				if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+					return err
+				}
+				if err := inner(ctx); err != nil {
+					return err
+				}
+				_, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+				return err
+			}
+		}
+		return ops, func() {
+			done()
+			for _, c := range clients {
+				c.Close(context.Background())
 			}
 		}, nil
 	}
