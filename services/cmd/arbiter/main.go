@@ -24,6 +24,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/lockplane/lockplane/services/internal/credfile"
+	"github.com/lockplane/lockplane/services/internal/svidflags"
 	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/internal/tlsfiles"
 	"github.com/lockplane/lockplane/services/policy"
@@ -36,32 +37,31 @@ import (
 )
 
 type flags struct {
-	listen, metricsListen             string
-	endpoints                         string
-	etcdCert, etcdKey, etcdCA         string
-	etcdCredentials                   string
-	etcdWithoutAuth                   bool
-	onePersonEpochAdvance             bool
-	spiffeSocket                      string
-	svidCert, svidKey, bundle, domain string
-	cluster, operatorPrefix           string
-	opTimeout                         time.Duration
-	groupCommit                       int
-	callRate                          float64
-	pollInterval                      time.Duration
-	trustedProxy                      string
-	callBurst                         int
-	actionTTL                         time.Duration
-	classes                           []class.Class
-	policies                          string
-	allowAnyWorkload                  bool
-	policyReload                      time.Duration
-	region                            string
-	shards                            map[string]string
-	auditStore, auditDatabase         string
-	auditCredentials                  string
-	archive                           archiveFlags
-	oidc                              oidcFlags
+	listen, metricsListen     string
+	endpoints                 string
+	etcdCert, etcdKey, etcdCA string
+	etcdCredentials           string
+	etcdWithoutAuth           bool
+	onePersonEpochAdvance     bool
+	svid                      svidflags.Flags
+	cluster, operatorPrefix   string
+	opTimeout                 time.Duration
+	groupCommit               int
+	callRate                  float64
+	pollInterval              time.Duration
+	trustedProxy              string
+	callBurst                 int
+	actionTTL                 time.Duration
+	classes                   []class.Class
+	policies                  string
+	allowAnyWorkload          bool
+	policyReload              time.Duration
+	region                    string
+	shards                    map[string]string
+	auditStore, auditDatabase string
+	auditCredentials          string
+	archive                   archiveFlags
+	oidc                      oidcFlags
 }
 
 func main() {
@@ -76,11 +76,7 @@ func main() {
 		"; the lock path, the Admin API and the audit tailers sign in as their own user, so etcd refuses each outside its key space; this or --etcd-without-auth is required")
 	flag.BoolVar(&f.etcdWithoutAuth, "etcd-without-auth", false, "use the clusters without etcd users (authentication off): for trials and tests only; logged at start and exported as lockplane_etcd_auth_off")
 	flag.BoolVar(&f.onePersonEpochAdvance, "allow-one-person-epoch-advance", false, "without --oidc-issuer, let one SPIFFE operator advance an epoch alone (lockctl epoch advance --direct): for trials only; with sign-in configured it is always two-person")
-	flag.StringVar(&f.spiffeSocket, "spiffe-socket", "", "SPIRE Workload API socket, e.g. unix:///run/spire/agent.sock")
-	flag.StringVar(&f.svidCert, "svid-cert", "", "SVID certificate (PEM), instead of --spiffe-socket")
-	flag.StringVar(&f.svidKey, "svid-key", "", "SVID key (PEM)")
-	flag.StringVar(&f.bundle, "bundle", "", "trust bundle (PEM)")
-	flag.StringVar(&f.domain, "trust-domain", "", "trust domain of the SVID files")
+	f.svid.Register(flag.CommandLine)
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
@@ -146,8 +142,8 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if f.endpoints == "" {
 		return errors.New("--etcd-endpoints: required")
 	}
-	if f.pollInterval <= 0 {
-		return fmt.Errorf("--poll-interval %v: must be positive", f.pollInterval)
+	if f.pollInterval < 0 {
+		return fmt.Errorf("--poll-interval %v: must not be negative (0: the default, 1s)", f.pollInterval)
 	}
 	var proxy spiffeid.ID
 	if f.trustedProxy != "" {
@@ -179,15 +175,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	var src identity.Source
-	switch {
-	case f.spiffeSocket != "":
-		src, err = identity.FromWorkloadAPI(ctx, f.spiffeSocket)
-	case f.svidCert != "":
-		src, err = identity.FromFiles(identity.Files{Cert: f.svidCert, Key: f.svidKey, Bundle: f.bundle, TrustDomain: f.domain})
-	default:
-		err = errors.New("an identity is required: --spiffe-socket, or --svid-cert, --svid-key, --bundle and --trust-domain")
-	}
+	src, err := f.svid.Open(ctx)
 	if err != nil {
 		return err
 	}

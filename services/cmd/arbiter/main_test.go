@@ -24,6 +24,7 @@ import (
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/credfile"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
+	"github.com/lockplane/lockplane/services/internal/svidflags"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,8 +130,9 @@ func arbiterFlags(t *testing.T, env *devenv.Env, dir string) flags {
 	return flags{
 		listen: addr, metricsListen: "127.0.0.1:0", endpoints: strings.Join(env.Cluster.Endpoints(), ","),
 		etcdCredentials: writeCredentials(t, creds, 0o600),
-		svidCert:        filepath.Join(pki, "arbiter", "svid.pem"), svidKey: filepath.Join(pki, "arbiter", "key.pem"),
-		bundle: filepath.Join(pki, "bundle.pem"), domain: devenv.TrustDomain, cluster: "embedded", operatorPrefix: "/operator/",
+		svid: svidflags.Flags{Cert: filepath.Join(pki, "arbiter", "svid.pem"), Key: filepath.Join(pki, "arbiter", "key.pem"),
+			Bundle: filepath.Join(pki, "bundle.pem"), Domain: devenv.TrustDomain},
+		cluster: "embedded", operatorPrefix: "/operator/",
 		opTimeout: 2 * time.Second, allowAnyWorkload: true, policyReload: time.Minute, actionTTL: time.Hour,
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/fanin"
+	"github.com/lockplane/lockplane/services/internal/svidflags"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -32,8 +33,7 @@ import (
 
 type flags struct {
 	listen, name, arbiters, arbitersFile string
-	spiffeSocket, svidCert, svidKey      string
-	bundle, domain                       string
+	svid                                 svidflags.Flags
 	envoyOut                             string
 	envoy                                fanin.EnvoyConfig
 }
@@ -44,11 +44,7 @@ func main() {
 	flag.StringVar(&f.name, "name", fanin.DefaultName, "the service's xDS name: clients dial xds:///NAME")
 	flag.StringVar(&f.arbiters, "arbiters", "", "comma-separated arbiter addresses, host:port (this or --arbiters-file)")
 	flag.StringVar(&f.arbitersFile, "arbiters-file", "", "a file of arbiter addresses, one host:port a line; read again on SIGHUP")
-	flag.StringVar(&f.spiffeSocket, "spiffe-socket", "", "SPIRE Workload API socket, e.g. unix:///run/spire/agent.sock")
-	flag.StringVar(&f.svidCert, "svid-cert", "", "SVID certificate (PEM), instead of --spiffe-socket")
-	flag.StringVar(&f.svidKey, "svid-key", "", "SVID key (PEM)")
-	flag.StringVar(&f.bundle, "bundle", "", "trust bundle (PEM)")
-	flag.StringVar(&f.domain, "trust-domain", "", "trust domain of the SVID files")
+	f.svid.Register(flag.CommandLine)
 	flag.StringVar(&f.envoyOut, "write-envoy-config", "", "write the bootstrap of an Envoy of the fan-in tier (JSON, validated) to this file and exit, instead of serving; - for stdout")
 	flag.StringVar(&f.envoy.Listen, "envoy-listen", "0.0.0.0:7443", "with --write-envoy-config: where Envoy listens for workloads")
 	flag.StringVar(&f.envoy.ControlPlane, "envoy-control-plane", "", "with --write-envoy-config: this control plane's address as Envoy reaches it, host:port")
@@ -84,15 +80,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if f.envoyOut != "" {
 		return writeEnvoy(spec, f.envoy, f.envoyOut)
 	}
-	var src identity.Source
-	switch {
-	case f.spiffeSocket != "":
-		src, err = identity.FromWorkloadAPI(ctx, f.spiffeSocket)
-	case f.svidCert != "":
-		src, err = identity.FromFiles(identity.Files{Cert: f.svidCert, Key: f.svidKey, Bundle: f.bundle, TrustDomain: f.domain})
-	default:
-		err = errors.New("an identity is required: --spiffe-socket, or --svid-cert, --svid-key, --bundle and --trust-domain")
-	}
+	src, err := f.svid.Open(ctx)
 	if err != nil {
 		return err
 	}
