@@ -8,13 +8,13 @@ import (
 // ClientTLS are the files a gRPC client presents to the control plane
 // and checks it with: its SVID, and the trust bundle. gRPC reads them
 // again every refreshInterval, so a rotated SVID is picked up well within
-// the life of the one before it (an hour from SPIRE by default).
+// the life of the one before it.
 type ClientTLS struct {
 	Cert, Key, Bundle string
 }
 
-// refreshInterval is how often gRPC reads the files again: its default is
-// an hour, as long as an SVID lives.
+// refreshInterval is how often gRPC reads the files again (its default is
+// ten minutes).
 const refreshInterval = "60s"
 
 // ClientBootstrap is the gRPC xDS bootstrap (gRFC A27) of a client that

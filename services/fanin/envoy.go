@@ -56,6 +56,8 @@ const (
 	spireCluster     = "spire_agent"
 	xdsCluster       = "lockplane_xds"
 	identityKey      = "identity"
+	limitedKey       = "call"
+	limitedValue     = "limited"
 	xfcc             = "x-forwarded-client-cert"
 	rateLimitHeader  = "x-lockplane-rate-limit"
 	maxIdentityLimit = 10000
@@ -267,6 +269,7 @@ func (s Spec) envoyListener(c EnvoyConfig) (*listenerv3.Listener, error) {
 	hcm, err := packed(&hcmv3.HttpConnectionManager{
 		StatPrefix:                  s.Name,
 		CodecType:                   hcmv3.HttpConnectionManager_AUTO,
+		StreamIdleTimeout:           durationpb.New(0),
 		Http2ProtocolOptions:        &corev3.Http2ProtocolOptions{},
 		ForwardClientCertDetails:    hcmv3.HttpConnectionManager_SANITIZE_SET,
 		SetCurrentClientCertDetails: &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Uri: true},
@@ -291,16 +294,30 @@ func (s Spec) envoyListener(c EnvoyConfig) (*listenerv3.Listener, error) {
 	}, nil
 }
 
-// envoyRoute is the clients' route without Envoy's default 15 s timeout: a
-// waiting Acquire may outlast it. Each call is bounded by its own
-// grpc-timeout instead, which the arbiter also honours.
+// envoyRoute is the clients' route for lock.v1 only (the arbiters trust
+// Envoy's forwarded certificate for nothing else: operators dial an
+// arbiter), without Envoy's default timeouts: a waiting Acquire sends
+// nothing for as long as it waits, past the 15 s route timeout and the
+// 5 min idle timeout. Each call is bounded by its own grpc-timeout
+// instead, which the arbiter also honours.
 func (s Spec) envoyRoute() *routev3.RouteConfiguration {
 	r := s.route()
-	action := r.VirtualHosts[0].Routes[0].GetRoute()
+	route := r.VirtualHosts[0].Routes[0]
+	route.Match = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: lockServicePrefix}}
+	action := route.GetRoute()
 	action.Timeout = durationpb.New(0)
+	action.IdleTimeout = durationpb.New(0)
 	action.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: durationpb.New(0)}
 	return r
 }
+
+// lockServicePrefix is the path prefix of lock.v1's calls.
+const lockServicePrefix = "/lockplane.lock.v1.LockService/"
+
+// limitedPaths are the calls Envoy rate-limits, as the arbiter does
+// (--call-rate): those that start something. A Release or CloseSession
+// refused would leave a hold or a session behind.
+const limitedPaths = `^/lockplane\.lock\.v1\.LockService/(Acquire|OpenSession|Inspect)$`
 
 // localRateLimit gives each client certificate (its x-forwarded-client-cert
 // value, so an SVID rotation starts a new bucket) a bucket of its own, for
@@ -319,12 +336,21 @@ func localRateLimit(c EnvoyConfig) *localrlv3.LocalRateLimit {
 		TokenBucket:    &typev3.TokenBucket{MaxTokens: 1 << 30, TokensPerFill: wrapperspb.UInt32(1 << 30), FillInterval: durationpb.New(time.Second)},
 		FilterEnabled:  all,
 		FilterEnforced: all,
+		// A call produces the descriptor only when both actions do: a
+		// limited path, and a forwarded certificate.
 		Descriptors: []*ratelimitv3.LocalRateLimitDescriptor{{
-			Entries:     []*ratelimitv3.RateLimitDescriptor_Entry{{Key: identityKey}},
+			Entries:     []*ratelimitv3.RateLimitDescriptor_Entry{{Key: limitedKey, Value: limitedValue}, {Key: identityKey}},
 			TokenBucket: bucket,
 		}},
-		RateLimits: []*routev3.RateLimit{{Actions: []*routev3.RateLimit_Action{{ActionSpecifier: &routev3.RateLimit_Action_RequestHeaders_{
-			RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: xfcc, DescriptorKey: identityKey}}}}}},
+		RateLimits: []*routev3.RateLimit{{Actions: []*routev3.RateLimit_Action{
+			{ActionSpecifier: &routev3.RateLimit_Action_HeaderValueMatch_{HeaderValueMatch: &routev3.RateLimit_Action_HeaderValueMatch{
+				DescriptorKey: limitedKey, DescriptorValue: limitedValue, ExpectMatch: wrapperspb.Bool(true),
+				Headers: []*routev3.HeaderMatcher{{Name: ":path", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{
+					StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: limitedPaths}}}}}},
+			}}},
+			{ActionSpecifier: &routev3.RateLimit_Action_RequestHeaders_{
+				RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: xfcc, DescriptorKey: identityKey}}},
+		}}},
 		MaxDynamicDescriptors:          wrapperspb.UInt32(maxIdentityLimit),
 		RateLimitedAsResourceExhausted: true,
 		ResponseHeadersToAdd: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: rateLimitHeader,

@@ -94,7 +94,8 @@ func TestTheEnvoyBootstrapIsValidAndItsValidationCanFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"headerName":"x-lock-key"`, `"lbPolicy":"RING_HASH"`, `"rateLimitedAsResourceExhausted":true`, `"path":"/run/spire/agent.sock"`, `"timeout":"0s"`, `"grpcTimeoutHeaderMax":"0s"`} {
+	for _, want := range []string{`"headerName":"x-lock-key"`, `"lbPolicy":"RING_HASH"`, `"rateLimitedAsResourceExhausted":true`, `"path":"/run/spire/agent.sock"`, `"timeout":"0s"`, `"idleTimeout":"0s"`, `"streamIdleTimeout":"0s"`, `"grpcTimeoutHeaderMax":"0s"`,
+		`"prefix":"/lockplane.lock.v1.LockService/"`, `(Acquire|OpenSession|Inspect)$`, `"maxRequests":1048576`} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("the bootstrap has no %s", want)
 		}

@@ -189,6 +189,7 @@ func (s Spec) cluster() *clusterv3.Cluster {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: s.Name},
 		ConnectTimeout:       durationpb.New(connectTimeout),
+		CircuitBreakers:      circuitBreakers(),
 		LbPolicy:             clusterv3.Cluster_RING_HASH,
 		LbConfig: &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{
 			MinimumRingSize: wrapperspb.UInt64(min(MaxRingSize, PointsPerArbiter*uint64(len(s.Arbiters)))),
@@ -196,6 +197,21 @@ func (s Spec) cluster() *clusterv3.Cluster {
 			HashFunction:    clusterv3.Cluster_RingHashLbConfig_XX_HASH,
 		}},
 	}
+}
+
+// maxCalls bounds the calls in flight to the arbiters through one client
+// channel (gRPC) or one Envoy. Envoy's and gRPC's default is 1,024, and
+// every session's keepalive stream and every waiter holds one: the
+// arbiters' own quotas are the limit that means something.
+const maxCalls = 1 << 20
+
+func circuitBreakers() *clusterv3.CircuitBreakers {
+	return &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		Priority:           corev3.RoutingPriority_DEFAULT,
+		MaxConnections:     wrapperspb.UInt32(maxCalls),
+		MaxPendingRequests: wrapperspb.UInt32(maxCalls),
+		MaxRequests:        wrapperspb.UInt32(maxCalls),
+	}}}
 }
 
 // endpoints are the arbiters, one locality, equal weights. Sorted, so

@@ -10,6 +10,7 @@ import (
 
 	"strings"
 
+	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/fanin"
@@ -230,9 +231,44 @@ func TestATrustedProxyNamesTheCallerAndNoOneElseCan(t *testing.T) {
 		resp, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{})
 		return resp.GetIdentity(), err
 	}
-	envoy := r.direct("envoy", "/lockplane/envoy", 0)
-	if id, err := open(envoy, forwarded); err != nil || id != alice {
-		t.Fatalf("a session opened through the proxy for alice: %q, %v; want alice's", id, err)
+	envoyConn := r.conn("envoy", "/lockplane/envoy", 0)
+	envoy := lockv1.NewLockServiceClient(envoyConn)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), forwarded), 10*time.Second)
+	defer cancel()
+	sess, err := envoy.OpenSession(ctx, &lockv1.OpenSessionRequest{})
+	if err != nil || sess.GetIdentity() != alice {
+		t.Fatalf("a session opened through the proxy for alice: %v, %v; want alice's", sess, err)
+	}
+	// A keepalive stream through the proxy is alice's too (the stream
+	// interceptor); the same header from another workload is not.
+	renew := func(api lockv1.LockServiceClient) *lockv1.KeepAliveResponse {
+		ka, err := api.KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ka.Send(&lockv1.KeepAliveRequest{SessionId: sess.GetSessionId()}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := ka.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ka.CloseSend()
+		return resp
+	}
+	if resp := renew(envoy); resp.GetTtl() == nil || resp.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		t.Fatalf("alice's renewal through the proxy: %v", resp)
+	}
+	if resp := renew(r.direct("mallory-ka", "/ns/fanin/sa/mallory-ka", 0)); resp.GetError() != lockv1.ErrorReason_SESSION_NOT_OWNED {
+		t.Fatalf("a workload renewing alice's session with her forwarded certificate: %v, want SESSION_NOT_OWNED", resp)
+	}
+	// Operators and the Admin API never go through the proxy.
+	if _, err := adminv1.NewAdminServiceClient(envoyConn).Status(ctx, &adminv1.StatusRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("an admin call through the proxy: %v, want PERMISSION_DENIED", err)
+	}
+	operator := metadata.Pairs("x-forwarded-client-cert", "Hash=0a1b;URI=spiffe://"+trustDomain+"/operator/alice")
+	if _, err := open(envoy, operator); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the proxy forwarding an operator: %v, want UNAUTHENTICATED", err)
 	}
 	mallory := r.direct("mallory", "/ns/fanin/sa/mallory", 0)
 	if id, err := open(mallory, forwarded); err != nil || id != "spiffe://"+trustDomain+"/ns/fanin/sa/mallory" {

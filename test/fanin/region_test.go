@@ -315,6 +315,11 @@ func inspect(api lockv1.LockServiceClient, key string) (string, error) {
 // direct is a raw lock.v1 client of the named identity (SVID path) to
 // arbiter i, without the control plane.
 func (r *region) direct(name, path string, i int) lockv1.LockServiceClient {
+	return lockv1.NewLockServiceClient(r.conn(name, path, i))
+}
+
+// conn is a connection of the named identity (SVID path) to arbiter i.
+func (r *region) conn(name, path string, i int) *grpc.ClientConn {
 	t := r.t
 	src, err := identity.FromFiles(r.svid(name, path))
 	if err != nil {
@@ -329,5 +334,5 @@ func (r *region) direct(name, path string, i int) lockv1.LockServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return lockv1.NewLockServiceClient(conn)
+	return conn
 }

@@ -184,6 +184,19 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if !proxy.IsZero() {
+		switch {
+		case !proxy.MemberOf(self.TrustDomain()):
+			err = fmt.Errorf("is not of this arbiter's trust domain, %s: it could never connect", self.TrustDomain())
+		case proxy == self:
+			err = errors.New("is this arbiter's own ID")
+		case arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix)(proxy):
+			err = fmt.Errorf("is under the operator prefix %s", f.operatorPrefix)
+		}
+		if err != nil {
+			return fmt.Errorf("--trusted-proxy-id %s: %w", proxy, err)
+		}
+	}
 
 	etcdTLS, err := etcdTLS(f)
 	if err != nil {

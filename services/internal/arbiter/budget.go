@@ -20,26 +20,26 @@ import (
 // Before either, a call from the trusted proxy (Config.TrustedProxy) is
 // made the forwarded caller's.
 func (a *Arbiter) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	return caller.Trusting(a.cfg.TrustedProxy).Unary(
+	return caller.Trusting(a.cfg.TrustedProxy, a.cfg.IsOperator).Unary(
 		limited(newCallLimit(a.cfg.CallRate, a.cfg.CallBurst, a.metrics, a.cfg.Cluster), budgeted(a.cfg.OpTimeout)))
 }
 
 // StreamInterceptor makes a keepalive stream from the trusted proxy the
 // forwarded caller's.
 func (a *Arbiter) StreamInterceptor() grpc.StreamServerInterceptor {
-	return caller.Trusting(a.cfg.TrustedProxy).Stream()
+	return caller.Trusting(a.cfg.TrustedProxy, a.cfg.IsOperator).Stream()
 }
 
 // UnaryInterceptor is the Arbiter's, with the OpTimeout every cluster of a
 // Router has.
 func (ro *Router) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	return caller.Trusting(ro.cfg.TrustedProxy).Unary(
+	return caller.Trusting(ro.cfg.TrustedProxy, ro.cfg.IsOperator).Unary(
 		limited(newCallLimit(ro.cfg.CallRate, ro.cfg.CallBurst, ro.metrics, ro.cfg.Cluster), budgeted(ro.cfg.OpTimeout)))
 }
 
 // StreamInterceptor is the Arbiter's.
 func (ro *Router) StreamInterceptor() grpc.StreamServerInterceptor {
-	return caller.Trusting(ro.cfg.TrustedProxy).Stream()
+	return caller.Trusting(ro.cfg.TrustedProxy, ro.cfg.IsOperator).Stream()
 }
 
 // budgeted gives each unary call but a waiting Acquire the budget opTimeout.

@@ -10,6 +10,7 @@ package caller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
@@ -37,21 +38,35 @@ func Of(ctx context.Context) (spiffeid.ID, error) {
 
 // Proxy is the fan-in proxy whose forwarded certificates name callers;
 // the zero Proxy trusts none.
-type Proxy struct{ id spiffeid.ID }
+type Proxy struct {
+	id         spiffeid.ID
+	isOperator func(spiffeid.ID) bool
+}
 
-// Trusting is the Proxy of id.
-func Trusting(id spiffeid.ID) Proxy { return Proxy{id: id} }
+// Trusting is the Proxy of id. It forwards workloads' lock.v1 calls only:
+// an operator, and every Admin API call, dials an arbiter, so that
+// whoever holds the proxy's SVID cannot act as an operator.
+func Trusting(id spiffeid.ID, isOperator func(spiffeid.ID) bool) Proxy {
+	return Proxy{id: id, isOperator: isOperator}
+}
+
+// forwardable are the services the proxy's calls may be made for.
+var forwardable = []string{"/" + lockv1.LockService_ServiceDesc.ServiceName + "/", "/grpc.health.v1.Health/"}
 
 // resolve puts the forwarded caller in ctx when the peer is the proxy. A
 // call from the proxy that forwards no single, valid SPIFFE ID of the
 // proxy's trust domain is refused: the proxy strips what clients send
 // and sets its own, so anything else is a misconfigured proxy.
-func (p Proxy) resolve(ctx context.Context) (context.Context, error) {
+func (p Proxy) resolve(ctx context.Context, method string) (context.Context, error) {
 	if p.id.IsZero() {
 		return ctx, nil
 	}
 	if peer, err := identity.Caller(ctx); err != nil || peer != p.id {
 		return ctx, nil
+	}
+	if !slices.ContainsFunc(forwardable, func(prefix string) bool { return strings.HasPrefix(method, prefix) }) {
+		return nil, refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+			"the fan-in proxy forwards lock.v1 calls only: operators and the Admin API dial an arbiter")
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(ForwardedHeader)
@@ -60,8 +75,12 @@ func (p Proxy) resolve(ctx context.Context) (context.Context, error) {
 			fmt.Sprintf("a call from the fan-in proxy carried %d %s headers, not one: the proxy must set the client certificate's URI (forward_client_cert_details SANITIZE_SET)", len(vals), ForwardedHeader))
 	}
 	id, err := forwardedID(vals[0])
-	if err == nil && !id.MemberOf(p.id.TrustDomain()) {
+	switch {
+	case err != nil:
+	case !id.MemberOf(p.id.TrustDomain()):
 		err = fmt.Errorf("the forwarded identity is not of trust domain %s", p.id.TrustDomain())
+	case id == p.id || (p.isOperator != nil && p.isOperator(id)):
+		err = fmt.Errorf("the forwarded identity is the proxy's or an operator's: they dial an arbiter")
 	}
 	if err != nil {
 		return nil, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, ForwardedHeader+": "+err.Error())
@@ -85,11 +104,16 @@ func forwardedID(v string) (spiffeid.ID, error) {
 			return spiffeid.ID{}, fmt.Errorf("a part is not key=value")
 		}
 		if strings.EqualFold(strings.TrimSpace(k), "URI") {
-			uri, uris = strings.Trim(strings.TrimSpace(val), `"`), uris+1
+			uri, uris = strings.TrimSpace(val), uris+1
 		}
 	}
 	if uris != 1 {
 		return spiffeid.ID{}, fmt.Errorf("%d URI fields, not one", uris)
+	}
+	// A URI is never quoted (it has no ';' or ','): one that is came
+	// through escapes, which are not worth trusting.
+	if strings.ContainsAny(uri, `"\`) {
+		return spiffeid.ID{}, fmt.Errorf("the URI is quoted or escaped")
 	}
 	id, err := spiffeid.FromString(uri)
 	if err != nil {
@@ -98,12 +122,15 @@ func forwardedID(v string) (spiffeid.ID, error) {
 	return id, nil
 }
 
-// splitUnquoted splits s at sep outside double quotes.
+// splitUnquoted splits s at sep outside double quotes; inside them, a
+// backslash escapes the next byte.
 func splitUnquoted(s string, sep byte) []string {
 	var out []string
 	quoted, start := false, 0
 	for i := 0; i < len(s); i++ {
 		switch {
+		case quoted && s[i] == '\\':
+			i++
 		case s[i] == '"':
 			quoted = !quoted
 		case s[i] == sep && !quoted:
@@ -120,7 +147,7 @@ func (p Proxy) Unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerIntercept
 		return next
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := p.resolve(ctx)
+		ctx, err := p.resolve(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
@@ -130,8 +157,8 @@ func (p Proxy) Unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerIntercept
 
 // Stream resolves each stream's caller (a keepalive stream's) once.
 func (p Proxy) Stream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := p.resolve(ss.Context())
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := p.resolve(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
 		}

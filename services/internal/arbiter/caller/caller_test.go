@@ -14,6 +14,8 @@ func TestAForwardedCertificateNamesOneSPIFFEID(t *testing.T) {
 		{`URI=spiffe://td/a;URI=spiffe://td/b`, "", "2 URI fields"},
 		{`URI=https://td/a`, "", "not a SPIFFE ID"},
 		{`garbage`, "", "not key=value"},
+		{`Subject="CN=a\";URI=spiffe://td/forged";URI=spiffe://td/real`, "spiffe://td/real", ""},
+		{`URI="spiffe://td/a"`, "", "quoted or escaped"},
 	} {
 		id, err := forwardedID(c.xfcc)
 		switch {
