@@ -142,6 +142,43 @@ func (ca *CA) Issue(req Request) (certPEM, keyPEM []byte, err error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
 }
 
+// IssueCA signs an intermediate CA under ca for a SPIRE server's upstream
+// authority, so the SVIDs SPIRE signs verify against ca's bundle. Its
+// path length is one: SPIRE signs its own rotating CA with it, and that
+// CA signs the SVIDs.
+func (ca *CA) IssueCA(commonName string, ttl time.Duration, uris ...*url.URL) (certPEM, keyPEM []byte, err error) {
+	if commonName == "" || ttl <= 0 {
+		return nil, nil, errors.New("pki: a CA needs a common name and a positive lifetime")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	notAfter := time.Now().Add(ttl)
+	if notAfter.After(ca.cert.NotAfter) {
+		notAfter = ca.cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{Organization: []string{"Lockplane"}, CommonName: commonName},
+		URIs:                  uris,
+		NotBefore:             time.Now().Add(-time.Minute),
+		NotAfter:              notAfter,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLen:            1,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = encodeKey(key); err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
 func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {

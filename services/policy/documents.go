@@ -81,6 +81,21 @@ type GrantSpec struct {
 	// Quota limits the identity's live sessions and holds; DefaultQuota
 	// when absent. Set it on at most one grant of an identity.
 	Quota *Quota `json:"quota,omitempty"`
+	// Workload is how SPIRE recognises the identity's workloads: the
+	// registration entries `lockplane up` keeps on the region's SPIRE
+	// server, so a grant and who gets its identity are reviewed together.
+	// Set it on at most one grant of an identity.
+	Workload *Workload `json:"workload,omitempty"`
+}
+
+// Workload is the registration of a granted identity: SPIRE issues its
+// SVID to a process, on any of the region's workload hosts, that matches
+// every selector.
+type Workload struct {
+	// Selectors are SPIRE workload selectors, "type:value" as
+	// spire-server entry create takes them ("unix:user:ledger",
+	// "unix:path:/usr/bin/ledger", "k8s:sa:ledger-writer").
+	Selectors []string `json:"selectors"`
 }
 
 // Quota is an identity's limits, enforced by the arbiter.

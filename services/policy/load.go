@@ -64,7 +64,9 @@ type Grant struct {
 	Prefixes []string
 	// Quota is set when this grant sets the identity's quota.
 	Quota *Quota
-	File  string
+	// Workload is set when this grant registers the identity with SPIRE.
+	Workload *Workload
+	File     string
 }
 
 // Set is a valid policy set.
@@ -174,7 +176,8 @@ var (
 
 func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 	set := &Set{Classes: map[string]Class{}, Regions: map[string]string{}}
-	quotaBy := map[string]string{} // SPIFFE ID -> grant that sets its quota
+	quotaBy := map[string]string{}    // SPIFFE ID -> grant that sets its quota
+	workloadBy := map[string]string{} // SPIFFE ID -> grant that registers it
 	nsFiles := map[string]string{}
 	var problems []Problem
 	results := map[string]pausetest.Result{}
@@ -233,7 +236,26 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 					bad("spec.quota.holds", "%d must be at least 1", q.Holds)
 				}
 			}
-			set.Grants = append(set.Grants, Grant{Name: g.Metadata.Name, SPIFFEID: g.Spec.SPIFFEID, Prefixes: g.Spec.Prefixes, Quota: g.Spec.Quota, File: d.file})
+			if w := g.Spec.Workload; w != nil {
+				if prev, dup := workloadBy[g.Spec.SPIFFEID]; dup {
+					bad("spec.workload", "grant %s already registers %s: one workload per identity", prev, g.Spec.SPIFFEID)
+				}
+				workloadBy[g.Spec.SPIFFEID] = g.Metadata.Name
+				if len(w.Selectors) == 0 {
+					bad("spec.workload.selectors", "at least one selector is required: an entry without one would match no workload")
+				}
+				seen := map[string]bool{}
+				for i, sel := range w.Selectors {
+					if err := checkSelector(sel); err != nil {
+						bad(fmt.Sprintf("spec.workload.selectors[%d]", i), "%v", err)
+					} else if seen[sel] {
+						bad(fmt.Sprintf("spec.workload.selectors[%d]", i), "%q is listed twice", sel)
+					}
+					seen[sel] = true
+				}
+			}
+			set.Grants = append(set.Grants, Grant{Name: g.Metadata.Name, SPIFFEID: g.Spec.SPIFFEID, Prefixes: g.Spec.Prefixes, Quota: g.Spec.Quota,
+				Workload: g.Spec.Workload, File: d.file})
 		case KindNamespace:
 			var n LockNamespace
 			if err := strict(d.raw, &n); err != nil {
@@ -375,6 +397,27 @@ func checkSPIFFE(id string) error {
 	td, path, _ := strings.Cut(rest, "/")
 	if !ok || td == "" || path == "" || strings.ContainsAny(id, " ?#") {
 		return fmt.Errorf("%q must be a SPIFFE ID spiffe://<trust-domain>/<path>", id)
+	}
+	return nil
+}
+
+// checkSelector accepts a SPIRE selector, "type:value": the type a
+// plugin's name, the value anything printable (it may hold colons, as
+// "unix:path:/usr/bin/x" and "k8s:ns:payments" do).
+func checkSelector(sel string) error {
+	typ, value, ok := strings.Cut(sel, ":")
+	if !ok || typ == "" || value == "" {
+		return fmt.Errorf("%q must be a SPIRE selector type:value, e.g. unix:user:ledger", sel)
+	}
+	for _, r := range typ {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Errorf("%q: the selector type %q must be a plugin name (a-z, 0-9, _ and -)", sel, typ)
+		}
+	}
+	for _, r := range value {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%q: the selector value must be printable", sel)
+		}
 	}
 	return nil
 }

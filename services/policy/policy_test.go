@@ -130,6 +130,31 @@ kind: LockGrant
 metadata: {name: g6}
 spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-b/], quota: {sessions: 2, holds: 2}}
 `, "document 2 (LockGrant g6): spec.quota: grant g5 already sets the quota of spiffe://x.example/ns/a/sa/w"},
+		{"workload without selectors", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g7}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: []}}
+`, "document 1 (LockGrant g7): spec.workload.selectors: at least one selector is required"},
+		{"workload selector without a type", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g8}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["unix:user:w", "ledger"]}}
+`, `spec.workload.selectors[1]: "ledger" must be a SPIRE selector type:value`},
+		{"workload selector type not a plugin name", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g9}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["Unix User:w"]}}
+`, `spec.workload.selectors[0]: "Unix User:w": the selector type "Unix User" must be a plugin name`},
+		{"two workloads for one identity", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g10}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["unix:user:w"]}}
+---
+apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g11}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-b/], workload: {selectors: ["unix:user:x"]}}
+`, "document 2 (LockGrant g11): spec.workload: grant g10 already registers spiffe://x.example/ns/a/sa/w"},
 		{"namespace without a region", `apiVersion: lockplane.io/v1
 kind: LockNamespace
 metadata: {name: team-a}
