@@ -48,8 +48,8 @@ $(BIN)/minio: $(TOOLS)/go.mod
 # SPIRE's server and agent (v1.13.3), built from their own tools module:
 # the identity tests rotate SVIDs through them. Both in one build, which
 # shares their dependencies (about 10 minutes on 2 cores the first time).
-spire: $(BIN)/spire-server
-$(BIN)/spire-server: tools/spire/go.mod
+spire: $(BIN)/spire-server $(BIN)/spire-agent
+$(BIN)/spire-server $(BIN)/spire-agent &: tools/spire/go.mod tools/spire/go.sum
 	cd tools/spire && $(GO) build -o $(BIN)/ github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent
 
 # ClickHouse, the audit store the audit tests run against: Debian's 18.16,
@@ -71,10 +71,10 @@ $(BIN)/pulumi: tools/pulumi/go.mod
 	cd tools/pulumi && $(GO) build -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
-# A whole region on this machine: 14 test hosts (network namespaces with
+# A whole region on this machine: 15 test hosts (network namespaces with
 # sshd), `lockplane up --stack local`, then a lock through the deployed
 # arbiter. Needs root. `make down` removes it all.
-up: infra-tools minio clickhouse
+up: infra-tools minio spire clickhouse
 	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --stack stacks/Pulumi.local-vault.yaml --dir .lockplane/hosts
 	$(BIN)/lockplane up --stack local-vault
 	$(BIN)/lockplane up --stack local

@@ -46,6 +46,10 @@ type ArbiterArgs struct {
 	// Archive is the region's audit archive, nil without one: the elected
 	// arbiter copies the audit store's history there every day.
 	Archive *Archive
+	// Spire is the region's SPIRE, nil without one: each arbiter then
+	// takes its SVID from its host's agent, and rotates it, instead of a
+	// month-long file from the stack's CA.
+	Spire *Spire
 }
 
 // ArbiterFlags is the arbiter's command line, with its files at paths.
@@ -61,11 +65,15 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 		"--metrics-listen", fmt.Sprintf("%s:%d", listenAddr, s.Arbiter.Metrics),
 		"--etcd-endpoints", strings.Join(a.Coord.Endpoints, ","),
 		"--etcd-cert", f.EtcdCert, "--etcd-key", f.EtcdKey, "--etcd-ca", f.EtcdCA,
-		"--svid-cert", f.SVID, "--svid-key", f.SVIDKey, "--bundle", f.Bundle, "--trust-domain", s.TrustDomain,
 		"--cluster", "coord",
 		"--policies", f.Policies, "--policy-reload", "10s",
 		"--region", s.Region,
 		"--etcd-credentials", EtcdCredentialsFile(f),
+	}
+	if f.SPIFFESocket != "" {
+		flags = append(flags, "--spiffe-socket", f.SPIFFESocket, "--spiffe-id", "spiffe://"+s.TrustDomain+ArbiterServerID)
+	} else {
+		flags = append(flags, "--svid-cert", f.SVID, "--svid-key", f.SVIDKey, "--bundle", f.Bundle, "--trust-domain", s.TrustDomain)
 	}
 	for _, sh := range a.Shards {
 		flags = append(flags, "--shard", sh.Name+"="+strings.Join(sh.Endpoints, ","))
@@ -97,6 +105,9 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 // host.
 type ArbiterFiles struct {
 	EtcdCert, EtcdKey, EtcdCA, SVID, SVIDKey, Bundle, Policies string
+	// SPIFFESocket is the host's SPIRE agent, instead of SVID, SVIDKey
+	// and Bundle.
+	SPIFFESocket string
 	// ArchiveCredentials and ArchiveCA are the archive's, with one.
 	ArchiveCredentials, ArchiveCA string
 	// OperatorsCA is the operators' provider's CA, with one.
@@ -126,10 +137,12 @@ func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.Res
 		return nil, err
 	}
 	td := "spiffe://" + s.TrustDomain
-	svid, err := nodes.NewCertificate(ctx, s.Region+"-arbiter-svid", nodes.CertificateArgs{CA: a.SpiffeCA, URIs: []string{td + ArbiterServerID},
-		Server: true, Client: true, ValidityHours: 30 * 24}, in)
-	if err != nil {
-		return nil, err
+	var svid *nodes.Certificate // with SPIRE, each arbiter's agent issues it
+	if a.Spire == nil {
+		if svid, err = nodes.NewCertificate(ctx, s.Region+"-arbiter-svid", nodes.CertificateArgs{CA: a.SpiffeCA, URIs: []string{td + ArbiterServerID},
+			Server: true, Client: true, ValidityHours: 30 * 24}, in); err != nil {
+			return nil, err
+		}
 	}
 	if arb.Client, err = nodes.NewCertificate(ctx, s.Region+"-demo-svid", nodes.CertificateArgs{CA: a.SpiffeCA,
 		URIs: []string{td + "/ns/demo/sa/lockctl"}, Client: true, ValidityHours: 30 * 24}, in); err != nil {
@@ -165,7 +178,15 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 		Policies: env.ConfPath(h, "policies")}
 	files := []configFile{
 		{f.EtcdCert, etcdClient.CertPem, "0644"}, {f.EtcdKey, etcdClient.KeyPem, "0600"}, {f.EtcdCA, a.EtcdCA.CertPem, "0644"},
-		{f.SVID, svid.CertPem, "0644"}, {f.SVIDKey, svid.KeyPem, "0600"}, {f.Bundle, a.SpiffeCA.CertPem, "0644"},
+	}
+	var identity []pulumi.Resource
+	if a.Spire != nil {
+		ag := a.Spire.Agents[h.Name]
+		f.SVID, f.SVIDKey, f.Bundle, f.SPIFFESocket = "", "", "", ag.Socket
+		identity = []pulumi.Resource{ag.Service, a.Spire.Entries}
+	} else {
+		files = append(files, configFile{f.SVID, svid.CertPem, "0644"}, configFile{f.SVIDKey, svid.KeyPem, "0600"},
+			configFile{f.Bundle, a.SpiffeCA.CertPem, "0644"})
 	}
 	if env.OperatorsCA != "" {
 		f.OperatorsCA = env.ConfPath(h, "arbiter/oidc-ca.crt")
@@ -195,6 +216,7 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 		return err
 	}
 	deps = append(deps, bin, a.Coord)
+	deps = append(deps, identity...)
 	deps = append(deps, a.Epochs...)
 	deps = append(deps, a.EtcdAuth...)
 	d, t, err := putConfig(ctx, conn, name, []configFile{{EtcdCredentialsFile(f), a.EtcdUsers.credentials(), "0600"}}, opts...)

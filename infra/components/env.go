@@ -12,6 +12,7 @@ import (
 	"github.com/lockplane/lockplane/infra/nodes"
 	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/nodes/remote"
+	"github.com/lockplane/lockplane/services/policy"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
@@ -34,6 +35,16 @@ type Env struct {
 	// only; Snapshot is lockplane-snapshot's, with snapshots on only.
 	// FanIn is lockplane-fanin's.
 	Etcd, Arbiter, Node, MinIO, Snapshot, FanIn Binary
+	// SpireServer and SpireAgent are SPIRE's (`make spire`), with a spire
+	// host only.
+	SpireServer, SpireAgent Binary
+	// SpirePostgres is the SPIRE datastore's connection string, a secret
+	// (the file holding it is one in the state); empty for SQLite on the
+	// server's host.
+	SpirePostgres string
+	// Grants are the policy set's LockGrants: SPIRE's entries come from
+	// their workloads.
+	Grants []policy.Grant
 	// Vault is the region's snapshot vault, nil without snapshots;
 	// RestoreVault the vault a DR stack restores from, nil otherwise.
 	Vault, RestoreVault *VaultAccess

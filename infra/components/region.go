@@ -19,6 +19,8 @@ type Region struct {
 	Arbiter *Arbiter
 	// FanIn publishes the arbiters to clients with key affinity.
 	FanIn *FanIn
+	// Spire is nil without a spire host.
+	Spire *Spire
 	// Audit is nil when the stack runs no audit store, Archive when it
 	// runs no audit archive.
 	Audit    *AuditStore
@@ -175,12 +177,18 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 		}
 	}
 
+	if env.Plan.Spire != nil {
+		if r.Spire, err = NewSpire(ctx, env, SpireArgs{SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
+			return nil, err
+		}
+	}
+
 	var auth []pulumi.Resource
 	for _, a := range r.EtcdAuth {
 		auth = append(auth, a)
 	}
 	if r.Arbiter, err = NewArbiter(ctx, env, ArbiterArgs{Coord: r.Coord, Shards: r.Shards, EtcdCA: r.EtcdCA, SpiffeCA: r.SpiffeCA, Halls: halls,
-		Epochs: epochs, EtcdUsers: r.EtcdUsers, EtcdAuth: auth, Audit: r.Audit, Archive: r.Archive}, in); err != nil {
+		Epochs: epochs, EtcdUsers: r.EtcdUsers, EtcdAuth: auth, Audit: r.Audit, Archive: r.Archive, Spire: r.Spire}, in); err != nil {
 		return nil, err
 	}
 	if r.FanIn, err = NewFanIn(ctx, env, FanInArgs{Arbiter: r.Arbiter, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {

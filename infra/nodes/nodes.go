@@ -167,13 +167,19 @@ type CertificateArgs struct {
 	DNSNames, IPs  []string
 	URIs           []string
 	Server, Client bool
-	ValidityHours  int
+	// Intermediate makes an intermediate CA (a SPIRE server's upstream
+	// authority) instead of a leaf.
+	Intermediate  bool
+	ValidityHours int
 }
 
 // NewCertificate issues a certificate.
 func NewCertificate(ctx *pulumi.Context, name string, a CertificateArgs, opts ...pulumi.ResourceOption) (*Certificate, error) {
 	props := pulumi.Map{"caCertPem": a.CA.CertPem, "caKeyPem": a.CA.KeyPem, "commonName": pulumi.String(a.CommonName),
 		"server": pulumi.Bool(a.Server), "client": pulumi.Bool(a.Client), "validityHours": pulumi.Int(a.ValidityHours)}
+	if a.Intermediate {
+		props["ca"] = pulumi.Bool(true)
+	}
 	if len(a.DNSNames) > 0 {
 		props["dnsNames"] = strings(a.DNSNames)
 	}
@@ -487,4 +493,39 @@ func NewVaultBuckets(ctx *pulumi.Context, name string, a VaultBucketsArgs, opts 
 		"rootPassword": pulumi.ToSecret(a.RootPassword), "keepDays": pulumi.Int(a.KeepDays),
 		"regions": pulumi.ToSecret(regions),
 	}, &r, opts...)
+}
+
+// SpireEntries are the registration entries of a region's SPIRE agents on
+// its server: exactly these under the agents named (provider.SpireEntries).
+type SpireEntries struct {
+	pulumi.CustomResourceState
+	Count pulumi.IntOutput `pulumi:"entryCount"`
+}
+
+// SpireEntriesArgs: the server's host and admin socket, the agents, and
+// their entries (spire.Entry, TTL in seconds).
+type SpireEntriesArgs struct {
+	Connection Connection
+	Socket     string
+	Parents    []string
+	Entries    []SpireEntry
+}
+
+// SpireEntry is one registration entry.
+type SpireEntry struct {
+	SPIFFEID, ParentID string
+	Selectors          []string
+	TTLSeconds         int
+}
+
+// NewSpireEntries keeps the entries on the server.
+func NewSpireEntries(ctx *pulumi.Context, name string, a SpireEntriesArgs, opts ...pulumi.ResourceOption) (*SpireEntries, error) {
+	entries := pulumi.Array{}
+	for _, e := range a.Entries {
+		entries = append(entries, pulumi.Map{"spiffeId": pulumi.String(e.SPIFFEID), "parentId": pulumi.String(e.ParentID),
+			"selectors": strings(e.Selectors), "x509SvidTtl": pulumi.Int(e.TTLSeconds)})
+	}
+	var r SpireEntries
+	return &r, ctx.RegisterResource(prefix_+"SpireEntries", name, pulumi.Map{"connection": a.Connection.Input(),
+		"socket": pulumi.String(a.Socket), "parents": strings(a.Parents), "entries": entries}, &r, opts...)
 }

@@ -30,7 +30,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "snapshots", "restore", "restoreInPlace", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "spire", "snapshots", "restore", "restoreInPlace", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -40,7 +40,7 @@ func LoadStack(get func(key string) string, base string) (*topology.Stack, error
 		return nil, fmt.Errorf("stack configuration: %v", err)
 	}
 	s.Defaults()
-	for _, p := range []*string{&s.SSH.PrivateKeyFile, &s.SSH.KnownHostsFile, &s.BinDir, &s.Policies, &s.Operators.CAFile} {
+	for _, p := range []*string{&s.SSH.PrivateKeyFile, &s.SSH.KnownHostsFile, &s.BinDir, &s.Policies, &s.Operators.CAFile, &s.Spire.PostgresFile} {
 		absPath(p, base)
 	}
 	for i := range s.Hosts {
@@ -162,6 +162,16 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 	ctx.Export("operatorSvidPem", region.Arbiter.Operator.CertPem)
 	ctx.Export("operatorKeyPem", pulumi.ToSecret(region.Arbiter.Operator.KeyPem))
 	ctx.Export("acquireP99GateMs", pulumi.Float64(s.Gates.AcquireP99Ms))
+	if sp := region.Spire; sp != nil {
+		// Workloads on these hosts take their identities from the socket.
+		var sockets []string
+		for _, h := range env.Plan.Workloads {
+			sockets = append(sockets, sp.Agents[h.Name].Socket)
+		}
+		ctx.Export("spireServer", pulumi.Sprintf("%s:%d", sp.Server.Host.Address, sp.Server.Port))
+		ctx.Export("spireWorkloadSockets", pulumi.ToStringArray(sockets))
+		ctx.Export("spireEntries", sp.Entries.Count)
+	}
 	if region.Audit != nil {
 		ctx.Export("auditStoreUrl", pulumi.String(region.Audit.URL))
 	}
@@ -210,7 +220,7 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 		return nil, err
 	}
 	env.Plan = plan
-	if env.Policies, err = loadPolicies(s); err != nil {
+	if env.Policies, env.Grants, err = loadPolicies(s); err != nil {
 		return nil, err
 	}
 	if f := s.Operators.CAFile; f != "" {
@@ -232,6 +242,20 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 	}
 	if s.Snapshots.Enabled() {
 		bins = append(bins, binary{"lockplane-snapshot", "build", &env.Snapshot})
+	}
+	if s.SpireEnabled() {
+		bins = append(bins, binary{"spire-server", "spire", &env.SpireServer}, binary{"spire-agent", "spire", &env.SpireAgent})
+		if f := s.Spire.PostgresFile; f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("spire.postgresFile: %v", err)
+			}
+			dsn := strings.TrimSpace(string(b))
+			if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") && !strings.Contains(dsn, "dbname=") {
+				return nil, fmt.Errorf("spire.postgresFile: %s does not hold a PostgreSQL connection string (postgres://... or key=value with dbname=)", f)
+			}
+			env.SpirePostgres = dsn
+		}
 	}
 	for _, b := range bins {
 		p := filepath.Join(s.BinDir, b.name)
@@ -294,14 +318,14 @@ func StackFileConfig(path string) (map[string]string, error) {
 // loadPolicies validates the stack's policy set with the library the
 // arbiter and lockctl use, so an invalid class refuses the deploy, and
 // reads its files for the arbiters.
-func loadPolicies(s *topology.Stack) ([]components.PolicyFile, error) {
+func loadPolicies(s *topology.Stack) ([]components.PolicyFile, []policy.Grant, error) {
 	set, err := policy.Load(s.Policies, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("policies: %w", err)
+		return nil, nil, fmt.Errorf("policies: %w", err)
 	}
 	for _, g := range set.Grants {
 		if !strings.HasPrefix(g.SPIFFEID, "spiffe://"+s.TrustDomain+"/") {
-			return nil, fmt.Errorf("policies: %s: LockGrant %s: spec.spiffeId: %s is not in the stack's trust domain %s", g.File, g.Name, g.SPIFFEID, s.TrustDomain)
+			return nil, nil, fmt.Errorf("policies: %s: LockGrant %s: spec.spiffeId: %s is not in the stack's trust domain %s", g.File, g.Name, g.SPIFFEID, s.TrustDomain)
 		}
 	}
 	var files []components.PolicyFile
@@ -317,5 +341,5 @@ func loadPolicies(s *topology.Stack) ([]components.PolicyFile, error) {
 		files = append(files, components.PolicyFile{Path: filepath.ToSlash(rel), Content: string(b)})
 		return nil
 	})
-	return files, err
+	return files, set.Grants, err
 }

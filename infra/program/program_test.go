@@ -209,7 +209,7 @@ func runProgram(t *testing.T, prog pulumi.RunFunc, m *mocks, stack string, edit 
 		delete(cfg, program.Namespace+":"+k)
 	}
 	dir := t.TempDir()
-	for _, b := range []string{"etcd", "arbiter", "lockplane-node", "lockplane-fanin", "minio", "lockplane-snapshot"} {
+	for _, b := range []string{"etcd", "arbiter", "lockplane-node", "lockplane-fanin", "minio", "lockplane-snapshot", "spire-server", "spire-agent"} {
 		os.WriteFile(filepath.Join(dir, b), []byte("binary "+b), 0o755)
 	}
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)

@@ -35,10 +35,16 @@ const (
 	// RoleArchive is the audit archive's host: MinIO, where one arbiter
 	// copies the audit store's history every day.
 	RoleArchive = "archive"
+	// RoleSpire is the SPIRE server's host: it issues the region's SVIDs
+	// to the agents on the arbiter and workload hosts (docs/identity.md).
+	RoleSpire = "spire"
+	// RoleWorkload is a host where workloads run: its SPIRE agent gives
+	// them the identities their LockGrants register.
+	RoleWorkload = "workload"
 )
 
 // roles are every role a host can have.
-var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit, RoleArchive}
+var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit, RoleArchive, RoleSpire, RoleWorkload}
 
 // Runtimes for the services that are not etcd or Tang.
 const (
@@ -63,6 +69,9 @@ type Stack struct {
 	Audit Audit `json:"audit"`
 	// Archive is the audit archive on the host with role archive.
 	Archive Archive `json:"archive"`
+	// Spire is the SPIRE server on the host with role spire, and its
+	// agents; without one, the stack's CA signs month-long SVID files.
+	Spire Spire `json:"spire"`
 	// Snapshots is the clusters' snapshot schedule into a vault stack.
 	Snapshots Snapshots `json:"snapshots"`
 	// Restore, in a DR stack, stands the clusters up from the vault.
@@ -225,6 +234,35 @@ type Archive struct {
 	RecordsMode string `json:"recordsMode,omitempty"`
 }
 
+// Spire is the region's workload identity (ADR-19): a SPIRE server on the
+// host with role spire, signing under the stack's trust domain CA, and an
+// agent on every arbiter and workload host. The arbiters take their SVIDs
+// from their agent's Workload API; the registration entries come from
+// the LockGrants' workloads.
+type Spire struct {
+	// Port is the server's API on the spire host's address (8081).
+	Port int `json:"port,omitempty"`
+	// SVIDTTL is an X.509 SVID's lifetime (1h, the design's figure):
+	// agents rotate an SVID at half of it.
+	SVIDTTL string `json:"svidTTL,omitempty"`
+	// PostgresFile names a file, on the machine running the program,
+	// holding the datastore's PostgreSQL connection string; without one
+	// the server keeps SQLite on its host.
+	PostgresFile string `json:"postgresFile,omitempty"`
+}
+
+// SpireEnabled reports whether the stack runs SPIRE: whether a host has
+// role spire.
+func (s *Stack) SpireEnabled() bool {
+	return slices.ContainsFunc(s.Hosts, func(h Host) bool { return h.Has(RoleSpire) })
+}
+
+// SVIDLifetime is spire.svidTTL as a duration (validated).
+func (s Spire) SVIDLifetime() time.Duration {
+	d, _ := time.ParseDuration(s.SVIDTTL)
+	return d
+}
+
 // Kubernetes places the arbiter on a cluster.
 type Kubernetes struct {
 	Namespace string `json:"namespace"`
@@ -253,6 +291,10 @@ type Plan struct {
 	Audit *Host
 	// Archive is the audit archive's host; nil when the archive is off.
 	Archive *Host
+	// Spire is the SPIRE server's host, nil without SPIRE; Workloads the
+	// hosts with role workload, each with an agent.
+	Spire     *Host
+	Workloads []Host
 }
 
 var (
@@ -289,6 +331,10 @@ func (s *Stack) Defaults() {
 	def(&s.Arbiter.FanInPort, 7444)
 	def(&s.Audit.HTTPPort, 8123)
 	def(&s.Archive.Port, 9000)
+	def(&s.Spire.Port, 8081)
+	if s.Spire.SVIDTTL == "" {
+		s.Spire.SVIDTTL = "1h"
+	}
 	if s.Operators.Issuer != "" {
 		if s.Operators.ClientID == "" {
 			s.Operators.ClientID = "lockctl"
@@ -453,6 +499,7 @@ func (s *Stack) Validate() (*Plan, error) {
 	}
 	s.validateAudit(bad)
 	s.validateArchive(bad)
+	s.validateSpire(bad)
 	s.validateSnapshots(bad)
 	s.validateRestore(bad)
 	s.validateRestoreInPlace(bad)
@@ -560,6 +607,40 @@ func (s *Stack) validateAudit(bad func(string, ...any)) {
 	}
 	if s.Runtime == RuntimeKubernetes && len(s.Audit.Networks) == 0 {
 		bad("audit.networks: required with runtime kubernetes: the arbiter pods' network, which the audit store lets in")
+	}
+}
+
+// validateSpire checks the SPIRE server's host, port and SVID lifetime.
+func (s *Stack) validateSpire(bad func(string, ...any)) {
+	var servers, workloads []string
+	for _, h := range s.Hosts {
+		if h.Has(RoleSpire) {
+			servers = append(servers, h.Name)
+		}
+		if h.Has(RoleWorkload) {
+			workloads = append(workloads, h.Name)
+		}
+	}
+	if len(servers) > 1 {
+		bad("spire: hosts %s have role spire; a stack has at most one SPIRE server for now", strings.Join(servers, ", "))
+	}
+	if len(servers) == 0 {
+		if len(workloads) > 0 {
+			bad("roles: hosts %s have role workload, which needs a SPIRE server: give one host role spire", strings.Join(workloads, ", "))
+		}
+		return
+	}
+	if s.Runtime == RuntimeKubernetes {
+		bad("spire: runtime kubernetes takes its SVIDs from the stack's CA; SPIRE runs with the host runtime only for now")
+	}
+	if p := s.Spire.Port; p < 1 || p > 65535 {
+		bad("spire.port: %d is not a port", p)
+	} else if p == s.Arbiter.Port || p == s.Arbiter.Metrics || p == s.Arbiter.FanInPort || p == s.Audit.HTTPPort || p == s.Archive.Port {
+		bad("spire.port: %d is an arbiter's, the audit store's or the archive's port; the spire host may also have those roles", p)
+	}
+	d, err := time.ParseDuration(s.Spire.SVIDTTL)
+	if err != nil || d < time.Minute || d > 24*time.Hour {
+		bad("spire.svidTTL: %q must be a duration from 1m to 24h (agents rotate an SVID at half its life)", s.Spire.SVIDTTL)
 	}
 }
 
@@ -722,6 +803,14 @@ func (s *Stack) place() (*Plan, error) {
 				p.Archive = &h
 				break
 			}
+		}
+	}
+	for _, h := range s.Hosts {
+		if h.Has(RoleSpire) && p.Spire == nil {
+			p.Spire = &h
+		}
+		if h.Has(RoleWorkload) {
+			p.Workloads = append(p.Workloads, h)
 		}
 	}
 	if len(errs) > 0 {

@@ -139,6 +139,22 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			addRole(s, "eu-west-arbiter-1", "archive")
 			addRole(s, "eu-west-arbiter-2", "archive")
 		}, "archive: hosts eu-west-arbiter-1, eu-west-arbiter-2 have role archive"},
+		{"two spire hosts", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "spire")
+			addRole(s, "eu-west-arbiter-2", "spire")
+		}, "spire: hosts eu-west-arbiter-1, eu-west-arbiter-2 have role spire; a stack has at most one SPIRE server"},
+		{"workload hosts without a spire host", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "workload") },
+			"roles: hosts eu-west-arbiter-1 have role workload, which needs a SPIRE server"},
+		{"spire on an etcd host", func(s *topology.Stack) { addRole(s, "eu-west-coord-1", "spire") },
+			"(eu-west-coord-1).roles: [coord spire]: etcd (coord, entity) and Tang hosts are dedicated"},
+		{"spire SVIDs of a few seconds", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "spire")
+			s.Spire.SVIDTTL = "20s"
+		}, `spire.svidTTL: "20s" must be a duration from 1m to 24h`},
+		{"spire port on the arbiter's", func(s *topology.Stack) {
+			addRole(s, "eu-west-arbiter-1", "spire")
+			s.Spire.Port = s.Arbiter.Port
+		}, "spire.port: 7443 is an arbiter's"},
 		{"archive on an etcd host", func(s *topology.Stack) { addRole(s, "eu-west-coord-1", "archive") },
 			"(eu-west-coord-1).roles: [coord archive]: etcd (coord, entity) and Tang hosts are dedicated"},
 		{"archive port on the audit port", func(s *topology.Stack) {

@@ -22,15 +22,18 @@ type CAInputs struct {
 
 // CertificateInputs is a certificate signed by a CA resource.
 type CertificateInputs struct {
-	CACertPem     string   `json:"caCertPem"`
-	CAKeyPem      string   `json:"caKeyPem"`
-	CommonName    string   `json:"commonName"`
-	DNSNames      []string `json:"dnsNames,omitempty"`
-	IPAddresses   []string `json:"ipAddresses,omitempty"`
-	URIs          []string `json:"uris,omitempty"`
-	Server        bool     `json:"server,omitempty"`
-	Client        bool     `json:"client,omitempty"`
-	ValidityHours int      `json:"validityHours"`
+	CACertPem   string   `json:"caCertPem"`
+	CAKeyPem    string   `json:"caKeyPem"`
+	CommonName  string   `json:"commonName"`
+	DNSNames    []string `json:"dnsNames,omitempty"`
+	IPAddresses []string `json:"ipAddresses,omitempty"`
+	URIs        []string `json:"uris,omitempty"`
+	Server      bool     `json:"server,omitempty"`
+	Client      bool     `json:"client,omitempty"`
+	// CA makes an intermediate CA instead (pki.CA.IssueCA): a SPIRE
+	// server's upstream authority.
+	CA            bool `json:"ca,omitempty"`
+	ValidityHours int  `json:"validityHours"`
 }
 
 func parseURIs(field string, list []string) ([]*url.URL, error) {
@@ -109,7 +112,10 @@ func init() {
 					return fmt.Errorf("caCertPem, caKeyPem: %v", err)
 				}
 			}
-			if !in.Server && !in.Client {
+			if in.CA && (in.Server || in.Client || len(in.DNSNames)+len(in.IPAddresses) > 0) {
+				return errors.New("ca: an intermediate CA is neither a server nor a client and names no host")
+			}
+			if !in.Server && !in.Client && !in.CA {
 				return errors.New("server, client: at least one must be true")
 			}
 			if in.ValidityHours < 1 {
@@ -133,8 +139,13 @@ func init() {
 			for _, ip := range in.IPAddresses {
 				ips = append(ips, net.ParseIP(ip))
 			}
-			cert, key, err := ca.Issue(pki.Request{CommonName: in.CommonName, DNSNames: in.DNSNames, IPs: ips, URIs: uris,
-				Server: in.Server, Client: in.Client, TTL: time.Duration(in.ValidityHours) * time.Hour})
+			var cert, key []byte
+			if in.CA {
+				cert, key, err = ca.IssueCA(in.CommonName, time.Duration(in.ValidityHours)*time.Hour, uris...)
+			} else {
+				cert, key, err = ca.Issue(pki.Request{CommonName: in.CommonName, DNSNames: in.DNSNames, IPs: ips, URIs: uris,
+					Server: in.Server, Client: in.Client, TTL: time.Duration(in.ValidityHours) * time.Hour})
+			}
 			if err != nil {
 				return "", nil, err
 			}

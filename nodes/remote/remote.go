@@ -228,6 +228,35 @@ func (c *Conn) Run(ctx context.Context, script string) (string, error) {
 	return stdout.String(), nil
 }
 
+// DialUnix connects to a unix socket on the host through the SSH
+// connection (sshd's streamlocal forwarding), e.g. a server's admin API
+// that listens on the host only. ctx bounds the dial.
+func (c *Conn) DialUnix(ctx context.Context, socket string) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nc, err := c.client.Dial("unix", socket)
+		done <- result{nc, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("%s: unix socket %s: %w", c.t.Host, socket, r.err)
+		}
+		return r.conn, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.conn != nil {
+				r.conn.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%s: unix socket %s: %w", c.t.Host, socket, ctx.Err())
+	}
+}
+
 // Sha256 is the hex SHA-256 of a file on the host, or "" if it is absent.
 func (c *Conn) Sha256(ctx context.Context, p string) (string, error) {
 	out, err := c.Run(ctx, fmt.Sprintf("if [ -f %[1]s ]; then sha256sum %[1]s; fi", Quote(p)))

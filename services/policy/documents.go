@@ -96,6 +96,10 @@ type Workload struct {
 	// spire-server entry create takes them ("unix:user:ledger",
 	// "unix:path:/usr/bin/ledger", "k8s:sa:ledger-writer").
 	Selectors []string `json:"selectors"`
+	// AllowRoot accepts selectors that match by the root user or group
+	// alone, which every root process on the workload hosts matches: for
+	// test hosts, where everything runs as root.
+	AllowRoot bool `json:"allowRoot,omitempty"`
 }
 
 // Quota is an identity's limits, enforced by the arbiter.

@@ -237,12 +237,18 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 				}
 			}
 			if w := g.Spec.Workload; w != nil {
+				if err := CheckWorkloadID(g.Spec.SPIFFEID); err != nil {
+					bad("spec.workload", "%v", err)
+				}
 				if prev, dup := workloadBy[g.Spec.SPIFFEID]; dup {
 					bad("spec.workload", "grant %s already registers %s: one workload per identity", prev, g.Spec.SPIFFEID)
 				}
 				workloadBy[g.Spec.SPIFFEID] = g.Metadata.Name
 				if len(w.Selectors) == 0 {
 					bad("spec.workload.selectors", "at least one selector is required: an entry without one would match no workload")
+				}
+				if rootOnly(w.Selectors) && !w.AllowRoot {
+					bad("spec.workload.selectors", "%v match every root process on the workload hosts: add unix:path or unix:sha256 of the workload's binary, or set allowRoot: true", w.Selectors)
 				}
 				seen := map[string]bool{}
 				for i, sel := range w.Selectors {
@@ -399,6 +405,41 @@ func checkSPIFFE(id string) error {
 		return fmt.Errorf("%q must be a SPIFFE ID spiffe://<trust-domain>/<path>", id)
 	}
 	return nil
+}
+
+// ReservedPaths are SPIFFE ID paths no grant may register a workload
+// under: the services' own identities (the arbiter, the fan-in proxy),
+// operators' and SPIRE's. A grant that did would have SPIRE issue, say,
+// the arbiter's server identity to any process its selectors match.
+var ReservedPaths = []string{"/lockplane/", "/operator/", "/spire/"}
+
+// CheckWorkloadID refuses a SPIFFE ID under a reserved path as a grant's
+// registered workload.
+func CheckWorkloadID(id string) error {
+	rest, _ := strings.CutPrefix(id, "spiffe://")
+	_, p, _ := strings.Cut(rest, "/")
+	for _, r := range ReservedPaths {
+		if strings.HasPrefix("/"+p+"/", r) {
+			return fmt.Errorf("%s is under %s, reserved for Lockplane's services, operators and SPIRE: a grant may not have SPIRE issue it to a workload", id, r)
+		}
+	}
+	return nil
+}
+
+// rootOnly reports whether selectors narrow a workload by the root user
+// or group only.
+func rootOnly(selectors []string) bool {
+	if len(selectors) == 0 {
+		return false
+	}
+	for _, s := range selectors {
+		switch s {
+		case "unix:uid:0", "unix:user:root", "unix:gid:0", "unix:group:root":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // checkSelector accepts a SPIRE selector, "type:value": the type a

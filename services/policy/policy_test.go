@@ -145,6 +145,21 @@ kind: LockGrant
 metadata: {name: g9}
 spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["Unix User:w"]}}
 `, `spec.workload.selectors[0]: "Unix User:w": the selector type "Unix User" must be a plugin name`},
+		{"a workload registered as the arbiter", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g12}
+spec: {spiffeId: "spiffe://x.example/lockplane/arbiter", prefixes: [team-a/], workload: {selectors: ["unix:user:w"]}}
+`, "spec.workload: spiffe://x.example/lockplane/arbiter is under /lockplane/, reserved"},
+		{"a workload registered as an operator", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g13}
+spec: {spiffeId: "spiffe://x.example/operator/alice", prefixes: [team-a/], workload: {selectors: ["unix:user:w"]}}
+`, "spec.workload: spiffe://x.example/operator/alice is under /operator/, reserved"},
+		{"a workload matched by root alone", `apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: g14}
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["unix:uid:0", "unix:group:root"]}}
+`, "spec.workload.selectors: [unix:uid:0 unix:group:root] match every root process on the workload hosts"},
 		{"two workloads for one identity", `apiVersion: lockplane.io/v1
 kind: LockGrant
 metadata: {name: g10}

@@ -71,13 +71,21 @@ func (c ServerConfig) Render() ([]byte, error) {
 	if c.BindPort <= 0 || c.BindPort > 65535 {
 		return nil, fmt.Errorf("spire server: bind port %d is not a port", c.BindPort)
 	}
+	if c.Postgres != "" {
+		if err := need(map[string]string{"PostgreSQL connection string": c.Postgres}); err != nil {
+			return nil, fmt.Errorf("spire server: %w", err)
+		}
+	}
 	if up := c.UpstreamCert + c.UpstreamKey + c.UpstreamBundle; up != "" {
 		if err := need(map[string]string{"upstream cert": c.UpstreamCert, "upstream key": c.UpstreamKey, "upstream bundle": c.UpstreamBundle}); err != nil {
 			return nil, fmt.Errorf("spire server: an upstream authority needs its cert, key and bundle: %w", err)
 		}
 	}
-	if c.SVIDTTL <= 0 || c.CATTL < 2*c.SVIDTTL {
-		return nil, fmt.Errorf("spire server: the CA TTL (%s) must be at least twice the SVID TTL (%s), which must be positive", c.CATTL, c.SVIDTTL)
+	if c.SVIDTTL <= 0 || c.CATTL < MinCATTL(c.SVIDTTL) {
+		return nil, fmt.Errorf("spire server: the CA TTL (%s) must be at least six times the SVID TTL (%s), which must be positive: SPIRE cuts SVIDs short otherwise", c.CATTL, c.SVIDTTL)
+	}
+	if err := checkSocket("socket path", c.SocketPath); err != nil {
+		return nil, fmt.Errorf("spire server: %w", err)
 	}
 	dbType, conn := "sqlite3", c.DataDir+"/datastore.sqlite3"
 	if c.Postgres != "" {
@@ -114,6 +122,9 @@ func (c AgentConfig) Render() ([]byte, error) {
 	if c.ServerPort <= 0 || c.ServerPort > 65535 {
 		return nil, fmt.Errorf("spire agent: server port %d is not a port", c.ServerPort)
 	}
+	if err := checkSocket("socket path", c.SocketPath); err != nil {
+		return nil, fmt.Errorf("spire agent: %w", err)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "agent {\n")
 	kv(&b, 1, "trust_domain", c.TrustDomain)
@@ -130,6 +141,22 @@ func (c AgentConfig) Render() ([]byte, error) {
 	fmt.Fprintf(&b, "  WorkloadAttestor \"unix\" {\n    plugin_data {\n      discover_workload_path = true\n    }\n  }\n")
 	fmt.Fprintf(&b, "}\n")
 	return []byte(b.String()), nil
+}
+
+// MinCATTL is the shortest signing CA lifetime SPIRE issues SVIDs of ttl
+// under in full: it prepares the next CA at a sixth of the current one's
+// life left, and caps SVIDs at that (its MaxSVIDTTLForCATTL).
+func MinCATTL(svidTTL time.Duration) time.Duration { return 6 * svidTTL }
+
+// maxSocketPath is the longest unix socket path Linux binds (sun_path is
+// 108 bytes with its NUL): a host root deep in a checkout can exceed it.
+const maxSocketPath = 107
+
+func checkSocket(name, p string) error {
+	if len(p) > maxSocketPath {
+		return fmt.Errorf("the %s %s is %d bytes, over the %d a unix socket allows: use a shorter host root", name, p, len(p), maxSocketPath)
+	}
+	return nil
 }
 
 // need checks the fields are set and printable.

@@ -51,6 +51,9 @@ func FromGrants(grants []policy.Grant, agents []string, ttl time.Duration) ([]En
 		if g.Workload == nil {
 			continue
 		}
+		if err := policy.CheckWorkloadID(g.SPIFFEID); err != nil {
+			return nil, fmt.Errorf("grant %s: %w", g.Name, err)
+		}
 		for _, a := range agents {
 			e, err := NewEntry(g.SPIFFEID, a, g.Workload.Selectors, ttl)
 			if err != nil {
@@ -83,7 +86,7 @@ func NewEntry(id, parent string, selectors []string, ttl time.Duration) (Entry, 
 			return Entry{}, fmt.Errorf("%s: selector %q must be type:value", sid, s)
 		}
 	}
-	if ttl < time.Second || ttl > 1<<31*time.Second {
+	if ttl < time.Second || ttl >= 1<<31*time.Second {
 		return Entry{}, fmt.Errorf("%s: the SVID TTL %s must be between 1s and 68 years", sid, ttl)
 	}
 	sel := slices.Clone(selectors)

@@ -58,7 +58,7 @@ func TestConfigsRefuseMissingFieldsByName(t *testing.T) {
 	}
 	_, err = spire.ServerConfig{TrustDomain: td, BindAddress: "127.0.0.1", BindPort: 8081, SocketPath: "/s", DataDir: "/d", NodeCA: "/ca",
 		CATTL: time.Hour, SVIDTTL: time.Hour}.Render()
-	if err == nil || !strings.Contains(err.Error(), "the CA TTL (1h0m0s) must be at least twice the SVID TTL") {
+	if err == nil || !strings.Contains(err.Error(), "the CA TTL (1h0m0s) must be at least six times the SVID TTL") {
 		t.Fatalf("want the TTL rule, got %v", err)
 	}
 	conf, err := spire.ServerConfig{TrustDomain: td, BindAddress: "127.0.0.1", BindPort: 8081, SocketPath: "/s", DataDir: `/d"x\y`, NodeCA: "/ca",

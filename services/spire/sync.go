@@ -43,12 +43,51 @@ type Report struct {
 }
 
 // Sync makes the entries parented to the agents in parents exactly want:
-// it creates the missing ones, updates a changed TTL, and deletes the
-// ones want does not hold. Entries under other parents are not touched,
-// so a sync never removes what an operator registered for hosts Lockplane
-// did not provision. Every entry of want must have its parent in parents.
+// it creates the missing ones, updates a changed one in place (its TTL,
+// or any field Lockplane never sets, such as admin or downstream, reset),
+// and deletes the ones want does not hold. Entries under other parents
+// are not touched, so a sync never removes what an operator registered
+// for hosts Lockplane did not provision. Every entry of want must have its
+// parent in parents.
 func Sync(ctx context.Context, api entryv1.EntryClient, parents []string, want []Entry) (Report, error) {
-	var rep Report
+	c, err := plan(ctx, api, parents, want)
+	if err != nil {
+		return Report{}, err
+	}
+	return c.apply(ctx, api)
+}
+
+// Drift is what Sync would change, without changing it: empty when the
+// server holds exactly want under parents.
+func Drift(ctx context.Context, api entryv1.EntryClient, parents []string, want []Entry) (Report, error) {
+	c, err := plan(ctx, api, parents, want)
+	if err != nil {
+		return Report{}, err
+	}
+	return c.report(), nil
+}
+
+// Changed reports whether the report holds a change.
+func (r Report) Changed() bool { return len(r.Created)+len(r.Updated)+len(r.Deleted) > 0 }
+
+// changes are a sync's plan.
+type changes struct {
+	create    []Entry
+	update    []*types.Entry // the entry as it must be, by ID
+	updated   []Entry
+	stale     []*types.Entry
+	unchanged int
+}
+
+func (c *changes) report() Report {
+	r := Report{Created: c.create, Updated: c.updated, Unchanged: c.unchanged}
+	for _, te := range c.stale {
+		r.Deleted = append(r.Deleted, fromAPI(te))
+	}
+	return r
+}
+
+func plan(ctx context.Context, api entryv1.EntryClient, parents []string, want []Entry) (*changes, error) {
 	managed := map[string]bool{}
 	for _, p := range parents {
 		managed[p] = true
@@ -56,47 +95,66 @@ func Sync(ctx context.Context, api entryv1.EntryClient, parents []string, want [
 	wanted := map[string]Entry{}
 	for _, e := range want {
 		if !managed[e.ParentID] {
-			return rep, fmt.Errorf("entry %s: its parent is not one of the agents this sync manages", e)
+			return nil, fmt.Errorf("entry %s: its parent is not one of the agents this sync manages", e)
 		}
 		if _, dup := wanted[e.key()]; dup {
-			return rep, fmt.Errorf("entry %s is declared twice", e)
+			return nil, fmt.Errorf("entry %s is declared twice", e)
 		}
 		wanted[e.key()] = e
 	}
+	c := &changes{}
 	have := map[string]*types.Entry{}
-	var stale []*types.Entry
 	for _, p := range parents {
 		entries, err := list(ctx, api, p)
 		if err != nil {
-			return rep, err
+			return nil, err
 		}
 		for _, te := range entries {
 			k := fromAPI(te).key()
 			if _, ok := wanted[k]; !ok || have[k] != nil {
-				stale = append(stale, te) // undeclared, or a duplicate of one kept
+				c.stale = append(c.stale, te) // undeclared, or a duplicate of one kept
 				continue
 			}
 			have[k] = te
 		}
 	}
-	var create []Entry
-	var update []*types.Entry
 	for _, k := range sortedKeys(wanted) {
 		e := wanted[k]
 		te, ok := have[k]
 		switch {
 		case !ok:
-			create = append(create, e)
-		case time.Duration(te.X509SvidTtl)*time.Second != e.X509SVIDTTL:
-			update = append(update, &types.Entry{Id: te.Id, X509SvidTtl: int32(e.X509SVIDTTL / time.Second)})
-			rep.Updated = append(rep.Updated, e)
+			c.create = append(c.create, e)
+		case !conforms(te, e):
+			up := toAPI(e)
+			up.Id = te.Id
+			c.update = append(c.update, up)
+			c.updated = append(c.updated, e)
 		default:
-			rep.Unchanged++
+			c.unchanged++
 		}
 	}
-	// Create and update before deleting: an identity that moves between
-	// selectors has its new entry before its old one goes.
-	for chunk := range slices.Chunk(create, batch) {
+	return c, nil
+}
+
+// conforms reports whether te is e: its TTL, and every field Lockplane
+// never sets at its zero value (an entry made admin or downstream out of
+// band could manage entries or mint a CA).
+func conforms(te *types.Entry, e Entry) bool {
+	return time.Duration(te.X509SvidTtl)*time.Second == e.X509SVIDTTL && !te.Admin && !te.Downstream && te.ExpiresAt == 0 &&
+		len(te.DnsNames) == 0 && len(te.FederatesWith) == 0 && !te.StoreSvid && te.Hint == "" && te.JwtSvidTtl == 0
+}
+
+// fullMask updates every field conforms checks.
+var fullMask = &types.EntryMask{X509SvidTtl: true, Admin: true, Downstream: true, ExpiresAt: true, DnsNames: true,
+	FederatesWith: true, StoreSvid: true, Hint: true, JwtSvidTtl: true}
+
+// apply makes the plan's changes: creates and updates before deletes, so
+// an identity that moves between selectors has its new entry before its
+// old one goes.
+func (c *changes) apply(ctx context.Context, api entryv1.EntryClient) (Report, error) {
+	var rep Report
+	rep.Unchanged = c.unchanged
+	for chunk := range slices.Chunk(c.create, batch) {
 		var req entryv1.BatchCreateEntryRequest
 		for _, e := range chunk {
 			req.Entries = append(req.Entries, toAPI(e))
@@ -104,6 +162,9 @@ func Sync(ctx context.Context, api entryv1.EntryClient, parents []string, want [
 		resp, err := call(ctx, func(ctx context.Context) (*entryv1.BatchCreateEntryResponse, error) {
 			return api.BatchCreateEntry(ctx, &req)
 		})
+		if err == nil && len(resp.Results) != len(chunk) {
+			err = fmt.Errorf("%d results for %d entries", len(resp.Results), len(chunk))
+		}
 		if err != nil {
 			return rep, fmt.Errorf("spire: create entries: %w", err)
 		}
@@ -114,21 +175,26 @@ func Sync(ctx context.Context, api entryv1.EntryClient, parents []string, want [
 			rep.Created = append(rep.Created, chunk[i])
 		}
 	}
-	for chunk := range slices.Chunk(update, batch) {
-		req := entryv1.BatchUpdateEntryRequest{Entries: chunk, InputMask: &types.EntryMask{X509SvidTtl: true}}
+	for i := 0; i < len(c.update); i += batch {
+		chunk, named := c.update[i:min(i+batch, len(c.update))], c.updated[i:min(i+batch, len(c.update))]
+		req := entryv1.BatchUpdateEntryRequest{Entries: chunk, InputMask: fullMask}
 		resp, err := call(ctx, func(ctx context.Context) (*entryv1.BatchUpdateEntryResponse, error) {
 			return api.BatchUpdateEntry(ctx, &req)
 		})
+		if err == nil && len(resp.Results) != len(chunk) {
+			err = fmt.Errorf("%d results for %d entries", len(resp.Results), len(chunk))
+		}
 		if err != nil {
 			return rep, fmt.Errorf("spire: update entries: %w", err)
 		}
-		for _, r := range resp.Results {
+		for j, r := range resp.Results {
 			if err := result(r.Status); err != nil {
-				return rep, fmt.Errorf("spire: update an entry's TTL: %w", err)
+				return rep, fmt.Errorf("spire: update entry %s: %w", named[j], err)
 			}
+			rep.Updated = append(rep.Updated, named[j])
 		}
 	}
-	for chunk := range slices.Chunk(stale, batch) {
+	for chunk := range slices.Chunk(c.stale, batch) {
 		req := entryv1.BatchDeleteEntryRequest{}
 		for _, te := range chunk {
 			req.Ids = append(req.Ids, te.Id)
@@ -136,6 +202,9 @@ func Sync(ctx context.Context, api entryv1.EntryClient, parents []string, want [
 		resp, err := call(ctx, func(ctx context.Context) (*entryv1.BatchDeleteEntryResponse, error) {
 			return api.BatchDeleteEntry(ctx, &req)
 		})
+		if err == nil && len(resp.Results) != len(chunk) {
+			err = fmt.Errorf("%d results for %d entries", len(resp.Results), len(chunk))
+		}
 		if err != nil {
 			return rep, fmt.Errorf("spire: delete entries: %w", err)
 		}

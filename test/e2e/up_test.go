@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,11 +25,14 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/test/hosts"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 )
 
 func root(t *testing.T) string {
@@ -101,15 +105,15 @@ type summary struct {
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the end-to-end test stands up 24 hosts, 14 etcd members, ClickHouse and MinIO")
+		t.Skip("the end-to-end test stands up 25 hosts, 14 etcd members, ClickHouse and MinIO")
 	}
 	if err := hosts.Check(); err != nil {
 		unavailable(t, err.Error())
 	}
 	dir := root(t)
-	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "lockplane-fanin", "minio", "lockplane-snapshot"} {
+	for _, b := range []string{"lockplane", "lockctl", "testhosts", "pulumi", "pulumi-resource-lockplane", "etcd", "arbiter", "lockplane-node", "lockplane-fanin", "minio", "lockplane-snapshot", "spire-server", "spire-agent"} {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
-			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools minio`")
+			unavailable(t, "bin/"+b+" is missing: run `make build infra-tools minio spire`")
 		}
 	}
 	if !chserver.Installed() {
@@ -172,6 +176,19 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if err := json.Unmarshal(bytes.TrimSpace(fanOut), &tok); err != nil || token.Token(tok).Epoch() != 1 {
 		t.Fatalf("token through the fan-in tier: %q (%v)", fanOut, err)
 	}
+
+	// SPIRE: the arbiters serve with SVIDs their hosts' agents issue (an
+	// hour long, signed by SPIRE's CA under the stack's root, which the
+	// profile's bundle is), and a workload on app-1 locks with the identity
+	// its LockGrant registers there, from that host's agent.
+	if socks, _ := up.Outputs["spireWorkloadSockets"].([]any); len(socks) != 1 || up.Outputs["spireServer"] != "10.231.0.25:8081" {
+		t.Fatalf("SPIRE: server %v, workload sockets %v; want app-1's", up.Outputs["spireServer"], up.Outputs["spireWorkloadSockets"])
+	}
+	spireOut := run(t, dir, "lockctl", "--profile", up.Profile, "--identity", "workload", "run", "demo/e2e/spire", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
+	if err := json.Unmarshal(bytes.TrimSpace(spireOut), &tok); err != nil || token.Token(tok).Epoch() != 1 {
+		t.Fatalf("token for the workload SPIRE identified: %q (%v)", spireOut, err)
+	}
+	checkArbiterSVID(t, up.Profile, time.Hour)
 
 	// Audit: the arbiters' tailers carry the lock's grant and release into
 	// the audit store (ClickHouse on audit-1), and an operator reads them
@@ -554,6 +571,33 @@ func archiveReady(ctx context.Context, cli *minio.Client) error {
 		return fmt.Errorf("records bucket's lock: %s %v %v %v", lock, mode, validity, unit)
 	}
 	return nil
+}
+
+// checkArbiterSVID dials the profile's arbiter and checks the SVID it
+// serves is SPIRE's: at most ttl long, signed by an intermediate (SPIRE's
+// CA) that chains to the profile's bundle.
+func checkArbiterSVID(t *testing.T, profilePath string, ttl time.Duration) {
+	t.Helper()
+	p, err := profile.Load(profilePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := p.Source("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tlsconfig.MTLSClientConfig(src, src, tlsconfig.AuthorizeID(spiffeid.RequireFromString(p.ServerID)))
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", p.Endpoint, cfg)
+	if err != nil {
+		t.Fatalf("a TLS connection to the arbiter %s: %v", p.Endpoint, err)
+	}
+	defer conn.Close()
+	chain := conn.ConnectionState().PeerCertificates
+	leaf := chain[0]
+	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > ttl+time.Minute || len(chain) < 2 {
+		t.Fatalf("the arbiter serves an SVID of %s with %d certificates; want SPIRE's: at most %s, with SPIRE's CA", life, len(chain), ttl)
+	}
 }
 
 func firstLine(b []byte) []byte {

@@ -228,7 +228,7 @@ func startArbiter(t *testing.T, ctx context.Context, dir, socket, policies strin
 		t.Fatal(err)
 	}
 	cmd := exec.Command(arbiterBin, "--listen", addr, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
-		"--etcd-endpoints", etcd.Endpoints()[0], "--spiffe-socket", socket, "--policies", policies, "--etcd-without-auth")
+		"--etcd-endpoints", etcd.Endpoints()[0], "--spiffe-socket", socket, "--spiffe-id", arbiterID, "--policies", policies, "--etcd-without-auth")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

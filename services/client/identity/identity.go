@@ -64,11 +64,39 @@ func FromFiles(f Files) (Source, error) {
 }
 
 // FromWorkloadAPI connects to a SPIRE agent's Workload API socket
-// ("unix:///run/spire/agent.sock") and follows its rotations.
+// ("unix:///run/spire/agent.sock") and follows its rotations; ctx bounds
+// the wait for the first SVID.
 func FromWorkloadAPI(ctx context.Context, socket string) (Source, error) {
-	src, err := workloadapi.NewX509Source(ctx, workloadapi.WithClientOptions(workloadapi.WithAddr(socket)))
+	return FromWorkloadAPIAs(ctx, socket, "")
+}
+
+// FromWorkloadAPIAs is FromWorkloadAPI serving the SVID of id among those
+// the agent issues the process (a process matching several entries gets
+// several), and refusing when the agent issues none of id. An empty id
+// takes the agent's first.
+func FromWorkloadAPIAs(ctx context.Context, socket, id string) (Source, error) {
+	opts := []workloadapi.X509SourceOption{workloadapi.WithClientOptions(workloadapi.WithAddr(socket))}
+	if id != "" {
+		want, err := spiffeid.FromString(id)
+		if err != nil {
+			return nil, fmt.Errorf("identity: SPIFFE ID %q: %w", id, err)
+		}
+		opts = append(opts, workloadapi.WithDefaultX509SVIDPicker(func(svids []*x509svid.SVID) *x509svid.SVID {
+			for _, s := range svids {
+				if s.ID == want {
+					return s
+				}
+			}
+			return nil
+		}))
+	}
+	src, err := workloadapi.NewX509Source(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("identity: workload API %s: %w", socket, err)
+	}
+	if _, err := src.GetX509SVID(); err != nil {
+		src.Close()
+		return nil, fmt.Errorf("identity: workload API %s issues this process no SVID of %s", socket, id)
 	}
 	return src, nil
 }

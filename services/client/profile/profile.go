@@ -5,12 +5,14 @@
 package profile
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/lockplane/lockplane/services/client/identity"
 )
@@ -36,12 +38,19 @@ type Profile struct {
 	dir string
 }
 
-// Identity is one SVID on disk.
+// Identity is one SVID on disk, or a SPIRE agent's Workload API that
+// issues it (and rotates it).
 type Identity struct {
 	SPIFFEID string `json:"spiffe_id"`
-	Cert     string `json:"cert"`
-	Key      string `json:"key"`
+	Cert     string `json:"cert,omitempty"`
+	Key      string `json:"key,omitempty"`
+	// SPIFFESocket is the Workload API, unix:///path, instead of Cert
+	// and Key.
+	SPIFFESocket string `json:"spiffe_socket,omitempty"`
 }
+
+// workloadAPIWait bounds the wait for a Workload API's first SVID.
+const workloadAPIWait = 30 * time.Second
 
 // Find returns the profile path to use: $LOCKPLANE_PROFILE, else the dev
 // profile in the current directory or the nearest parent that has one.
@@ -124,6 +133,11 @@ func (p *Profile) Source(name string) (identity.Source, error) {
 	id, ok := p.Identities[name]
 	if !ok {
 		return nil, fmt.Errorf("profile: no identity %q (have %v)", name, p.Names())
+	}
+	if id.SPIFFESocket != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), workloadAPIWait)
+		defer cancel()
+		return identity.FromWorkloadAPIAs(ctx, id.SPIFFESocket, id.SPIFFEID)
 	}
 	return identity.FromFiles(identity.Files{Cert: p.abs(id.Cert), Key: p.abs(id.Key), Bundle: p.abs(p.Bundle), TrustDomain: p.TrustDomain})
 }

@@ -453,6 +453,11 @@ func writeProfile(root, stack string, out auto.OutputMap) (string, error) {
 			"demo":     {SPIFFEID: "spiffe://" + td + "/ns/demo/sa/lockctl", Cert: filepath.Join(dir, "demo.pem"), Key: filepath.Join(dir, "demo-key.pem")},
 			"operator": {SPIFFEID: "spiffe://" + td + "/operator/deployer", Cert: filepath.Join(dir, "operator.pem"), Key: filepath.Join(dir, "operator-key.pem")},
 		}}
+	// With SPIRE, the demo identity as a workload on a workload host
+	// takes it: from that host's agent, rotating.
+	if socks, _ := out["spireWorkloadSockets"].Value.([]any); len(socks) > 0 {
+		p.Identities["workload"] = profile.Identity{SPIFFEID: "spiffe://" + td + "/ns/demo/sa/lockctl", SPIFFESocket: fmt.Sprint(socks[0])}
+	}
 	path := filepath.Join(dir, "profile.json")
 	return path, p.Save(path)
 }

@@ -211,10 +211,12 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 		return nil
 	})
 	if err != nil {
-		if failed {
+		why := reason.Of(err)
+		// The owner check's read failing without quorum is a keepalive no
+		// quorum confirmed, as the renewal's own failure is.
+		if failed || why == lockv1.ErrorReason_NO_QUORUM {
 			a.metrics.renewalFailed(a.cfg.Cluster)
 		}
-		why := reason.Of(err)
 		if why == lockv1.ErrorReason_SESSION_EXPIRED {
 			owned.remove(session)
 		}

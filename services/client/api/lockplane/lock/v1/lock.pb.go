@@ -70,7 +70,10 @@ const (
 	ErrorReason_UNKNOWN_CLASS ErrorReason = 10
 	// An admin precondition failed, e.g. the epoch moved (FAILED_PRECONDITION).
 	ErrorReason_EPOCH_CHANGED ErrorReason = 11
-	// The caller's namespace is over its rate for this call (RESOURCE_EXHAUSTED).
+	// Over a rate (RESOURCE_EXHAUSTED): the namespace's ValidateToken rate, or
+	// the caller's per-identity rate of Acquire, OpenSession and Inspect
+	// (--call-rate; the error's metadata names "limit" and "burst"). Release
+	// and CloseSession are never limited.
 	ErrorReason_RATE_LIMITED ErrorReason = 12
 	// The arbiter is shutting down (UNAVAILABLE): retry on another arbiter. A
 	// waiter of a durable class keeps its place in the queue.
