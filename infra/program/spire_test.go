@@ -50,7 +50,7 @@ func TestSpireIssuesTheArbitersAndGrantedWorkloadsIdentities(t *testing.T) {
 		}
 	}
 	for _, want := range []string{`trust_domain = "local.lockplane.test"`, `bind_address = "10.231.0.25"`, `bind_port = "8081"`,
-		`default_x509_svid_ttl = "1h0m0s"`, `database_type = "sqlite3"`, `UpstreamAuthority "disk"`, `NodeAttestor "x509pop"`} {
+		`default_x509_svid_ttl = "1h0m0s"`, `ca_ttl = "24h0m0s"`, `database_type = "sqlite3"`, `UpstreamAuthority "disk"`, `NodeAttestor "x509pop"`} {
 		if !strings.Contains(conf, want) {
 			t.Fatalf("server.conf lacks %s:\n%s", want, conf)
 		}
@@ -65,9 +65,11 @@ func TestSpireIssuesTheArbitersAndGrantedWorkloadsIdentities(t *testing.T) {
 		got[o["spiffeId"].StringValue()+" <- "+o["parentId"].StringValue()+" "+strings.Join(strs(o["selectors"]), ",")+" "+o["x509SvidTtl"].String()] = true
 	}
 	td := "spiffe://local.lockplane.test"
+	hostsRoot, _ := filepath.Abs(filepath.Join(".lockplane", "hosts")) // the stack's host roots, from the test's directory
+	binDir := hostsRoot
 	for _, want := range []string{
-		td + "/lockplane/arbiter <- " + td + "/spire/agent/x509pop/arbiter-1 unix:path:",
-		td + "/lockplane/arbiter <- " + td + "/spire/agent/x509pop/arbiter-2 unix:path:",
+		td + "/lockplane/arbiter <- " + td + "/spire/agent/x509pop/arbiter-1 unix:path:" + binDir + "/arbiter-1/root/opt/lockplane/bin/arbiter,unix:uid:0 {3600}",
+		td + "/lockplane/arbiter <- " + td + "/spire/agent/x509pop/arbiter-2 unix:path:" + binDir + "/arbiter-2/root/opt/lockplane/bin/arbiter,unix:uid:0 {3600}",
 		td + "/ns/demo/sa/lockctl <- " + td + "/spire/agent/x509pop/app-1 unix:uid:0 {3600}",
 	} {
 		found := false

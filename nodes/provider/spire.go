@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/lockplane/lockplane/services/spire"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	entryv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/entry/v1"
+	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -71,12 +73,12 @@ func (in *SpireEntriesInputs) api(ctx context.Context, env *Env, ready time.Dura
 	// Probe once, so that a missing socket or an sshd refusing to forward
 	// it says so at once instead of as a timeout.
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	probe, err := c.DialUnix(pctx, in.Socket)
+	probe, probeErr := c.DialUnix(pctx, in.Socket)
 	cancel()
-	if err == nil {
+	if probeErr == nil {
 		probe.Close()
-	} else if ready == 0 {
-		return err
+	} else if oc := (*ssh.OpenChannelError)(nil); ready == 0 || errors.As(probeErr, &oc) && oc.Reason == ssh.Prohibited {
+		return probeErr // nothing to wait for, or sshd refuses to forward it
 	}
 	conn, err := grpc.NewClient("passthrough:///spire-server", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return c.DialUnix(ctx, in.Socket) }),
@@ -91,6 +93,9 @@ func (in *SpireEntriesInputs) api(ctx context.Context, env *Env, ready time.Dura
 	rctx, cancel := context.WithTimeout(ctx, max(ready, spire.CallTimeout))
 	defer cancel()
 	if _, err := api.CountEntries(rctx, &entryv1.CountEntriesRequest{}, grpc.WaitForReady(true)); err != nil {
+		if probeErr != nil {
+			err = fmt.Errorf("%w; its socket first: %v", err, probeErr)
+		}
 		return fmt.Errorf("%s: the SPIRE server at %s did not answer: %w", in.Connection.Host, in.Socket, err)
 	}
 	return f(api)

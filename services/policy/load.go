@@ -434,7 +434,7 @@ func rootOnly(selectors []string) bool {
 	}
 	for _, s := range selectors {
 		switch s {
-		case "unix:uid:0", "unix:user:root", "unix:gid:0", "unix:group:root":
+		case "unix:uid:0", "unix:user:root", "unix:gid:0", "unix:group:root", "unix:supplementary_gid:0", "unix:supplementary_group:root":
 		default:
 			return false
 		}

@@ -158,8 +158,8 @@ spec: {spiffeId: "spiffe://x.example/operator/alice", prefixes: [team-a/], workl
 		{"a workload matched by root alone", `apiVersion: lockplane.io/v1
 kind: LockGrant
 metadata: {name: g14}
-spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["unix:uid:0", "unix:group:root"]}}
-`, "spec.workload.selectors: [unix:uid:0 unix:group:root] match every root process on the workload hosts"},
+spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-a/], workload: {selectors: ["unix:uid:0", "unix:supplementary_group:root"]}}
+`, "spec.workload.selectors: [unix:uid:0 unix:supplementary_group:root] match every root process on the workload hosts"},
 		{"two workloads for one identity", `apiVersion: lockplane.io/v1
 kind: LockGrant
 metadata: {name: g10}

@@ -66,7 +66,8 @@ func (f *fakeEntries) BatchUpdateEntry(_ context.Context, req *entryv1.BatchUpda
 	for _, e := range req.Entries {
 		f.updated = append(f.updated, e)
 		for _, have := range f.entries {
-			if have.Id == e.Id && req.InputMask.Admin && req.InputMask.X509SvidTtl {
+			m := req.InputMask
+			if have.Id == e.Id && m.Admin && m.X509SvidTtl && m.Downstream && m.ExpiresAt && m.DnsNames && m.FederatesWith && m.StoreSvid && m.Hint && m.JwtSvidTtl {
 				have.Admin, have.X509SvidTtl = e.Admin, e.X509SvidTtl
 			}
 		}
@@ -112,6 +113,7 @@ func TestSyncPagesRemovesDuplicatesResetsDriftAndStopsAtARefusal(t *testing.T) {
 	if err != nil || !drift.Changed() || len(f.updated) != 0 || f.deletedN != 0 {
 		t.Fatalf("Drift: %+v, %v; want a change reported and nothing changed", drift, err)
 	}
+	f.lists = 0
 	rep, err := Sync(context.Background(), f, []string{agent}, []Entry{a, b})
 	if err != nil {
 		t.Fatal(err)

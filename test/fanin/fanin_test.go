@@ -37,7 +37,7 @@ func TestWaitersForOneKeyAreGrantedInArrivalOrderAcrossArbiters(t *testing.T) {
 	const key, waiters = "fanin/orders/1", 6
 	target := func(i int) string {
 		if os.Getenv(brokenEnv) == "direct" {
-			return r.arbiters[i%len(r.arbiters)].addr
+			return r.arbiters[i%len(r.arbiters)].Addr
 		}
 		return "xds:///" + fanin.DefaultName
 	}
@@ -146,7 +146,7 @@ func TestRemovingAnArbiterMovesOnlyItsKeys(t *testing.T) {
 	if len(share) != 3 {
 		t.Fatalf("150 keys reached %d arbiters, want all 3: %v", len(share), share)
 	}
-	gone := r.arbiters[2].addr
+	gone := r.arbiters[2].Addr
 	if err := r.xds.SetArbiters(context.Background(), r.addrs()[:2]); err != nil {
 		t.Fatal(err)
 	}

@@ -9,19 +9,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
-	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/lockplane/lockplane/test/arbiterproc"
 	_ "google.golang.org/grpc/xds" // the xds:/// resolver and ring_hash
 )
 
-// arbiterBin and etcdBin are the arbiter and etcd built for this run.
-var arbiterBin, etcdBin string
+// bins are the arbiter and etcd built for this run.
+var bins arbiterproc.Bins
 
 // TestMain builds the arbiter, and doubles as a client process.
 func TestMain(m *testing.M) {
@@ -36,11 +34,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	arbiterBin = filepath.Join(dir, "arbiter")
-	if out, err := exec.Command("go", "build", "-o", arbiterBin, "github.com/lockplane/lockplane/services/cmd/arbiter").CombinedOutput(); err != nil {
-		panic(fmt.Sprintf("build the arbiter: %v\n%s", err, out))
-	}
-	if etcdBin, err = cluster.BuildEtcd(dir); err != nil {
+	if bins, err = arbiterproc.Build(dir); err != nil {
 		panic(err)
 	}
 	code := m.Run()

@@ -19,10 +19,8 @@ import (
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devca"
-	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/fanin"
-	"github.com/lockplane/lockplane/services/resourcetest"
-	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/lockplane/lockplane/test/arbiterproc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -38,15 +36,10 @@ type region struct {
 	dir      string
 	ca       *devca.CA
 	bundle   string
-	arbiters []arbiterProc
+	arbiters []arbiterproc.Proc
 	xds      *fanin.Server
 	// xdsAddr is the control plane as its certificate names it.
 	xdsAddr string
-}
-
-type arbiterProc struct {
-	addr, metrics string
-	cmd           *exec.Cmd
 }
 
 // startRegion starts the region; extra are flags every arbiter gets.
@@ -55,19 +48,8 @@ func startRegion(t *testing.T, extra ...string) *region {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r := &region{t: t, dir: t.TempDir()}
-	etcd, err := cluster.Start(ctx, cluster.Config{Bin: etcdBin, Dir: filepath.Join(r.dir, "etcd"), Members: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Close)
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	if _, err := epoch.BootstrapRegion(ctx, cli, "coord", nil, 0); err != nil {
-		t.Fatal(err)
-	}
+	endpoints := bins.StartEtcd(t, ctx, filepath.Join(r.dir, "etcd"))
+	var err error
 	if r.ca, err = devca.New(trustDomain, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +58,9 @@ func startRegion(t *testing.T, extra ...string) *region {
 	}
 	arbiter := r.svid("arbiter", "/arbiter")
 	for i := range 3 {
-		r.arbiters = append(r.arbiters, r.startArbiter(i, arbiter, etcd.Endpoints(), extra))
+		r.arbiters = append(r.arbiters, bins.Start(t, ctx, filepath.Join(r.dir, fmt.Sprintf("arbiter-%d.log", i)), append([]string{
+			"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", arbiter.Cert, "--svid-key", arbiter.Key,
+			"--bundle", arbiter.Bundle, "--trust-domain", arbiter.TrustDomain, "--allow-any-workload", "--etcd-without-auth"}, extra...)...))
 	}
 	// The control plane, as lockplane-fanin serves it.
 	src, err := identity.FromFiles(r.svid("fanin", "/fanin"))
@@ -113,44 +97,10 @@ func (r *region) svid(name, path string) identity.Files {
 	return f
 }
 
-func (r *region) startArbiter(i int, id identity.Files, endpoints []string, extra []string) arbiterProc {
-	t := r.t
-	port, err := resourcetest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mport, err := resourcetest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := arbiterProc{addr: fmt.Sprintf("127.0.0.1:%d", port), metrics: fmt.Sprintf("127.0.0.1:%d", mport)}
-	log, err := os.Create(filepath.Join(r.dir, fmt.Sprintf("arbiter-%d.log", i)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.cmd = exec.Command(arbiterBin, append([]string{"--listen", a.addr, "--metrics-listen", a.metrics,
-		"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", id.Cert, "--svid-key", id.Key,
-		"--bundle", id.Bundle, "--trust-domain", id.TrustDomain, "--allow-any-workload", "--etcd-without-auth"}, extra...)...)
-	a.cmd.Stdout, a.cmd.Stderr = log, log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.cmd.Process.Kill(); a.cmd.Wait(); log.Close() })
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", a.addr); err == nil {
-			c.Close()
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("arbiter %d did not listen on %s", i, a.addr)
-		}
-	}
-}
-
 func (r *region) addrs() []string {
 	var out []string
 	for _, a := range r.arbiters {
-		out = append(out, a.addr)
+		out = append(out, a.Addr)
 	}
 	return out
 }
@@ -170,7 +120,7 @@ func (r *region) waits() int {
 func (r *region) waitsEach() []int {
 	var out []int
 	for _, a := range r.arbiters {
-		out = append(out, counter(r.t, a.metrics, "lockplane_waits_total"))
+		out = append(out, counter(r.t, a.Metrics, "lockplane_waits_total"))
 	}
 	return out
 }
@@ -329,7 +279,7 @@ func (r *region) conn(name, path string, i int) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(r.arbiters[i].addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(r.arbiters[i].Addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,29 +5,22 @@
 package spire_test
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/lockplane/lockplane/test/arbiterproc"
 )
 
-// arbiterBin and etcdBin are the arbiter and etcd built for this run: the
-// arbiter's own path is the selector of its registration entry.
-var arbiterBin, etcdBin string
+// bins are the arbiter and etcd built for this run: the arbiter's own
+// path is the selector of its registration entry.
+var bins arbiterproc.Bins
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "spire-bin-")
 	if err != nil {
 		panic(err)
 	}
-	arbiterBin = filepath.Join(dir, "arbiter")
-	if out, err := exec.Command("go", "build", "-o", arbiterBin, "github.com/lockplane/lockplane/services/cmd/arbiter").CombinedOutput(); err != nil {
-		panic(fmt.Sprintf("build the arbiter: %v\n%s", err, out))
-	}
-	if etcdBin, err = cluster.BuildEtcd(dir); err != nil {
+	if bins, err = arbiterproc.Build(dir); err != nil {
 		panic(err)
 	}
 	code := m.Run()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,11 +14,9 @@ import (
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
-	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/services/spire"
-	"github.com/lockplane/lockplane/test/gate/cluster"
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -35,6 +32,9 @@ const (
 	trustDomain = "spire.lockplane.test"
 	arbiterID   = "spiffe://" + trustDomain + "/lockplane/arbiter"
 	workerID    = "spiffe://" + trustDomain + "/ns/rot/sa/worker"
+	// otherID is a second identity the test process also matches: the
+	// client asks for workerID's SVID by name.
+	otherID = "spiffe://" + trustDomain + "/ns/rot/sa/other"
 	// svidTTL is short enough for several rotations in one session: an
 	// agent replaces an SVID once half its life has passed.
 	svidTTL = 20 * time.Second
@@ -73,7 +73,16 @@ spec:
   prefixes: [rot/]
   workload:
     selectors: ["unix:path:%s"]
-`, workerID, self)
+---
+apiVersion: lockplane.io/v1
+kind: LockGrant
+metadata: {name: rot-other}
+spec:
+  spiffeId: %s
+  prefixes: [other/]
+  workload:
+    selectors: ["unix:path:%s"]
+`, workerID, self, otherID, self)
 	if err := os.WriteFile(filepath.Join(policies, "grants.yaml"), []byte(grant), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -85,22 +94,32 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	arb, err := spire.NewEntry(arbiterID, sp.AgentID, []string{"unix:path:" + arbiterBin}, svidTTL)
+	arb, err := spire.NewEntry(arbiterID, sp.AgentID, []string{"unix:path:" + bins.Arbiter}, svidTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep := sp.Register(t, append(entries, arb)); len(rep.Created) != 2 {
-		t.Fatalf("registered %d entries, want the worker's and the arbiter's: %+v", len(rep.Created), rep)
+	if rep := sp.Register(t, append(entries, arb)); len(rep.Created) != 3 {
+		t.Fatalf("registered %d entries, want the worker's, the other's and the arbiter's: %+v", len(rep.Created), rep)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	addr := startArbiter(t, ctx, dir, sp.AgentSocket, policies)
+	endpoints := bins.StartEtcd(t, ctx, filepath.Join(dir, "etcd"))
+	addr := bins.Start(t, ctx, filepath.Join(dir, "arbiter.log"), "--etcd-endpoints", endpoints[0], "--spiffe-socket", sp.AgentSocket,
+		"--spiffe-id", arbiterID, "--policies", policies, "--etcd-without-auth").Addr
 
-	src, err := identity.FromWorkloadAPI(ctx, sp.AgentSocket)
+	src, err := identity.FromWorkloadAPIAs(ctx, sp.AgentSocket, workerID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An ID the agent does not issue this process is refused, not
+	// replaced by one it does.
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+	if absent, err := identity.FromWorkloadAPIAs(actx, sp.AgentSocket, "spiffe://"+trustDomain+"/ns/rot/sa/absent"); err == nil {
+		id, _ := identity.ID(absent)
+		t.Fatalf("asked for an ID the agent does not issue, got %s", id)
+	}
+	acancel()
 	defer src.Close()
 	watch := src.(*workloadapi.X509Source)
 	first, err := watch.GetX509SVID()
@@ -194,64 +213,6 @@ spec:
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatalf("release after %d client and %d arbiter SVIDs: %v", len(clientSeen), len(arbiterSeen), err)
-	}
-}
-
-// startArbiter runs the arbiter on its own etcd, taking its identity from
-// the Workload API.
-func startArbiter(t *testing.T, ctx context.Context, dir, socket, policies string) string {
-	t.Helper()
-	etcd, err := cluster.Start(ctx, cluster.Config{Bin: etcdBin, Dir: filepath.Join(dir, "etcd"), Members: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Close)
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	if _, err := epoch.BootstrapRegion(ctx, cli, "coord", nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	port, err := resourcetest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mport, err := resourcetest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	log, err := os.Create(filepath.Join(dir, "arbiter.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(arbiterBin, "--listen", addr, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
-		"--etcd-endpoints", etcd.Endpoints()[0], "--spiffe-socket", socket, "--spiffe-id", arbiterID, "--policies", policies, "--etcd-without-auth")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		log.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("arbiter log:\n%s", b)
-		}
-	})
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the arbiter did not listen on %s", addr)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }
 

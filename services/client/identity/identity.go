@@ -94,11 +94,17 @@ func FromWorkloadAPIAs(ctx context.Context, socket, id string) (Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: workload API %s: %w", socket, err)
 	}
-	if _, err := src.GetX509SVID(); err != nil {
-		src.Close()
-		return nil, fmt.Errorf("identity: workload API %s issues this process no SVID of %s", socket, id)
+	// The agent may issue the other SVIDs first (an entry just made
+	// reaches it at its next sync): wait for id's within ctx.
+	for {
+		if _, err := src.GetX509SVID(); err == nil {
+			return src, nil
+		}
+		if err := src.WaitUntilUpdated(ctx); err != nil {
+			src.Close()
+			return nil, fmt.Errorf("identity: workload API %s issues this process no SVID of %s: %w", socket, id, err)
+		}
 	}
-	return src, nil
 }
 
 // ID is the source's own SPIFFE ID.

@@ -37,6 +37,9 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 // rotations until it is closed, and ctx or FirstSVIDWait bounds the wait
 // for its first SVID.
 func (f Flags) Open(ctx context.Context) (identity.Source, error) {
+	if f.ID != "" && f.Socket == "" {
+		return nil, errors.New("--spiffe-id: needs --spiffe-socket; SVID files name their own ID")
+	}
 	switch {
 	case f.Socket != "":
 		ctx, cancel := context.WithTimeout(ctx, FirstSVIDWait)
