@@ -47,10 +47,12 @@ $(BIN)/minio: $(TOOLS)/go.mod
 
 # SPIRE's server and agent (v1.13.3), built from their own tools module:
 # the identity tests rotate SVIDs through them. Both in one build, which
-# shares their dependencies (about 10 minutes on 2 cores the first time).
+# shares their dependencies (about 10 minutes on 2 cores the first time),
+# without debug information (a third smaller, quicker to link); go build
+# fetches only the modules they need.
 spire: $(BIN)/spire-server $(BIN)/spire-agent
 $(BIN)/spire-server $(BIN)/spire-agent &: tools/spire/go.mod tools/spire/go.sum
-	cd tools/spire && $(GO) build -o $(BIN)/ github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent
+	cd tools/spire && $(GO) build -ldflags "-s -w" -o $(BIN)/ github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent
 
 # ClickHouse, the audit store the audit tests run against: Debian's 18.16,
 # run by the tests on loopback with their own config (never the service).
