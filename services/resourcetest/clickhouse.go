@@ -37,7 +37,7 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 	t.Helper()
 	chOnce.Do(func() { ch, chErr = startClickHouse() })
 	if chErr != nil {
-		unavailable(t, "ClickHouse", "install it with `make clickhouse` (.ci/run does)", chErr)
+		Unavailable(t, "ClickHouse", "install it with `make clickhouse` (.ci/run does)", chErr)
 	}
 	return ch
 }

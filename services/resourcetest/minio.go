@@ -38,7 +38,7 @@ func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
 	minioOnce.Do(func() { mio, minioErr = startMinIO() })
 	if minioErr != nil {
-		unavailable(t, "MinIO", "build it with `make minio` (.ci/run does)", minioErr)
+		Unavailable(t, "MinIO", "build it with `make minio` (.ci/run does)", minioErr)
 	}
 	return mio
 }
@@ -54,7 +54,7 @@ func StopMinIO() {
 func startMinIO() (*MinIO, error) {
 	bin := os.Getenv("LOCKPLANE_MINIO")
 	if bin == "" {
-		root, err := repoRoot()
+		root, err := RepoRoot()
 		if err != nil {
 			return nil, err
 		}

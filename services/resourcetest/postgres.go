@@ -36,7 +36,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	pgOnce.Do(func() { pg, pgErr = startPostgres() })
 	if pgErr != nil {
-		unavailable(t, "PostgreSQL 15", "install it with `apt-get install postgresql-15` (.ci/run does)", pgErr)
+		Unavailable(t, "PostgreSQL 15", "install it with `apt-get install postgresql-15` (.ci/run does)", pgErr)
 	}
 	return pg
 }

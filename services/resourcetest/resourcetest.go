@@ -15,8 +15,9 @@ import (
 	"testing"
 )
 
-// unavailable fails in CI and skips elsewhere.
-func unavailable(t testing.TB, what, how string, err error) {
+// Unavailable fails in CI and skips elsewhere: what is missing (err), and
+// how to get it.
+func Unavailable(t testing.TB, what, how string, err error) {
 	t.Helper()
 	msg := fmt.Sprintf("%s is not available (%v); %s", what, err, how)
 	if os.Getenv("CI") != "" {
@@ -36,8 +37,8 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// repoRoot is the directory holding go.mod, where bin/ is.
-func repoRoot() (string, error) {
+// RepoRoot is the directory holding go.mod, where bin/ is.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/policy"
-	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/services/spire"
+	"github.com/lockplane/lockplane/services/spire/spiretest"
 	entryv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/entry/v1"
 	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
 )
@@ -82,7 +82,7 @@ func TestConfigsRefuseMissingFieldsByName(t *testing.T) {
 // TestSyncMakesTheAgentsEntriesExactlyTheDeclaredOnes runs against a
 // real spire-server.
 func TestSyncMakesTheAgentsEntriesExactlyTheDeclaredOnes(t *testing.T) {
-	sp := resourcetest.StartSPIRE(t, td)
+	sp := spiretest.StartSPIRE(t, td)
 	conn, err := spire.Dial(sp.ServerSocket)
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/policy"
-	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/services/spire"
+	"github.com/lockplane/lockplane/services/spire/spiretest"
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -52,7 +52,7 @@ const (
 // cut, so the next keepalive and call reconnect with the SVIDs of that
 // moment. The session, its hold and its token must come through.
 func TestASessionOutlivesItsSVIDs(t *testing.T) {
-	sp := resourcetest.StartSPIRE(t, trustDomain)
+	sp := spiretest.StartSPIRE(t, trustDomain)
 	dir := t.TempDir()
 
 	// The worker's entry comes from its grant, as `lockplane up` derives

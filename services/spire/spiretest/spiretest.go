@@ -1,4 +1,8 @@
-package resourcetest
+// Package spiretest starts a real spire-server and agent for tests, as a
+// region runs them (bin/spire-server and bin/spire-agent, `make spire`).
+// It is apart from package resourcetest, whose servers the policy and
+// audit packages' own tests use: this one imports them.
+package spiretest
 
 import (
 	"context"
@@ -11,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/pki"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/services/spire"
 	entryv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/entry/v1"
 )
@@ -40,14 +45,14 @@ const spireHost = "test-host"
 // the test ends.
 func StartSPIRE(t testing.TB, trustDomain string) *SPIRE {
 	t.Helper()
-	root, err := repoRoot()
+	root, err := resourcetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	server, agent := filepath.Join(root, "bin", "spire-server"), filepath.Join(root, "bin", "spire-agent")
 	for _, b := range []string{server, agent} {
 		if _, err := os.Stat(b); err != nil {
-			unavailable(t, "SPIRE", "build it with `make spire` (.ci/run does)", err)
+			resourcetest.Unavailable(t, "SPIRE", "build it with `make spire` (.ci/run does)", err)
 		}
 	}
 	// Unix socket paths are short: not under t.TempDir.
@@ -66,7 +71,7 @@ func StartSPIRE(t testing.TB, trustDomain string) *SPIRE {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := FreePort()
+	port, err := resourcetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
