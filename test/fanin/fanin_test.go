@@ -151,24 +151,33 @@ func TestRemovingAnArbiterMovesOnlyItsKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client moves off the removed arbiter once it has the new
-	// endpoints.
+	// endpoints, and settles once it also has the new ring size: the two
+	// come as separate xDS updates (EDS, CDS), and between them a few keys
+	// of the staying arbiters route to the other one (docs/fan-in.md). What
+	// must hold is the settled ring: every key of a staying arbiter back
+	// where it was.
 	var after map[string]string
+	var strays []string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		after = where()
-		if !slices.Contains(values(after), gone) {
+		strays = strays[:0]
+		for _, k := range keys {
+			if before[k] != gone && after[k] != before[k] {
+				strays = append(strays, fmt.Sprintf("%s moved from %s to %s", k, before[k], after[k]))
+			}
+		}
+		if !slices.Contains(values(after), gone) && len(strays) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("keys still reach the removed arbiter 30s after it was unpublished")
+			t.Fatalf("30s after the arbiter was unpublished: keys still reach it: %v; keys whose arbiter stayed moved: %v",
+				slices.Contains(values(after), gone), strays)
 		}
 	}
 	moved := 0
 	for _, k := range keys {
-		switch {
-		case before[k] == gone:
+		if before[k] == gone {
 			moved++
-		case after[k] != before[k]:
-			t.Errorf("key %s moved from %s to %s though its arbiter stayed", k, before[k], after[k])
 		}
 	}
 	t.Logf("shares before: %v; %d keys moved, all from the removed arbiter", share, moved)
