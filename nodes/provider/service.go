@@ -53,10 +53,14 @@ func (s *ServiceInputs) unitPath() string {
 	return path.Join(dir, "lockplane-"+s.Name+".service")
 }
 
-// Unit is the systemd unit for the service.
+// Unit is the systemd unit for the service. It is restarted a second
+// after any exit, without systemd's start limit (5 starts in 10 s): a
+// service that exits at once while what it needs is down (an arbiter
+// waiting for its SVID or for quorum) must come back when that does, not
+// stay failed until an operator resets it.
 func (s *ServiceInputs) Unit() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[Unit]\nDescription=Lockplane %s\nAfter=network-online.target\nWants=network-online.target\n\n[Service]\n", s.Name)
+	fmt.Fprintf(&b, "[Unit]\nDescription=Lockplane %s\nAfter=network-online.target\nWants=network-online.target\nStartLimitIntervalSec=0\n\n[Service]\n", s.Name)
 	fmt.Fprintf(&b, "ExecStart=%s\n", remote.QuoteAll(s.Command))
 	if s.WorkDir != "" {
 		fmt.Fprintf(&b, "WorkingDirectory=%s\n", s.WorkDir)
