@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -76,24 +75,7 @@ func (b Bins) Start(t testing.TB, ctx context.Context, logPath string, args ...s
 		t.Fatal(err)
 	}
 	p := Proc{Addr: fmt.Sprintf("127.0.0.1:%d", port), Metrics: fmt.Sprintf("127.0.0.1:%d", mport)}
-	log, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(b.Arbiter, append([]string{"--listen", p.Addr, "--metrics-listen", p.Metrics}, args...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		log.Close()
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("%s:\n%s", filepath.Base(logPath), out)
-		}
-	})
+	resourcetest.StartLogged(t, exec.Command(b.Arbiter, append([]string{"--listen", p.Addr, "--metrics-listen", p.Metrics}, args...)...), logPath)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {

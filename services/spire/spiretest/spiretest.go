@@ -117,25 +117,7 @@ func run(t testing.TB, ctx context.Context, bin, dir, name string, conf []byte) 
 	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "-config", confPath)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		log.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(log.Name()); err == nil {
-				t.Logf("spire %s log:\n%s", name, tail(b, 4000))
-			}
-		}
-	})
+	resourcetest.StartLogged(t, exec.Command(bin, "run", "-config", confPath), filepath.Join(dir, name+".log"))
 }
 
 // waitHealthy runs the binary's own readiness probe until it passes.
@@ -152,13 +134,6 @@ func waitHealthy(t testing.TB, ctx context.Context, bin string, args ...string) 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
 }
 
 // writeUpstream writes the trust domain's root (s.Bundle) and the
