@@ -9,10 +9,11 @@ package resourcetest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/lockplane/lockplane/services/internal/loopport"
 )
 
 // Unavailable fails in CI and skips elsewhere: what is missing (err), and
@@ -27,14 +28,13 @@ func Unavailable(t testing.TB, what, how string, err error) {
 }
 
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago, for a
-// child process to listen on.
+// child process to listen on (loopport.Reserve says how it is chosen).
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := loopport.Reserve(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // RepoRoot is the directory holding go.mod, where bin/ is.

@@ -12,12 +12,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/lockplane/lockplane/services/internal/localserver"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/lockplane/lockplane/services/internal/localserver"
+	"github.com/lockplane/lockplane/services/internal/loopport"
 )
 
 // Bin is where Debian's clickhouse-server package puts the server.
@@ -61,7 +63,7 @@ func start(ctx context.Context, dir string, users func(Passwords, ...string) str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := localserver.FreePorts(3) // HTTP, native TCP, interserver
+	ports, err := loopport.Reserve(3) // HTTP, native TCP, interserver
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/loopport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnap "go.etcd.io/etcd/client/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -76,7 +76,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if entries, err := os.ReadDir(cfg.Dir); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("etcdembed: data dir %s is not empty; an embedded cluster always starts fresh", cfg.Dir)
 	}
-	ports, err := freePorts(2 * n)
+	ports, err := loopport.Reserve(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -298,27 +298,6 @@ func (c *Cluster) Close() {
 	for i := range c.configs {
 		c.StopMember(i)
 	}
-}
-
-// freePorts reserves distinct free loopback ports. They are released before
-// etcd binds them; the window is small and a clash fails Start loudly.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("etcdembed: reserve port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // restoreMember writes ec's data directory from cfg.RestoreFrom, as a member

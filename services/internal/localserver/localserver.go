@@ -6,9 +6,7 @@ package localserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"syscall"
@@ -77,19 +75,4 @@ func (p *Process) Stop(grace time.Duration) {
 	}
 	p.cmd.Process.Kill()
 	<-p.done
-}
-
-// FreePorts reserves n distinct free loopback ports, released before the
-// server binds them: a clash in that window fails its start loudly.
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, errors.Join(errors.New("localserver: reserve a port"), err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lockplane/lockplane/services/internal/loopport"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
@@ -55,7 +56,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := localserver.FreePorts(1)
+	ports, err := loopport.Reserve(1)
 	if err != nil {
 		return nil, err
 	}

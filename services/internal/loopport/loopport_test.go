@@ -1,0 +1,28 @@
+package loopport
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+// The ports are distinct, free, and below the ephemeral range, where no
+// bind to port 0 or outgoing connection takes them.
+func TestReserveDrawsDistinctFreePortsBelowTheEphemeralRange(t *testing.T) {
+	ports, err := Reserve(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, seen := ephemeralLow(), map[int]bool{}
+	for _, p := range ports {
+		if p < lowest || p >= top || seen[p] {
+			t.Fatalf("port %d: outside [%d, %d) or drawn twice (%v)", p, lowest, top, ports)
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d is not free: %v", p, err)
+		}
+		l.Close()
+	}
+}
