@@ -69,8 +69,11 @@ func client(t *testing.T, c *etcdembed.Cluster, user string) *clientv3.Client {
 	return cli
 }
 
+// bounded is a test's deadline for its etcd calls: generous, for sign-ins
+// are a password hash and a Raft entry each, and CI runs these beside
+// other suites on two cores.
 func bounded(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -18,6 +18,12 @@ import (
 // timeout allows with room to spare, so expiry tests run in seconds.
 var Fast = class.Class{Name: "fast", TTL: 3 * time.Second, Tier: class.TierCoord}
 
+// OpTimeout is the etcd budget of a test's arbiters unless the test sets
+// its own. Generous: CI runs these beside the e2e and the gate on two
+// cores, where etcd stalls of a second or more happen; tests of quorum
+// loss set their own.
+const OpTimeout = 5 * time.Second
+
 // Start runs an environment with the default and Fast classes.
 //
 // Authorisation is open by default here, and only here: a test that gives
@@ -38,9 +44,7 @@ func Start(t testing.TB, opts devenv.Options) *devenv.Env {
 		opts.Classes = class.NewStatic(Fast)
 	}
 	if opts.OpTimeout == 0 {
-		// Generous: CI runs these beside the e2e and the gate on two
-		// cores. Tests of quorum loss set their own.
-		opts.OpTimeout = 5 * time.Second
+		opts.OpTimeout = OpTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

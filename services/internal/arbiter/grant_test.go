@@ -278,7 +278,7 @@ func TestWaitingAcquireIsGrantedAfterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queued := queuedOn(t, env)
+	queued, answered := hooksOn(t, env)
 	got := make(chan *lockclient.Hold, 1)
 	errs := make(chan error, 1)
 	go func() {
@@ -314,5 +314,5 @@ func TestWaitingAcquireIsGrantedAfterRelease(t *testing.T) {
 	// The deadline leaves the arbiter its 200 ms margin to answer in.
 	short := ctxT(t, 3*time.Second)
 	_, err = a.Lock(short, "team-a/wait/1", noFence)
-	wantReason(t, err, lockv1.ErrorReason_CONTENDED)
+	wantContended(t, ctx, answered, "team-a/wait/1", a.ID(), err)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -16,7 +17,10 @@ import (
 // leave that goroutine with the stack the etcd calls grew (16 KB, where a
 // stream waiting for its first renewal needs 8).
 func TestAnIdleKeepAliveStreamKeepsASmallStack(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{})
+	// A class of its own with a long TTL: nothing renews the raw sessions
+	// until all 200 are open, which takes seconds on a loaded machine.
+	idle := class.Class{Name: "idle", TTL: 5 * time.Minute, Tier: class.TierCoord}
+	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, idle)})
 	ctx := ctxT(t, 60*time.Second)
 	api := raw(devenvtest.Client(t, env, "demo"))
 	const streams = 200
@@ -31,9 +35,7 @@ func TestAnIdleKeepAliveStreamKeepsASmallStack(t *testing.T) {
 	}
 	sessions := make([]int64, streams)
 	for i := range sessions {
-		// The default class's 15 s TTL: the fast class's 3 s can pass on a
-		// loaded machine between the first open and its first renewal.
-		s, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{})
+		s, err := api.OpenSession(ctx, &lockv1.OpenSessionRequest{Class: idle.Name})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -163,6 +163,11 @@ func TestAnUnansweredRenewalEndsItsStreamOnlyOnceStalled(t *testing.T) {
 			}
 			select {
 			case <-behind.done:
+				// The goroutine may have been descheduled past the
+				// threshold since the check above.
+				if waited := time.Since(first); waited >= stall {
+					t.Skipf("the machine took %v to get here, past the stall threshold: the check would not be meaningful", waited)
+				}
 				t.Fatalf("one caller's deadline ended the renewal of another: %v", behind.err)
 			default:
 			}

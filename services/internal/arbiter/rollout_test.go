@@ -29,7 +29,7 @@ func secondRouter(t *testing.T, env *devenv.Env, shards []string, as string) *lo
 	}
 	self, _ := identity.ID(src)
 	cfg := arbiter.RouterConfig{Config: arbiter.Config{Etcd: env.Etcd, Cluster: "coord", Self: self,
-		Classes: class.NewStatic(devenvtest.Fast, entity), OpTimeout: time.Second, AllowAnyWorkload: true}, Shards: map[string]arbiter.Etcd{}}
+		Classes: class.NewStatic(devenvtest.Fast, entity), OpTimeout: devenvtest.OpTimeout, AllowAnyWorkload: true}, Shards: map[string]arbiter.Etcd{}}
 	for _, s := range shards {
 		cfg.Shards[s] = env.ShardEtcd[s]
 	}

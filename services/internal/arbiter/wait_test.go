@@ -21,6 +21,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Only the watch on the hold key can wake a waiter whose key is released
@@ -112,7 +114,7 @@ func secondArbiter(t *testing.T, env *devenv.Env, poll time.Duration) *peer {
 	a, err := arbiter.New(arbiter.Config{
 		Etcd: cli, Cluster: "embedded", Self: self, Classes: class.NewStatic(devenvtest.Fast), AllowAnyWorkload: true,
 		IsOperator:   arbiter.OperatorPathPrefix(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), "/operator/"),
-		OpTimeout:    time.Second,
+		OpTimeout:    devenvtest.OpTimeout,
 		PollInterval: poll,
 	})
 	if err != nil {
@@ -166,14 +168,58 @@ func (p *peer) client(t *testing.T, name string) *lockclient.Client {
 // after its refused attempt.
 func queuedOn(t *testing.T, env *devenv.Env) <-chan string {
 	t.Helper()
-	ch := make(chan string, 64)
+	queued, _ := hooksOn(t, env)
+	return queued
+}
+
+// answer is an Acquire's answer as the arbiter decided it.
+type answer struct {
+	key     string
+	session int64
+	err     error
+}
+
+// hooksOn is queuedOn, and also a channel that receives each Acquire's
+// answer as the arbiter decided it (its Answered hook), whether or not
+// the caller was still there to hear it.
+func hooksOn(t *testing.T, env *devenv.Env) (<-chan string, <-chan answer) {
+	t.Helper()
+	queued, answered := make(chan string, 64), make(chan answer, 64)
 	var hooked interface{ SetTestHooks(*arbiter.TestHooks) } = env.Arbiter
 	if env.Router != nil {
 		hooked = env.Router
 	}
-	hooked.SetTestHooks(&arbiter.TestHooks{Queued: func(key string, _ int64) { ch <- key }})
+	hooked.SetTestHooks(&arbiter.TestHooks{
+		Queued:   func(key string, _ int64) { queued <- key },
+		Answered: func(key string, session int64, err error) { answered <- answer{key, session, err} },
+	})
 	t.Cleanup(func() { hooked.SetTestHooks(nil) })
-	return ch
+	return queued, answered
+}
+
+// wantContended checks a wait that ran out its deadline: the arbiter
+// answered CONTENDED, and the client heard that or, when the answer took
+// longer than the arbiter's margin (200 ms at most) to reach it on a
+// loaded machine, its own DEADLINE_EXCEEDED.
+func wantContended(t *testing.T, ctx context.Context, answered <-chan answer, key string, session int64, heard error) {
+	t.Helper()
+	for {
+		select {
+		case a := <-answered:
+			if a.key != key || a.session != session {
+				continue
+			}
+			if reason.Of(a.err) != lockv1.ErrorReason_CONTENDED {
+				t.Fatalf("the arbiter answered %v (reason %s), want CONTENDED", a.err, reason.Of(a.err))
+			}
+			if reason.Of(heard) != lockv1.ErrorReason_CONTENDED && status.Code(heard) != codes.DeadlineExceeded {
+				t.Fatalf("the client heard %v, want CONTENDED or its own deadline", heard)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatalf("the arbiter never answered the wait on %s: %v", key, ctx.Err())
+		}
+	}
 }
 
 // awaitQueued blocks until the next waiter for key has joined its queue.
@@ -339,11 +385,12 @@ func TestAWaiterThatGaveUpIsNeverHandedTheKey(t *testing.T) {
 	}
 	quitter := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
 	patient := devenvtest.Session(t, devenvtest.Client(t, env, "alice"), "")
+	queued, answered := hooksOn(t, env)
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, qerr := quitter.Lock(short, key, noFence)
-	wantReason(t, qerr, lockv1.ErrorReason_CONTENDED)
-	queued := queuedOn(t, env)
+	wantContended(t, ctx, answered, key, quitter.ID(), qerr)
+	awaitQueued(t, ctx, queued, key) // the quitter's own wait
 	got := make(chan error, 1)
 	go func() {
 		_, err := patient.Lock(ctx, key, noFence)
