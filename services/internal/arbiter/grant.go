@@ -194,7 +194,10 @@ func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) err
 	case a.drained.Err() != nil && ctx.Err() == nil:
 		return refuse.With(codes.Unavailable, lockv1.ErrorReason_DRAINING,
 			"this arbiter is shutting down; retry the Acquire on another")
-	case errors.Is(ctx.Err(), context.Canceled):
+	case errors.Is(ctx.Err(), context.Canceled) && !errors.Is(wctx.Err(), context.DeadlineExceeded):
+		// Cancelled before the wait ran out. One that ran out first is
+		// CONTENDED, whoever cancelled since: a caller whose deadline
+		// passed as the answer was on its way cancels the stream.
 		return status.FromContextError(ctx.Err()).Err()
 	case wctx.Err() == nil:
 		return err

@@ -310,8 +310,9 @@ func TestWaitingAcquireIsGrantedAfterRelease(t *testing.T) {
 	case err := <-errs:
 		t.Fatal(err)
 	}
-	// A waiter whose deadline passes gets CONTENDED with DEADLINE_EXCEEDED.
-	// The deadline leaves the arbiter its 200 ms margin to answer in.
+	// A waiter whose deadline passes is answered CONTENDED with
+	// DEADLINE_EXCEEDED (the margin that lets the answer reach it first is
+	// TestAWaitEndsBeforeItsCallersDeadline's).
 	short := ctxT(t, 3*time.Second)
 	_, err = a.Lock(short, "team-a/wait/1", noFence)
 	wantContended(t, ctx, answered, "team-a/wait/1", a.ID(), err)

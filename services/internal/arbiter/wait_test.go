@@ -168,7 +168,10 @@ func (p *peer) client(t *testing.T, name string) *lockclient.Client {
 // after its refused attempt.
 func queuedOn(t *testing.T, env *devenv.Env) <-chan string {
 	t.Helper()
-	queued, _ := hooksOn(t, env)
+	queued := make(chan string, 64)
+	setHooks(t, env, func(done <-chan struct{}) *arbiter.TestHooks {
+		return &arbiter.TestHooks{Queued: func(key string, _ int64) { send(done, queued, key) }}
+	})
 	return queued
 }
 
@@ -185,16 +188,34 @@ type answer struct {
 func hooksOn(t *testing.T, env *devenv.Env) (<-chan string, <-chan answer) {
 	t.Helper()
 	queued, answered := make(chan string, 64), make(chan answer, 64)
+	setHooks(t, env, func(done <-chan struct{}) *arbiter.TestHooks {
+		return &arbiter.TestHooks{
+			Queued:   func(key string, _ int64) { send(done, queued, key) },
+			Answered: func(key string, session int64, err error) { send(done, answered, answer{key, session, err}) },
+		}
+	})
+	return queued, answered
+}
+
+// setHooks installs the hooks made for env's arbiter (behind a Router,
+// every cluster's) until the test ends; done is closed then, so that a
+// hook blocked on a full channel returns rather than hold the arbiter.
+func setHooks(t *testing.T, env *devenv.Env, hooks func(done <-chan struct{}) *arbiter.TestHooks) {
 	var hooked interface{ SetTestHooks(*arbiter.TestHooks) } = env.Arbiter
 	if env.Router != nil {
 		hooked = env.Router
 	}
-	hooked.SetTestHooks(&arbiter.TestHooks{
-		Queued:   func(key string, _ int64) { queued <- key },
-		Answered: func(key string, session int64, err error) { answered <- answer{key, session, err} },
-	})
-	t.Cleanup(func() { hooked.SetTestHooks(nil) })
-	return queued, answered
+	done := make(chan struct{})
+	hooked.SetTestHooks(hooks(done))
+	t.Cleanup(func() { close(done); hooked.SetTestHooks(nil) })
+}
+
+// send delivers v unless the test has ended.
+func send[T any](done <-chan struct{}, ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	case <-done:
+	}
 }
 
 // wantContended checks a wait that ran out its deadline: the arbiter
@@ -386,11 +407,13 @@ func TestAWaiterThatGaveUpIsNeverHandedTheKey(t *testing.T) {
 	quitter := devenvtest.Session(t, devenvtest.Client(t, env, "other"), "")
 	patient := devenvtest.Session(t, devenvtest.Client(t, env, "alice"), "")
 	queued, answered := hooksOn(t, env)
-	short, cancel := context.WithTimeout(ctx, time.Second)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	_, qerr := quitter.Lock(short, key, noFence)
 	wantContended(t, ctx, answered, key, quitter.ID(), qerr)
-	awaitQueued(t, ctx, queued, key) // the quitter's own wait
+	for len(queued) > 0 {
+		<-queued // the quitter's own wait (once per attempt, sent before its answer)
+	}
 	got := make(chan error, 1)
 	go func() {
 		_, err := patient.Lock(ctx, key, noFence)
