@@ -42,14 +42,14 @@ func startEtcd(ctx context.Context, bin, dir, name string, members int, timeout 
 			c.close()
 		}
 	}()
+	free, err := resourcetest.FreePorts(2 * members)
+	if err != nil {
+		return nil, err
+	}
 	ports := make([][2]int, members)
 	var initial []string
 	for i := range ports {
-		for j := range ports[i] {
-			if ports[i][j], err = resourcetest.FreePort(); err != nil {
-				return nil, err
-			}
-		}
+		ports[i] = [2]int{free[2*i], free[2*i+1]}
 		initial = append(initial, fmt.Sprintf("%s-%d=http://127.0.0.1:%d", name, i, ports[i][1]))
 	}
 	// One token for the whole cluster: members with different tokens

@@ -111,14 +111,11 @@ func startProcesses(ctx context.Context, cfg config, dir, policies string) (_ se
 		return nil, fmt.Errorf("shard map: %w", err)
 	}
 
-	listen, err := resourcetest.FreePort()
+	ports, err := resourcetest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := resourcetest.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	listen, metrics := ports[0], ports[1]
 	abs := func(f string) string {
 		if filepath.IsAbs(f) {
 			return f

@@ -15,6 +15,7 @@ import (
 	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/services/audit/chserver"
+	"github.com/lockplane/lockplane/services/resourcetest"
 )
 
 // The audit store's configuration runs Debian's clickhouse-server: HTTP
@@ -30,12 +31,11 @@ func TestClickHouseConfigServesHTTPOnTheHostAddress(t *testing.T) {
 		t.Skipf("%s is not installed (make clickhouse)", components.ClickHouseBin)
 	}
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.2:0")
+	ports, err := resourcetest.FreePortsOn("127.0.0.2", 1)
 	if err != nil {
 		t.Skipf("no 127.0.0.2: %v", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := ports[0]
 	h := topology.Host{Name: "audit-1", Address: "127.0.0.2", Root: "/"}
 	f := components.ClickHouseFiles{Config: filepath.Join(dir, "config.xml"), Users: filepath.Join(dir, "users.xml"),
 		Data: filepath.Join(dir, "data"), Logs: filepath.Join(dir, "log")}

@@ -20,6 +20,7 @@ import (
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/pki"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
@@ -57,14 +58,9 @@ func tlsEtcd(t *testing.T, opts ...func(*embed.Config)) (endpoint string, ca *pk
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := make([]int, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
+	ports, err := resourcetest.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ec := embed.NewConfig()
 	ec.Name, ec.Dir = "m1", filepath.Join(dir, "m1")

@@ -28,14 +28,21 @@ func Unavailable(t testing.TB, what, how string, err error) {
 }
 
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago, for a
-// child process to listen on (loopport.Reserve says how it is chosen).
+// child process to listen on (loopport.ReserveOn says how it is chosen).
 func FreePort() (int, error) {
-	ports, err := loopport.Reserve(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
 	return ports[0], nil
 }
+
+// FreePorts is n distinct such ports: take a server's ports together, so
+// that none is drawn twice.
+func FreePorts(n int) ([]int, error) { return loopport.Reserve(n) }
+
+// FreePortsOn is n distinct ports free on host, another loopback address.
+func FreePortsOn(host string, n int) ([]int, error) { return loopport.ReserveOn(host, n) }
 
 // RepoRoot is the directory holding go.mod, where bin/ is.
 func RepoRoot() (string, error) {

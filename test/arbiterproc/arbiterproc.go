@@ -66,15 +66,11 @@ type Proc struct {
 // printed if the test failed.
 func (b Bins) Start(t testing.TB, ctx context.Context, logPath string, args ...string) Proc {
 	t.Helper()
-	port, err := resourcetest.FreePort()
+	ports, err := resourcetest.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mport, err := resourcetest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := Proc{Addr: fmt.Sprintf("127.0.0.1:%d", port), Metrics: fmt.Sprintf("127.0.0.1:%d", mport)}
+	p := Proc{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	resourcetest.StartLogged(t, exec.Command(b.Arbiter, append([]string{"--listen", p.Addr, "--metrics-listen", p.Metrics}, args...)...), logPath)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -117,12 +117,11 @@ func TestAnUnreachableAuditStoreDoesNotStopLockServing(t *testing.T) {
 // and no operator sign-in.
 func arbiterFlags(t *testing.T, env *devenv.Env, dir string) flags {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := resourcetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	pw := env.EtcdAuth.Credentials()
 	creds := fmt.Sprintf("arbiter %s:%s\nadmin %s:%s\ntailer %s:%s\n", etcdauth.Arbiter, pw[etcdauth.Arbiter],
 		etcdauth.Admin, pw[etcdauth.Admin], etcdauth.Tailer, pw[etcdauth.Tailer])

@@ -13,10 +13,11 @@ func TestReserveDrawsDistinctFreePortsBelowTheEphemeralRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, seen := ephemeralLow(), map[int]bool{}
+	low, high := ephemeralRange()
+	seen := map[int]bool{}
 	for _, p := range ports {
-		if p < lowest || p >= top || seen[p] {
-			t.Fatalf("port %d: outside [%d, %d) or drawn twice (%v)", p, lowest, top, ports)
+		if (p >= low && p <= high) || seen[p] {
+			t.Fatalf("port %d: in the ephemeral range [%d, %d] or drawn twice (%v)", p, low, high, ports)
 		}
 		seen[p] = true
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))

@@ -79,14 +79,13 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 	var initial []string
+	free, err := resourcetest.FreePorts(2 * cfg.Members)
+	if err != nil {
+		return nil, err
+	}
 	ports := make([][2]int, cfg.Members)
 	for i := 0; i < cfg.Members; i++ {
-		if ports[i][0], err = resourcetest.FreePort(); err != nil {
-			return nil, err
-		}
-		if ports[i][1], err = resourcetest.FreePort(); err != nil {
-			return nil, err
-		}
+		ports[i] = [2]int{free[2*i], free[2*i+1]}
 		m := &Member{Name: fmt.Sprintf("m%d", i+1)}
 		if m.clientProxy, err = faultproxy.New("127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", ports[i][0])); err != nil {
 			return nil, err

@@ -893,11 +893,11 @@ func writeTrust(dir string, clients int) ([]string, error) {
 		ids[n] = profile.Identity{SPIFFEID: "spiffe://gate.lockplane.test" + p, Cert: filepath.Join(pki, n, "svid.pem"), Key: filepath.Join(pki, n, "key.pem")}
 	}
 	var paths []string
-	for i := range 2 {
-		port, err := resourcetest.FreePort()
-		if err != nil {
-			return nil, err
-		}
+	ports, err := resourcetest.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	for i, port := range ports {
 		p := &profile.Profile{Endpoint: fmt.Sprintf("127.0.0.1:%d", port), ServerID: "spiffe://gate.lockplane.test/arbiter",
 			TrustDomain: "gate.lockplane.test", Bundle: filepath.Join(pki, "bundle.pem"), Identities: ids, DefaultIdentity: "c0"}
 		path := filepath.Join(dir, fmt.Sprintf("profile-%d.json", i))

@@ -13,11 +13,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lockplane/lockplane/services/internal/localserver"
 	"github.com/lockplane/lockplane/services/internal/loopport"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-
-	"github.com/lockplane/lockplane/services/internal/localserver"
 )
 
 // stopGrace is how long Stop lets the server shut down before killing it.
