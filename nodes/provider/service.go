@@ -53,11 +53,12 @@ func (s *ServiceInputs) unitPath() string {
 	return path.Join(dir, "lockplane-"+s.Name+".service")
 }
 
-// Unit is the systemd unit for the service. It is restarted a second
-// after any exit, without systemd's start limit (5 starts in 10 s): a
-// service that exits at once while what it needs is down (an arbiter
-// waiting for its SVID or for quorum) must come back when that does, not
-// stay failed until an operator resets it.
+// Unit is the systemd unit for the service. It is restarted 5 s after any
+// exit, without systemd's start limit (5 starts in 10 s): a service that
+// exits at once while what it needs is down (an arbiter waiting for its
+// SVID or for quorum) must come back when that does, not stay failed until
+// an operator resets it. The 5 s keep a service that cannot start from
+// loading the clusters it signs in to; its NRestarts count shows it.
 func (s *ServiceInputs) Unit() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Unit]\nDescription=Lockplane %s\nAfter=network-online.target\nWants=network-online.target\nStartLimitIntervalSec=0\n\n[Service]\n", s.Name)
@@ -68,7 +69,7 @@ func (s *ServiceInputs) Unit() string {
 	for _, k := range sortedKeys(s.Env) {
 		fmt.Fprintf(&b, "Environment=%s\n", strconv.Quote(k+"="+s.Env[k]))
 	}
-	b.WriteString("Restart=always\nRestartSec=1\nLimitNOFILE=65536\nTimeoutStopSec=30\n\n[Install]\nWantedBy=multi-user.target\n")
+	b.WriteString("Restart=always\nRestartSec=5\nLimitNOFILE=65536\nTimeoutStopSec=30\n\n[Install]\nWantedBy=multi-user.target\n")
 	return b.String()
 }
 

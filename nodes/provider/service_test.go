@@ -29,7 +29,7 @@ func TestUnitIsValidAndRestartsWithoutLimit(t *testing.T) {
 			keys[section+k] = v
 		}
 	}
-	for k, want := range map[string]string{"[Unit]StartLimitIntervalSec": "0", "[Service]Restart": "always", "[Service]RestartSec": "1"} {
+	for k, want := range map[string]string{"[Unit]StartLimitIntervalSec": "0", "[Service]Restart": "always", "[Service]RestartSec": "5"} {
 		if keys[k] != want {
 			t.Errorf("%s = %q, want %q", k, keys[k], want)
 		}
@@ -38,8 +38,9 @@ func TestUnitIsValidAndRestartsWithoutLimit(t *testing.T) {
 	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Only what it says of this unit: it also loads the host's targets.
 	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
-	if err != nil || len(out) > 0 {
+	if err != nil || strings.Contains(string(out), path) {
 		t.Fatalf("systemd-analyze verify: %v\n%s\nunit:\n%s", err, out, unit)
 	}
 }
