@@ -186,20 +186,23 @@ func (a *Arbiter) waitContext(ctx context.Context) (context.Context, context.Can
 
 // waitEnded is the answer to a wait that ended in err without a grant.
 func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) error {
+	// Each context read once: a wait's timer firing between two reads
+	// would turn a live NO_QUORUM into CONTENDED.
+	callerErr, waitErr := ctx.Err(), wctx.Err()
 	switch {
-	case wctx.Err() != nil && outcomeUnknown(err) && reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+	case waitErr != nil && outcomeUnknown(err) && reason.Of(err) != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
 		// A grant that may have committed could not be looked up: say
 		// so, never CONTENDED, so that the caller cleans up.
 		return err
-	case a.drained.Err() != nil && ctx.Err() == nil:
+	case a.drained.Err() != nil && callerErr == nil:
 		return refuse.With(codes.Unavailable, lockv1.ErrorReason_DRAINING,
 			"this arbiter is shutting down; retry the Acquire on another")
-	case errors.Is(ctx.Err(), context.Canceled) && !errors.Is(wctx.Err(), context.DeadlineExceeded):
+	case errors.Is(callerErr, context.Canceled) && !errors.Is(waitErr, context.DeadlineExceeded):
 		// Cancelled before the wait ran out. One that ran out first is
 		// CONTENDED, whoever cancelled since: a caller whose deadline
 		// passed as the answer was on its way cancels the stream.
-		return status.FromContextError(ctx.Err()).Err()
-	case wctx.Err() == nil:
+		return status.FromContextError(callerErr).Err()
+	case waitErr == nil:
 		return err
 	}
 	return refuse.With(codes.DeadlineExceeded, lockv1.ErrorReason_CONTENDED,

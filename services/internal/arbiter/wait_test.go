@@ -411,8 +411,12 @@ func TestAWaiterThatGaveUpIsNeverHandedTheKey(t *testing.T) {
 	defer cancel()
 	_, qerr := quitter.Lock(short, key, noFence)
 	wantContended(t, ctx, answered, key, quitter.ID(), qerr)
+	// The quitter's own wait: once per attempt, each sent before its answer.
+	if len(queued) == 0 {
+		t.Fatal("the quitter never joined the queue")
+	}
 	for len(queued) > 0 {
-		<-queued // the quitter's own wait (once per attempt, sent before its answer)
+		<-queued
 	}
 	got := make(chan error, 1)
 	go func() {

@@ -19,7 +19,7 @@ import (
 func TestAWaitEndsBeforeItsCallersDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, err := New(Config{Etcd: oneMember(t, ctx), AllowAnyWorkload: true, MaxWait: time.Minute})
+	a, err := New(Config{Etcd: nilEtcd{}, AllowAnyWorkload: true, MaxWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +49,17 @@ func TestAWaitEndsBeforeItsCallersDeadline(t *testing.T) {
 func TestAWaitThatRanOutIsContendedWhoeverCancelsAfter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, err := New(Config{Etcd: oneMember(t, ctx), AllowAnyWorkload: true, MaxWait: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	arbiter := func(maxWait time.Duration) *Arbiter {
+		a, err := New(Config{Etcd: nilEtcd{}, AllowAnyWorkload: true, MaxWait: maxWait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
 	}
 	r := request{key: "team-a/wait/ran-out"}
 	attempt := status.Error(codes.Aborted, "held") // the last attempt's refusal
 
+	a := arbiter(20 * time.Millisecond)
 	cctx, ccancel := context.WithCancel(ctx)
 	wctx, wcancel := a.waitContext(cctx)
 	<-wctx.Done() // MaxWait
@@ -65,6 +69,7 @@ func TestAWaitThatRanOutIsContendedWhoeverCancelsAfter(t *testing.T) {
 	}
 	wcancel()
 
+	a = arbiter(time.Hour)
 	cctx, ccancel = context.WithCancel(ctx)
 	wctx, wcancel = a.waitContext(cctx)
 	ccancel()

@@ -30,16 +30,21 @@ func Reserve(n int) ([]int, error) { return ReserveOn("127.0.0.1", n) }
 // itself can take one, and a server restarted on its port finds it free.
 // Where the ephemeral range leaves too little room, the kernel chooses.
 func ReserveOn(host string, n int) ([]int, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("loopport: %d ports asked for; at least 1", n)
+	}
 	var held []net.Listener
 	defer func() {
 		for _, l := range held {
 			l.Close()
 		}
 	}()
+	var lastErr error
 	listen := func(port int) bool {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return false // in use, or drawn twice (held)
+			lastErr = err // in use, or drawn twice (held)
+			return false
 		}
 		held = append(held, l)
 		return true
@@ -48,13 +53,13 @@ func ReserveOn(host string, n int) ([]int, error) {
 	if !ok {
 		for range n {
 			if !listen(0) {
-				return nil, fmt.Errorf("loopport: no free port on %s", host)
+				return nil, fmt.Errorf("loopport: no free port on %s: %w", host, lastErr)
 			}
 		}
 	}
 	for tries := 0; len(held) < n; tries++ {
 		if tries == 100*n {
-			return nil, fmt.Errorf("loopport: no free port on %s in %d tries between %d and %d", host, tries, from, to)
+			return nil, fmt.Errorf("loopport: no free port on %s in %d tries between %d and %d (the last: %w)", host, tries, from, to, lastErr)
 		}
 		listen(from + rand.IntN(to-from))
 	}
