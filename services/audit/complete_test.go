@@ -240,11 +240,13 @@ type countingStore struct {
 }
 
 func (s *countingStore) Insert(ctx context.Context, evs []audit.Event) error {
+	// Held across the insert: whoever sees the rows in ClickHouse finds
+	// them counted.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.Store.Insert(ctx, evs); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, e := range evs {
 		s.n[fmt.Sprintf("%s/%d/%s", e.ClusterID, e.Revision, e.Key)]++
 		s.last = max(s.last, e.Revision)

@@ -130,6 +130,24 @@ func advances(id string, n int) func([]audit.Event) bool {
 	}
 }
 
+// awaitCheckpoint returns once the shard's tailer checkpoint names cluster
+// id: a tailer that starts again compares its cluster with that one.
+func awaitCheckpoint(t *testing.T, r *shardRig, id string) {
+	t.Helper()
+	for {
+		gctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		resp, err := r.coord.Get(gctx, audit.CheckpointPrefix+"entity-0")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 && strings.Contains(string(resp.Kvs[0].Value), id) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // the checkpoint ticks: no event to wait on
+	}
+}
+
 // A shard restored in place, under a running tailer, is another revision
 // space on the same endpoints: the tailer records the change as a gap and
 // reads the restored cluster from its start, under its new cluster ID.
@@ -144,6 +162,7 @@ func TestATailerFollowsItsShardRestoredInPlace(t *testing.T) {
 	if err := store.Await(r.ctx, advances(oldID, 1)); err != nil {
 		t.Fatal(err)
 	}
+	awaitCheckpoint(t, r, oldID) // the gap is written against it
 	file := r.snapshot()
 	r.advance()
 	r.advance()
@@ -188,18 +207,7 @@ func TestATailerFollowsItsShardRestoredAboveItsHead(t *testing.T) {
 	if err := store.Await(r.ctx, advances(oldID, 1)); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		gctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-		resp, err := r.coord.Get(gctx, audit.CheckpointPrefix+"entity-0")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) > 0 && strings.Contains(string(resp.Kvs[0].Value), oldID) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // the checkpoint ticks: no event to wait on
-	}
+	awaitCheckpoint(t, r, oldID)
 	stop()
 	r.tail(store, "t", time.Hour)
 
