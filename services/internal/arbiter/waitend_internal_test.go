@@ -8,6 +8,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -77,4 +78,34 @@ func TestAWaitThatRanOutIsContendedWhoeverCancelsAfter(t *testing.T) {
 		t.Errorf("a wait cancelled before it ran out: %v, want CANCELED", err)
 	}
 	wcancel()
+}
+
+// endsOnSecondLook is a wait's context whose deadline passes between the
+// first and the second time it is asked: its timer firing mid-answer.
+type endsOnSecondLook struct {
+	context.Context
+	looks int
+}
+
+func (c *endsOnSecondLook) Err() error {
+	if c.looks++; c.looks > 1 {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// A live wait that ends on a grant of unknown outcome (NO_QUORUM) is
+// answered NO_QUORUM, so that its caller ends any hold it may have, even
+// when the wait's own deadline passes as the answer is chosen. Before,
+// each case read the context again, and the answer became CONTENDED.
+func TestALiveNoQuorumStaysNoQuorumAsTheWaitRunsOut(t *testing.T) {
+	a, err := New(Config{Etcd: nilEtcd{}, AllowAnyWorkload: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noQuorum := refuse.With(codes.Unavailable, lockv1.ErrorReason_NO_QUORUM, "no etcd quorum confirmed the grant")
+	wctx := &endsOnSecondLook{Context: context.Background()}
+	if err := a.waitEnded(context.Background(), wctx, request{key: "team-a/wait/unknown"}, noQuorum); reason.Of(err) != lockv1.ErrorReason_NO_QUORUM {
+		t.Fatalf("a live wait ended on NO_QUORUM as its deadline passed: %v, want NO_QUORUM", err)
+	}
 }
