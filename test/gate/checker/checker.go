@@ -26,6 +26,9 @@
 //     record and the operators' advance.
 //   - ForceLearned: the holder of a force-released grant is told (OnFence)
 //     and starts no work under it past a grace after the approval.
+//
+// and those of the adversarial faults (adversary.go): ForeignRelease,
+// OneCluster (double-grant) and AdvanceLearned (advance-untold).
 package checker
 
 import (
@@ -573,7 +576,9 @@ func unknownOutcome(op history.Op) bool {
 // grant whose caller was told it had none. Nobody will release or renew
 // work under it; the key is blocked while the session lives. A probe is
 // not counted when an earlier grant of the key on that session has no
-// confirmed release (that hold may be the one seen).
+// confirmed release (that hold may be the one seen), unless the probe
+// dates the hold it saw (Op.Since) after the refused Acquire was called:
+// then the refused call made it.
 func Orphaned(ops []history.Op) []Violation {
 	type sk struct {
 		session int64
@@ -581,11 +586,14 @@ func Orphaned(ops []history.Op) []Violation {
 	}
 	granted := map[sk][]uint64{}
 	released := map[sk]map[uint64]bool{}
+	refusals := map[sk][]history.Op{}
 	for _, op := range ops {
 		k := sk{op.Session, op.Key}
 		switch {
 		case op.Kind == history.Acquire && op.Result == history.OK:
 			granted[k] = append(granted[k], op.Token)
+		case op.Kind == history.Acquire && op.Result == history.Refused:
+			refusals[k] = append(refusals[k], op)
 		case op.Kind == history.Release && op.Result == history.OK:
 			if released[k] == nil {
 				released[k] = map[uint64]bool{}
@@ -599,16 +607,28 @@ func Orphaned(ops []history.Op) []Violation {
 			continue
 		}
 		k := sk{op.Session, op.Key}
+		// The refusal this probe followed: the session's last on the key
+		// before it.
+		var refused history.Op
+		for _, r := range refusals[k] {
+			if r.Return <= op.Call && r.Return > refused.Return {
+				refused = r
+			}
+		}
 		open := false
 		for _, t := range granted[k] {
 			open = open || !released[k][t]
 		}
-		if open {
+		if open && (op.Since == 0 || refused.Call == 0 || op.Since < refused.Call) {
 			continue
 		}
+		why := ""
+		if refused.Reason != "" {
+			why = " (" + refused.Reason + ")"
+		}
 		vs = append(vs, Violation{Check: "orphaned-grant", Key: op.Key, Detail: fmt.Sprintf(
-			"client %d's Acquire on session %d was refused, yet %s later that session held the key: a grant its caller does not know of",
-			op.Client, op.Session, time.Duration(op.Return-op.Call).Round(time.Millisecond))})
+			"client %d's Acquire on session %d was refused%s, yet %s later that session held the key: a grant its caller does not know of",
+			op.Client, op.Session, why, time.Duration(op.Return-op.Call).Round(time.Millisecond))})
 	}
 	return vs
 }

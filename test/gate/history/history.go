@@ -44,7 +44,7 @@ const (
 	Close Kind = "close"
 	// Inspect of Key after a refused Acquire on Session: Holder is the
 	// session the service reported holding the key (0: free) at Return,
-	// having polled since Call.
+	// having polled since Call, and Since when that hold was granted.
 	Inspect Kind = "inspect"
 	// Fenced: the client library ran the OnFence of the grant named by
 	// Token (an instant): the service reported it ended under its holder
@@ -56,6 +56,16 @@ const (
 	// in a Txn at revision ReleasedAt. Call and Return bound the approval;
 	// Result is OK only if the approval ended that hold.
 	ForceRelease Kind = "force-release"
+	// Steal is an adversary's Release of another identity's hold of Key
+	// (traffic's thief): Session (and Holder) the victim's session, Token
+	// the victim's token as the thief learnt it (0: released with
+	// any_token). OK only when the service answered released: an
+	// identity ended a session it did not open.
+	Steal Kind = "steal"
+	// StealRenew is the thief's KeepAlive of the victim's session: OK
+	// when the service renewed a session for an identity that did not
+	// open it.
+	StealRenew Kind = "steal-renew"
 )
 
 // Operators is the Client of the operators' ops (ForceRelease): not a
@@ -86,6 +96,9 @@ type Op struct {
 	Value   []string `json:"value,omitempty"`
 	Mark    uint64   `json:"mark,omitempty"`
 	Holder  int64    `json:"holder,omitempty"`
+	// Since is an Inspect's holder's grant time (CLOCK_MONOTONIC ns, from
+	// the hold record's wall-clock time); 0 if unknown.
+	Since int64 `json:"since,omitempty"`
 	// Revision is a ForceRelease's hold revision; ReleasedAt the etcd
 	// revision of the approval's Txn that deleted the hold: every grant
 	// made after it on that cluster has a token of a higher revision.
@@ -96,6 +109,10 @@ type Op struct {
 	// own deadline).
 	Reason string `json:"reason,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// Class is the class an Acquire named, when the workload varies it
+	// (the two-tier workload): the class picks the cluster on an arbiter
+	// that lets the request decide.
+	Class string `json:"class,omitempty"`
 }
 
 // Now reads CLOCK_MONOTONIC in nanoseconds. Go's own monotonic readings

@@ -36,6 +36,7 @@ import (
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/test/gate/checker"
 	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	ghistory "github.com/lockplane/lockplane/test/gate/history"
 	"github.com/lockplane/lockplane/test/gate/traffic"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -100,7 +101,7 @@ const (
 
 // Faults lists every kind, in the order profiles cycle through them.
 var Faults = []Fault{MemberKill, LeaderKill, LeaderIsolate, MinorityPartition, MajorityPartition, PeerDelay, ArbiterKill, ArbiterStop, HolderStop, ShardAdd,
-	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease, Restore, LeaderPause}
+	EpochDelete, ShardWipe, ShardRoll, HandoffDeadline, ForceRelease, Restore, LeaderPause, Steal, StealShard, TwoTier, LiveAdvance, NoSpace}
 
 // ParseFaults reads a comma-separated list of fault kinds; "" or "all" is
 // every kind.
@@ -216,6 +217,15 @@ type history struct {
 	sealedFrom, sealedTo int64
 	// restore is the restore fault's snapshot.
 	restore *restored
+	// endpoints are the coord cluster's endpoints as the arbiters reach
+	// them: through the nospace fault's proxies in its histories.
+	endpoints []string
+	// nospace are the nospace fault's proxies.
+	nospace []*faultproxy.NoSpace
+	// advancedAt is when the live-advance fault's approval returned,
+	// advancedTo the new epoch.
+	advancedAt int64
+	advancedTo uint32
 }
 
 // Run runs and checks one history.
@@ -234,6 +244,13 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	defer h.coord.Close()
+	h.endpoints = cl.Endpoints()
+	if cfg.Fault == NoSpace {
+		if h.endpoints, err = h.noSpaceProxies(h.endpoints); err != nil {
+			return nil, fmt.Errorf("nospace proxies: %w", err)
+		}
+		defer h.closeNoSpace()
+	}
 
 	if h.profiles, err = writeTrust(cfg.Dir, cfg.Clients); err != nil {
 		return nil, err
@@ -289,7 +306,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 	}()
 	for i := range 2 {
-		a, err := startArbiter(cfg, h.profiles[i], cl.Endpoints(), h.arbiterFlags(h.sh.names()...), i)
+		a, err := startArbiter(cfg, h.profiles[i], h.endpoints, h.arbiterFlags(h.sh.names()...), i)
 		if err != nil {
 			return nil, err
 		}
@@ -323,13 +340,21 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		case ForceRelease:
 			tc.Linger = ForceLinger
 		}
+		h.workload(&tc)
 		paths = append(paths, tc.History)
-		env, _ := json.Marshal(tc)
-		c, err := start(cfg.Client, []string{ClientEnv + "=" + string(env)}, filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.log", i)))
+		c, err := startClient(cfg, tc, filepath.Join(cfg.Dir, fmt.Sprintf("client-%d.log", i)))
 		if err != nil {
 			return nil, err
 		}
 		h.clients = append(h.clients, c)
+		if cfg.Fault.steals() && i == cfg.Clients-1 {
+			t, path, err := h.startThief(tc)
+			if err != nil {
+				return nil, err
+			}
+			h.clients = append(h.clients, t)
+			paths = append(paths, path)
+		}
 	}
 	h.paths = paths
 
@@ -400,6 +425,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			return nil, fmt.Errorf("%s: %w", cfg.Fault, err)
 		}
 	}
+	if err := h.adversaryProves(ops); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Fault, err)
+	}
 	report := checker.Check(ops, final, h.epochs, time.Minute)
 	report.Add(checker.TokenFloor(ops, func(k string) string { return h.clusterOf[k] }, h.faultAt)...)
 	switch cfg.Fault {
@@ -409,6 +437,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		report.Add(checker.GrantedWhileSealed(ops, func(k string) bool { return h.clusterOf[k] == shardFrom }, h.sealedFrom, h.sealedTo)...)
 	}
 	report.Add(checker.ForceLearned(ops, ForceGrace)...)
+	report.Add(h.adversaryChecks(ops)...)
 	report.Add(checker.Stranded(ops, atExit, lapsed)...)
 	return &Outcome{Fault: cfg.Fault, Seed: cfg.Seed, Ops: ops, Final: final, Started: started, Report: report,
 		Holds: atExit}, nil
@@ -424,7 +453,7 @@ const (
 
 // entity reports whether the fault runs the gate class on the entity tier
 // over etcd process shards.
-func (f Fault) entity() bool { return f.adds() || f == Restore }
+func (f Fault) entity() bool { return f.adds() || f == Restore || f == TwoTier || f == StealShard }
 
 // replaces reports whether the fault replaces the keys' shard with a new
 // cluster (wiped or restored) that operators must advance before it grants.
@@ -436,15 +465,16 @@ func (f Fault) adds() bool { return f == ShardAdd || f == ShardWipe || f == Shar
 // operators reports whether the fault needs the operators signed in: an
 // epoch advance or a force-release, each two-person.
 func (f Fault) operators() bool {
-	return f == EpochDelete || f == ShardWipe || f == ForceRelease || f == Restore
+	return f == EpochDelete || f == ShardWipe || f == ForceRelease || f == Restore || f == LiveAdvance
 }
 
 // duration is the traffic time of a history of f: shard-roll's restart
 // must be followed by a lease's lapse and a grant before its heal,
-// force-release's grants are kept ForceLinger each, and a replaced shard
-// must be started again, refuse grants sealed, and grant after its heal.
+// force-release's grants are kept ForceLinger each, a replaced shard
+// must be started again, refuse grants sealed, and grant after its heal,
+// and live-advance's quiet period must end with time left to grant.
 func (f Fault) duration(d time.Duration) time.Duration {
-	if f == ShardRoll || f == ForceRelease || f.replaces() {
+	if f == ShardRoll || f == ForceRelease || f.replaces() || f == LiveAdvance {
 		return max(d, 8*time.Second) + 4*time.Second
 	}
 	return d
@@ -581,6 +611,13 @@ func (h *history) inject(ctx context.Context) func() error {
 		return none
 	case ForceRelease:
 		return h.forceRelease(ctx)
+	case LiveAdvance:
+		return h.liveAdvance(ctx)
+	case NoSpace:
+		return h.armNoSpace()
+	case Steal, StealShard, TwoTier:
+		// The fault is the workload: an adversary all history long.
+		return none
 	}
 	return none
 }
@@ -700,7 +737,7 @@ func (h *history) roll(ctx context.Context) func() error {
 // shards, on the same address.
 func (h *history) restartArbiter(i int, shards ...string) error {
 	h.arbiters[i].kill()
-	a, err := startArbiter(h.cfg, h.profiles[i], h.cl.Endpoints(), h.arbiterFlags(shards...), i)
+	a, err := startArbiter(h.cfg, h.profiles[i], h.endpoints, h.arbiterFlags(shards...), i)
 	if err != nil {
 		return err
 	}
@@ -882,7 +919,8 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	ids := map[string]profile.Identity{}
 	// The operators who sign in (alice, bob) connect each with an
 	// operator SVID of their own; "operator" reads status.
-	names := map[string]string{"arbiter": "/arbiter", "operator": "/operator/gate", requester: "/operator/" + requester, approver: "/operator/" + approver}
+	names := map[string]string{"arbiter": "/arbiter", "operator": "/operator/gate", requester: "/operator/" + requester, approver: "/operator/" + approver,
+		thiefIdentity: "/ns/gate/sa/" + thiefIdentity}
 	for k := range identityOf(clients-1) + 1 {
 		names[fmt.Sprintf("c%d", k)] = fmt.Sprintf("/ns/gate/sa/client-%d", k)
 	}
@@ -919,16 +957,13 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, extra []st
 		return nil, err
 	}
 	id := p.Identities["arbiter"]
-	gate := fmt.Sprintf("gate=%s", TTL)
-	if cfg.Fault.entity() {
-		gate += ":entity"
-	}
 	args := []string{cfg.Arbiter, "--listen", p.Endpoint, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", id.Cert, "--svid-key", id.Key,
-		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--class", gate, "--op-timeout", "1s", "--allow-any-workload",
+		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--op-timeout", "1s", "--allow-any-workload",
 		// The gate's clusters run without etcd users. Operators sign in
 		// (extra: --oidc-*), so epoch advances are two-person.
 		"--etcd-without-auth"}
+	args = append(args, classFlags(cfg)...)
 	if cfg.GroupCommit != 0 {
 		args = append(args, "--group-commit", strconv.Itoa(cfg.GroupCommit))
 	}
@@ -983,6 +1018,12 @@ type proc struct {
 	log       string
 	cmd       *exec.Cmd
 	done      chan struct{}
+}
+
+// startClient starts a client process running tc.
+func startClient(cfg Config, tc traffic.Config, log string) (*proc, error) {
+	env, _ := json.Marshal(tc)
+	return start(cfg.Client, []string{ClientEnv + "=" + string(env)}, log)
 }
 
 func start(args, env []string, log string) (*proc, error) {

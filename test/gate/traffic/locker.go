@@ -21,8 +21,8 @@ type Locker interface {
 	// Current is the session the last Lock used (0 before any).
 	Current() int64
 	// Holder is the session holding key now (0: free), as the service
-	// reports it.
-	Holder(ctx context.Context, key string) (int64, error)
+	// reports it, and since when it holds (zero if unknown).
+	Holder(ctx context.Context, key string) (int64, time.Time, error)
 	// Close ends the locker; true when the current session was live and
 	// the service confirmed its close, so no hold of it may remain.
 	Close(ctx context.Context) bool
@@ -108,12 +108,16 @@ func (l *lockplane) Current() int64 {
 	return l.cur.ID()
 }
 
-func (l *lockplane) Holder(ctx context.Context, key string) (int64, error) {
+func (l *lockplane) Holder(ctx context.Context, key string) (int64, time.Time, error) {
 	r, err := l.c.Inspect(ctx, key, l.class)
 	if err != nil || !r.GetHeld() {
-		return 0, err
+		return 0, time.Time{}, err
 	}
-	return r.GetHolder().GetSessionId(), nil
+	var since time.Time
+	if s := r.GetHolder().GetSince(); s != nil {
+		since = s.AsTime()
+	}
+	return r.GetHolder().GetSessionId(), since, nil
 }
 
 // Close closes the current session first, on its own: a session more
@@ -186,8 +190,8 @@ type watchGrant struct{ *unsafelocker.WatchGrant }
 
 func (w watchGrant) Current() int64 { return 0 }
 
-func (w watchGrant) Holder(context.Context, string) (int64, error) {
-	return 0, errors.New("traffic: the watch-grant locker has no Inspect")
+func (w watchGrant) Holder(context.Context, string) (int64, time.Time, error) {
+	return 0, time.Time{}, errors.New("traffic: the watch-grant locker has no Inspect")
 }
 
 func (w watchGrant) Close(ctx context.Context) bool {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/fence"
@@ -76,6 +78,24 @@ type Config struct {
 	// OnFence is not recorded. A negative control of the force-release
 	// fault, which must fail it.
 	Deaf bool `json:"deaf,omitempty"`
+	// Thief runs the steal workload's adversary (thief.go): before each
+	// cycle it ends the key's current hold, another identity's, with that
+	// identity's session and the token it learnt through the public API,
+	// then takes the key as a polite client does.
+	Thief bool `json:"thief,omitempty"`
+	// ThiefVia are the profiles of the other arbiters, through which the
+	// thief tries each release too.
+	ThiefVia []string `json:"thief_via,omitempty"`
+	// Classes, when set, runs the two-tier workload: each cycle names the
+	// next of these classes for its key, so one key is asked for through
+	// every class the identity may use (on both tiers). A service that
+	// lets the request's class pick the cluster grants one key on two.
+	Classes []string `json:"classes,omitempty"`
+	// Probe follows every definite refusal of an Acquire (any reason but
+	// CONTENDED and those of an unknown outcome) with an Inspect, as the
+	// handoff workload does after a wait ends: a refused session that
+	// holds the key holds a grant nobody knows of (the nospace fault).
+	Probe bool `json:"probe,omitempty"`
 }
 
 // LingerWait is how long a wait of the force-release workload lasts;
@@ -160,8 +180,20 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
+	var th *thief
+	if lp, ok := l.(*lockplane); ok && cfg.Thief {
+		th = newThief(w, lp, spiffeOf(cfg))
+	}
 	for seq := 0; history.Now() < cfg.Until && ctx.Err() == nil; seq++ {
 		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
+		if lp, ok := l.(*lockplane); ok && len(cfg.Classes) > 0 {
+			lp.class = cfg.Classes[seq%len(cfg.Classes)]
+		}
+		if th != nil {
+			// Whatever the service answered, the thief then asks for the
+			// key as any client does: at once if the hold was ended.
+			th.steal(ctx, key)
+		}
 		if cfg.Handoff > 0 {
 			// Clients 2k and 2k+1 share a hot key, one through each
 			// arbiter: a release on one is taken by the other's waiter
@@ -257,8 +289,8 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 	if err != nil {
 		sid := sessionOf(err)
 		w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.Refused,
-			Reason: reasonOf(err), Detail: err.Error()})
-		if w.cfg.Handoff > 0 && waitEnded(err) {
+			Reason: reasonOf(err), Detail: err.Error(), Class: w.class()})
+		if w.cfg.Handoff > 0 && waitEnded(err) || w.cfg.Probe && definite(err) {
 			w.probe(ctx, key, sid)
 		}
 		if reason.Of(err) != lockv1.ErrorReason_CONTENDED && !(w.cfg.Handoff > 0 && waitEnded(err)) {
@@ -267,7 +299,7 @@ func (w *worker) cycle(ctx context.Context, key, me string) {
 		return
 	}
 	tok, sid := h.Token(), h.Session()
-	w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.OK, Token: uint64(tok)})
+	w.op(history.Op{Session: sid, Key: key, Kind: history.Acquire, Call: call, Return: ret, Result: history.OK, Token: uint64(tok), Class: w.class()})
 	defer func() {
 		if w.cfg.Handoff > 0 {
 			w.sleepUntil(ctx, w.releaseAt())
@@ -394,6 +426,37 @@ func reasonOf(err error) string {
 	return ""
 }
 
+// class is the class this cycle named, when the workload varies it.
+func (w *worker) class() string {
+	if lp, ok := w.l.(*lockplane); ok && len(w.cfg.Classes) > 0 {
+		return lp.class
+	}
+	return ""
+}
+
+// definite reports a refusal after which the caller holds nothing: the
+// service answered with a reason, not CONTENDED (a wait's end, which a
+// handoff may race) and not one of an unknown outcome.
+func definite(err error) bool {
+	switch reason.Of(err) {
+	case lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, lockv1.ErrorReason_CONTENDED, lockv1.ErrorReason_NO_QUORUM, lockv1.ErrorReason_STORE_ERROR,
+		lockv1.ErrorReason_LEAKED:
+		return false
+	}
+	// A fenced session's lease may outlive its client's deadline at etcd
+	// for a moment, holds and all.
+	return !errors.Is(err, lockclient.ErrFenced)
+}
+
+// spiffeOf is the SPIFFE ID of cfg's identity ("" if unknown).
+func spiffeOf(cfg Config) string {
+	p, err := profile.Load(cfg.Profile)
+	if err != nil {
+		return ""
+	}
+	return p.Identities[cfg.Identity].SPIFFEID
+}
+
 // waitEnded reports a refusal that ends a wait: CONTENDED when the wait
 // ran out, or the caller's own deadline. The key may have been handed to
 // the session as the wait ended.
@@ -414,19 +477,24 @@ func (w *worker) probe(ctx context.Context, key string, session int64) {
 		return
 	}
 	call := history.Now()
-	r, holder := history.Unknown, int64(0)
+	r, holder, held := history.Unknown, int64(0), int64(0)
 	for until := call + int64(time.Second); ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
 		ictx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := w.l.Holder(ictx, key)
+		h, since, err := w.l.Holder(ictx, key)
 		cancel()
 		if err == nil {
-			r, holder = history.OK, h
+			r, holder, held = history.OK, h, 0
+			if !since.IsZero() {
+				// The hold record's time is the arbiter's wall clock, on
+				// this host.
+				held = history.Now() - int64(time.Since(since))
+			}
 		}
 		if (err == nil && h != session) || history.Now() >= until {
 			break
 		}
 	}
-	w.op(history.Op{Session: session, Key: key, Kind: history.Inspect, Call: call, Return: history.Now(), Result: r, Holder: holder})
+	w.op(history.Op{Session: session, Key: key, Kind: history.Inspect, Call: call, Return: history.Now(), Result: r, Holder: holder, Since: held})
 }
 
 // nextTick is the first tick of the handoff grid at or after t.

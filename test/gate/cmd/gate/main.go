@@ -28,6 +28,7 @@ func main() {
 		os.Exit(client(v))
 	}
 	count := flag.Int("count", 200, "histories to run; the fault kinds take turns")
+	each := flag.Int("each", 0, "when set, run this many histories of each fault kind instead of -count (gate-short: 1, so a kind added is never left out)")
 	seed := flag.Uint64("seed", 1, "seed of the first history; history i uses seed+i")
 	duration := flag.Duration("duration", 8*time.Second, "traffic time per history")
 	clients := flag.Int("clients", 4, "client processes per history")
@@ -45,6 +46,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gate: -"+err.Error())
 		os.Exit(2)
+	}
+	if *each > 0 {
+		*count = *each * len(faults)
 	}
 	if *locker != traffic.LockerLockplane && *locker != traffic.LockerWatchGrant {
 		fmt.Fprintf(os.Stderr, "gate: -locker %q: must be %s or %s\n", *locker, traffic.LockerLockplane, traffic.LockerWatchGrant)
