@@ -19,9 +19,18 @@ type Arbiter struct {
 	pulumi.ResourceState
 	Endpoints []string
 	// Client is an SVID for a demo workload (spiffe://td/ns/demo/sa/lockctl)
-	// and Operator one for an operator, for the first lock after `up`.
+	// and Operator the shared operator one (spiffe://td/operator/deployer),
+	// for the first lock after `up` and the one-person admin calls.
 	Client, Operator *nodes.Certificate
+	// People are each operators.people's own operator SVID
+	// (spiffe://td/operator/<name>), by name: the arbiter takes a
+	// person's ID token only on their own SVID (docs/operators.md).
+	People map[string]*nodes.Certificate
 }
+
+// OperatorPath is the SPIFFE ID path of the operator SVID whose last
+// segment is name: a person's account, or the shared deployer.
+func OperatorPath(name string) string { return "/operator/" + name }
 
 // ArbiterArgs wires the arbiter to its cluster and trust domain.
 type ArbiterArgs struct {
@@ -88,6 +97,9 @@ func ArbiterFlags(s *topology.Stack, listenAddr string, a ArbiterArgs, f Arbiter
 		if o.ACR != "" {
 			flags = append(flags, "--oidc-acr", o.ACR)
 		}
+		if o.AccountClaim != "" {
+			flags = append(flags, "--oidc-account-claim", o.AccountClaim)
+		}
 		if f.OperatorsCA != "" {
 			flags = append(flags, "--oidc-ca", f.OperatorsCA)
 		}
@@ -149,8 +161,15 @@ func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.Res
 		return nil, err
 	}
 	if arb.Operator, err = nodes.NewCertificate(ctx, s.Region+"-operator-svid", nodes.CertificateArgs{CA: a.SpiffeCA,
-		URIs: []string{td + "/operator/deployer"}, Client: true, ValidityHours: 24}, in); err != nil {
+		URIs: []string{td + OperatorPath(topology.OperatorDeployer)}, Client: true, ValidityHours: 24}, in); err != nil {
 		return nil, err
+	}
+	arb.People = map[string]*nodes.Certificate{}
+	for _, p := range s.Operators.People {
+		if arb.People[p], err = nodes.NewCertificate(ctx, s.Region+"-operator-"+p+"-svid", nodes.CertificateArgs{CA: a.SpiffeCA,
+			URIs: []string{td + OperatorPath(p)}, Client: true, ValidityHours: 24}, in); err != nil {
+			return nil, err
+		}
 	}
 	if s.Runtime == topology.RuntimeKubernetes {
 		if err := deployArbiterKubernetes(ctx, env, arb, a, etcdClient, svid, in); err != nil {

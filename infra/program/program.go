@@ -161,6 +161,7 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 	ctx.Export("clientKeyPem", pulumi.ToSecret(region.Arbiter.Client.KeyPem))
 	ctx.Export("operatorSvidPem", region.Arbiter.Operator.CertPem)
 	ctx.Export("operatorKeyPem", pulumi.ToSecret(region.Arbiter.Operator.KeyPem))
+	exportPeople(ctx, region.Arbiter)
 	ctx.Export("acquireP99GateMs", pulumi.Float64(s.Gates.AcquireP99Ms))
 	if sp := region.Spire; sp != nil {
 		// Workloads on these hosts take their identities from the socket.
@@ -191,6 +192,25 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 		ctx.Export("promotion", pulumi.String(rec))
 	}
 	return nil
+}
+
+// The outputs of operators.people's SVIDs: each person's certificate and
+// (secret) key by name, which `lockplane up` writes to the profile as
+// identity <name>.
+const (
+	OperatorPeopleSvidsOutput = "operatorPeopleSvidPems"
+	OperatorPeopleKeysOutput  = "operatorPeopleKeyPems"
+)
+
+// exportPeople exports each person's operator SVID, the keys as one
+// secret: plain outputs, so a preview shows them as an up would make them.
+func exportPeople(ctx *pulumi.Context, arb *components.Arbiter) {
+	certs, keys := pulumi.StringMap{}, pulumi.StringMap{}
+	for name, c := range arb.People {
+		certs[name], keys[name] = c.CertPem, c.KeyPem
+	}
+	ctx.Export(OperatorPeopleSvidsOutput, certs)
+	ctx.Export(OperatorPeopleKeysOutput, pulumi.ToSecret(keys))
 }
 
 // secretConfig is the secure configuration value lockplane:<key> (set

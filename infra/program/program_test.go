@@ -163,6 +163,51 @@ func TestArbitersGetTheOperatorsProvider(t *testing.T) {
 	}
 }
 
+// Each of operators.people gets their own client SVID
+// spiffe://td/operator/<name>, beside the shared deployer's: the arbiter
+// acts on a person's ID token only on their own SVID.
+func TestEachOperatorGetsTheirOwnSVID(t *testing.T) {
+	m, err := run(t, "local", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:operators"] = `{"issuer":"https://keycloak.test/realms/lockplane","accountClaim":"email","people":["alice","bob"]}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svids := map[string]bool{}
+	for _, r := range m.of("lockplane:nodes:Certificate") {
+		if !r.Inputs["uris"].IsArray() {
+			continue
+		}
+		for _, u := range strs(r.Inputs["uris"]) {
+			if strings.Contains(u, "/operator/") {
+				if !r.Inputs["client"].BoolValue() || r.Inputs["server"].BoolValue() {
+					t.Fatalf("%s (%s): an operator SVID is a client certificate only", r.Name, u)
+				}
+				svids[u] = true
+			}
+		}
+	}
+	want := map[string]bool{"spiffe://local.lockplane.test/operator/deployer": true,
+		"spiffe://local.lockplane.test/operator/alice": true, "spiffe://local.lockplane.test/operator/bob": true}
+	if fmt.Sprint(svids) != fmt.Sprint(want) {
+		t.Fatalf("operator SVIDs %v, want %v", svids, want)
+	}
+	for _, r := range services(m, "arbiter") {
+		if got := flag(strs(r.Inputs["command"]), "--oidc-account-claim"); got != "email" {
+			t.Fatalf("%s: --oidc-account-claim %q, want operators.accountClaim", r.Name, got)
+		}
+	}
+	// A name that is no account is refused before anything is made.
+	m, err = run(t, "local", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:operators"] = `{"issuer":"https://keycloak.test/realms/lockplane","people":["alice","alice"]}`
+	})
+	if err == nil || !strings.Contains(err.Error(), `operators.people[1]: "alice" is operators.people[0] too`) || len(m.res) != 0 {
+		t.Fatalf("people [alice alice]: %v, %d resources", err, len(m.res))
+	}
+}
+
 // usEastWithAudit gives the us-east stack (runtime kubernetes) an audit
 // host.
 func usEastWithAudit(c map[string]string) {

@@ -112,7 +112,28 @@ type Operators struct {
 	// a level that does too.
 	AMR []string `json:"amr,omitempty"`
 	ACR string   `json:"acr,omitempty"`
+	// AccountClaim (preferred_username) is the ID token claim naming a
+	// person's account: the arbiter acts on a two-person action only when
+	// it is the last segment of the operator SVID the call came on.
+	AccountClaim string `json:"accountClaim,omitempty"`
+	// People are the operators' accounts at the provider (alice, bob): up
+	// issues each a client SVID spiffe://td/operator/<name>, written to the
+	// profile as identity <name>, for the two-person actions.
+	People []string `json:"people,omitempty"`
 }
+
+// OperatorDeployer is the last segment of the shared operator SVID up
+// issues (spiffe://td/operator/deployer) for the one-person admin calls;
+// it names no person.
+const OperatorDeployer = "deployer"
+
+// reservedPeople are names a person cannot have: the shared SVID's, and
+// the identities the profile up writes holds besides the people's.
+var reservedPeople = []string{OperatorDeployer, "operator", "demo", "workload"}
+
+// person is a DNS label: the SVID's last path segment and a profile
+// identity name alike.
+var person = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Host is one machine the operator owns.
 type Host struct {
@@ -686,8 +707,9 @@ func (s *Stack) validateArchive(bad func(string, ...any)) {
 // validateOperators checks the operators' provider, when there is one.
 func (s *Stack) validateOperators(bad func(string, ...any)) {
 	o := s.Operators
+	s.validatePeople(bad)
 	if o.Issuer == "" {
-		if o.CAFile != "" || o.ACR != "" || len(o.AMR) > 0 {
+		if o.CAFile != "" || o.ACR != "" || len(o.AMR) > 0 || o.AccountClaim != "" || len(o.People) > 0 {
 			bad("operators: set without operators.issuer: give the provider's URL")
 		}
 		return
@@ -697,6 +719,25 @@ func (s *Stack) validateOperators(bad func(string, ...any)) {
 	}
 	if err := oidcauth.CheckSecondFactor(o.AMR, o.ACR); err != nil {
 		bad("operators: %v (operators sign in with two factors)", err)
+	}
+}
+
+// validatePeople checks operators.people: each a DNS label, once, and
+// none the shared SVID's or another profile identity's name.
+func (s *Stack) validatePeople(bad func(string, ...any)) {
+	seen := map[string]int{}
+	for i, p := range s.Operators.People {
+		switch {
+		case !person.MatchString(p):
+			bad("operators.people[%d]: %q must be a DNS label (a-z, 0-9 and -, at most 63, starting and ending with a letter or digit): "+
+				"the person's account, the last segment of their SVID spiffe://%s/operator/<name>", i, p, s.TrustDomain)
+		case slices.Contains(reservedPeople, p):
+			bad("operators.people[%d]: %q is reserved (%s): give the person's account at the provider", i, p, strings.Join(reservedPeople, ", "))
+		}
+		if j, dup := seen[p]; dup {
+			bad("operators.people[%d]: %q is operators.people[%d] too: each person once, one SVID each", i, p, j)
+		}
+		seen[p] = i
 	}
 }
 

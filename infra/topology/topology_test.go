@@ -132,6 +132,17 @@ func TestBrokenTopologiesAreRefusedByName(t *testing.T) {
 			`operators.issuer: "http://keycloak/realms/x" must be the provider's https URL`},
 		{"operators without an issuer", func(s *topology.Stack) { s.Operators.ACR = "2" },
 			"operators: set without operators.issuer"},
+		{"operator people without an issuer", func(s *topology.Stack) { s.Operators.People = []string{"alice", "bob"} },
+			"operators: set without operators.issuer"},
+		{"an operator who is not a DNS label", func(s *topology.Stack) {
+			s.Operators.Issuer, s.Operators.People = "https://keycloak.test/realms/x", []string{"alice", "Bob/admin"}
+		}, `operators.people[1]: "Bob/admin" must be a DNS label`},
+		{"an operator named twice", func(s *topology.Stack) {
+			s.Operators.Issuer, s.Operators.People = "https://keycloak.test/realms/x", []string{"alice", "bob", "alice"}
+		}, `operators.people[2]: "alice" is operators.people[0] too: each person once`},
+		{"an operator named as the shared SVID", func(s *topology.Stack) {
+			s.Operators.Issuer, s.Operators.People = "https://keycloak.test/realms/x", []string{"deployer"}
+		}, `operators.people[0]: "deployer" is reserved`},
 		{"archive without audit", func(s *topology.Stack) { addRole(s, "eu-west-arbiter-1", "archive") },
 			"archive: on, but audit is off"},
 		{"two archive hosts", func(s *topology.Stack) {

@@ -52,7 +52,8 @@ func TestAForceReleaseIsRecordedAsSuch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	approved, err := admin.ApproveAction(as("bob"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
+	// bob approves on his own operator SVID: a token binds to its SVID.
+	approved, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "bob").Conn()).ApproveAction(as("bob"), &adminv1.ApproveActionRequest{Id: req.GetAction().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}

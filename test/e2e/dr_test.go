@@ -75,14 +75,17 @@ func startOperators(t *testing.T, h *hosts.Harness) *operators {
 	return o
 }
 
-// config is the stack's lockplane:operators for the provider.
+// config is the stack's lockplane:operators for the provider, naming
+// alice and bob: up issues each their own operator SVID, the profile's
+// identities alice and bob.
 func (o *operators) config() string {
-	b, _ := json.Marshal(map[string]any{"issuer": o.idp.Issuer(), "caFile": o.caFile, "amr": []string{"otp"}})
+	b, _ := json.Marshal(map[string]any{"issuer": o.idp.Issuer(), "caFile": o.caFile, "amr": []string{"otp"}, "people": []string{"alice", "bob"}})
 	return string(b)
 }
 
 // signIn signs both operators in, as lockctl login caches their tokens,
-// and returns `lockctl --profile profile` as who.
+// and returns `lockctl --profile profile` as who: who's ID token on who's
+// own operator SVID (the profile's identity who), as the arbiter requires.
 func (o *operators) signIn(t *testing.T, dir, profile string) func(who string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -99,7 +102,7 @@ func (o *operators) signIn(t *testing.T, dir, profile string) func(who string, a
 		os.WriteFile(idFile[who], b, 0o600)
 	}
 	return func(who string, args ...string) string {
-		return string(run(t, dir, append([]string{"lockctl", "--profile", profile, "--identity", "operator", "--id-token-file", idFile[who]}, args...)...))
+		return string(run(t, dir, append([]string{"lockctl", "--profile", profile, "--identity", who, "--id-token-file", idFile[who]}, args...)...))
 	}
 }
 
@@ -273,7 +276,7 @@ func shardDrill(t *testing.T, dir string, ops *operators, profile string, before
 	}
 	// After every snapshot of the shard: a token the restored shard could
 	// issue again if nothing sealed it.
-	onShard := grant(t, dir, profile, "demo/e2e/shard-1", "demo-shard")
+	onShard := grant(t, dir, profile, "demo/shard/e2e-1", "demo-shard")
 	pulumiConfig(t, dir, "local", "lockplane:restoreInPlace", `{"entity-0":"`+from+`"}`)
 
 	start := time.Now()
@@ -295,12 +298,13 @@ func shardDrill(t *testing.T, dir string, ops *operators, profile string, before
 	t.Logf("up restoring entity-0 in place: %v in %s", up.Changes, upTook.Round(time.Second))
 
 	// The shard is sealed; the rest of the region serves.
-	refusedSealed(t, dir, profile, "demo/e2e/shard-2", "demo-shard")
+	refusedSealed(t, dir, profile, "demo/shard/e2e-2", "demo-shard")
 	onCoord := grant(t, dir, profile, "demo/e2e/during-shard-restore", "demo")
 
 	as := ops.signIn(t, dir, profile)
-	if !advance(as, up.Unseal[0]) || !strings.Contains(up.Unseal[0], "--cluster entity-0") || strings.Contains(up.Unseal[0], "--above") {
-		t.Fatalf("the printed unseal %q: want entity-0's advance alone", up.Unseal[0])
+	if !advance(as, up.Unseal[0]) || !strings.Contains(up.Unseal[0], "--cluster entity-0") || strings.Contains(up.Unseal[0], "--above") ||
+		!strings.Contains(up.Unseal[0], " --identity alice ") {
+		t.Fatalf("the printed unseal %q: want entity-0's advance alone, as alice (lockplane:operators.people)", up.Unseal[0])
 	}
 	// lockplane ends the restore: the shard unsealed above its snapshot's
 	// epoch, its first grant taken from it, and the RTO.
@@ -314,7 +318,7 @@ func shardDrill(t *testing.T, dir string, ops *operators, profile string, before
 		RTOSeconds float64
 		First      bool `json:"firstVerification"`
 	}
-	vout := run(t, dir, "lockplane", "dr", "verify", "--stack", "local", "--class", "demo-shard", "--key", "demo/e2e/shard-verify", "-o", "json")
+	vout := run(t, dir, "lockplane", "dr", "verify", "--stack", "local", "--class", "demo-shard", "--key", "demo/shard/e2e-verify", "-o", "json")
 	if err := json.Unmarshal(lastLine(vout), &verify); err != nil || !verify.First || len(verify.Clusters) != 1 || verify.Clusters[0].Cluster != "entity-0" ||
 		verify.Grant.Epoch != verify.Clusters[0].Epoch {
 		t.Fatalf("dr verify of entity-0: %s (%v)", vout, err)
@@ -322,7 +326,7 @@ func shardDrill(t *testing.T, dir string, ops *operators, profile string, before
 	if rto := time.Duration(verify.RTOSeconds * float64(time.Second)); rto < upTook || rto > time.Since(start) {
 		t.Fatalf("dr verify's RTO %s: not between the up's %s and the %s since it began", rto, upTook, time.Since(start))
 	}
-	after := grant(t, dir, profile, "demo/e2e/shard-2", "demo-shard")
+	after := grant(t, dir, profile, "demo/shard/e2e-2", "demo-shard")
 	for _, b := range append(before, onShard) {
 		if after <= b {
 			t.Fatalf("the shard's token after its restore (epoch %d, revision %d) does not exceed one before (epoch %d, revision %d)",

@@ -75,6 +75,11 @@ func TestTheArbiterBinaryWithoutAPolicySetExitsNamingBothOptions(t *testing.T) {
 			t.Errorf("stderr does not name %s:\n%s", w, stderr.String())
 		}
 	}
+	// A malformed --operator-prefix is refused as the flags are parsed.
+	out, err := exec.CommandContext(ctx, bin, "--operator-prefix", "/", "--allow-any-workload").CombinedOutput()
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "-operator-prefix") || !strings.Contains(string(out), "at least one segment") {
+		t.Errorf("the arbiter with --operator-prefix /: %v, want exit 2 naming the flag and the rule\n%s", err, out)
+	}
 }
 
 // Audit never takes the lock service down: with an audit store that does

@@ -88,7 +88,7 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 		t.Fatalf("the facts do not come first:\n%s", text)
 	}
 
-	out, err = cmd(env, "--identity", "alice", "--id-token-file", bob, "force-release", "show", id, "-o", "json").Output()
+	out, err = cmd(env, "--identity", "bob", "--id-token-file", bob, "force-release", "show", id, "-o", "json").Output()
 	var shown struct {
 		Action struct {
 			State string `json:"state"`
@@ -103,7 +103,7 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 	if out, err := combined(cmd(env, "--identity", "alice", "--id-token-file", alice, "force-release", "approve", id)); err == nil || !strings.Contains(string(out), "different operator") {
 		t.Fatalf("the requester approved their own request: %v %s", err, out)
 	}
-	out, err = cmd(env, "--identity", "alice", "--id-token-file", bob, "force-release", "approve", id).Output()
+	out, err = cmd(env, "--identity", "bob", "--id-token-file", bob, "force-release", "approve", id).Output()
 	if err != nil || !strings.Contains(string(out), "released "+key) || !strings.Contains(string(out), "enforcement") {
 		t.Fatalf("approve: %v\n%s", err, out)
 	}
@@ -123,7 +123,7 @@ func TestForceReleaseEndsARunWithSIGTERM(t *testing.T) {
 		t.Fatal("lockctl run did not exit")
 	}
 
-	out, err = cmd(env, "--identity", "alice", "--id-token-file", bob, "force-release", "list", "-o", "json").Output()
+	out, err = cmd(env, "--identity", "bob", "--id-token-file", bob, "force-release", "list", "-o", "json").Output()
 	var list struct {
 		Actions []struct {
 			ID    string `json:"id"`

@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/program"
+	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/fanin"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -312,7 +314,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 			}
 			if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
 				var floor int64
-				if out.Unseal, floor, err = unsealCommands(out.Profile, restored); err != nil {
+				if out.Unseal, floor, err = unsealCommands(out.Profile, operatorPeople(res.Outputs), restored); err != nil {
 					return summary{}, err
 				}
 				if err := recordRestore(root, f.stack, f.began, floor, restored); err != nil {
@@ -329,7 +331,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				if rec, err := readRestoreRecord(restoreRecordPath(root, f.stack)); err == nil && rec.InPlace {
 					recorded = rec.Clusters
 				}
-				cmds, done, err := inPlaceUnseal(w, f.stack, out.Profile, restored, f.began, recorded)
+				cmds, done, err := inPlaceUnseal(w, f.stack, out.Profile, operatorPeople(res.Outputs), restored, f.began, recorded)
 				if err != nil {
 					return summary{}, err
 				}
@@ -353,7 +355,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 					}
 				}
 				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
-					printRestored(os.Stdout, f.stack, out.Profile, restored)
+					printRestored(os.Stdout, f.stack, out.Profile, operatorPeople(res.Outputs), restored)
 				}
 				if v, ok := res.Outputs["snapshotVault"]; ok {
 					fmt.Printf("snapshots into %v (lockplane snapshot list --stack %s)\n", v.Value, f.stack)
@@ -429,7 +431,9 @@ func lastLines(s string, n int) string {
 }
 
 // writeProfile writes a lockctl profile for the deployed arbiter, with the
-// demo workload's and the deployer operator's SVIDs.
+// demo workload's and the deployer operator's SVIDs (identities demo and
+// operator), and each of operators.people's own operator SVID as identity
+// <name>: the two-person actions take a person's ID token only on theirs.
 func writeProfile(root, stack string, out auto.OutputMap) (string, error) {
 	str := func(k string) string { s, _ := out[k].Value.(string); return s }
 	eps, _ := out["arbiterEndpoints"].Value.([]any)
@@ -451,8 +455,11 @@ func writeProfile(root, stack string, out auto.OutputMap) (string, error) {
 	p := &profile.Profile{Endpoint: fmt.Sprint(eps[0]), ServerID: str("arbiterServerId"), TrustDomain: td,
 		Bundle: filepath.Join(dir, "bundle.pem"), DefaultIdentity: "demo", Identities: map[string]profile.Identity{
 			"demo":     {SPIFFEID: "spiffe://" + td + "/ns/demo/sa/lockctl", Cert: filepath.Join(dir, "demo.pem"), Key: filepath.Join(dir, "demo-key.pem")},
-			"operator": {SPIFFEID: "spiffe://" + td + "/operator/deployer", Cert: filepath.Join(dir, "operator.pem"), Key: filepath.Join(dir, "operator-key.pem")},
+			"operator": {SPIFFEID: "spiffe://" + td + components.OperatorPath(topology.OperatorDeployer), Cert: filepath.Join(dir, "operator.pem"), Key: filepath.Join(dir, "operator-key.pem")},
 		}}
+	if err := addPeople(p, dir, out); err != nil {
+		return "", err
+	}
 	// With SPIRE, the demo identity as a workload on a workload host
 	// takes it: from that host's agent, rotating.
 	if socks, _ := out["spireWorkloadSockets"].Value.([]any); len(socks) > 0 {
@@ -460,6 +467,42 @@ func writeProfile(root, stack string, out auto.OutputMap) (string, error) {
 	}
 	path := filepath.Join(dir, "profile.json")
 	return path, p.Save(path)
+}
+
+// addPeople writes each person's operator SVID and key beside the
+// profile (operator-<name>.pem, operator-<name>-key.pem) and adds them as
+// identity <name>. A person whose certificate or key the outputs lack is
+// an error: the profile would send their token on no SVID of theirs.
+func addPeople(p *profile.Profile, dir string, out auto.OutputMap) error {
+	certs, _ := out[program.OperatorPeopleSvidsOutput].Value.(map[string]any)
+	keys, _ := out[program.OperatorPeopleKeysOutput].Value.(map[string]any)
+	for _, name := range sortedKeys(certs) {
+		cert, _ := certs[name].(string)
+		key, _ := keys[name].(string)
+		if cert == "" || key == "" {
+			return fmt.Errorf("the stack's outputs lack operator %s's SVID or key (%s, %s): run lockplane refresh, then up",
+				name, program.OperatorPeopleSvidsOutput, program.OperatorPeopleKeysOutput)
+		}
+		if _, taken := p.Identities[name]; taken {
+			return fmt.Errorf("operators.people: %q is already the profile's identity %s: give the person's account", name, name)
+		}
+		id := profile.Identity{SPIFFEID: "spiffe://" + p.TrustDomain + components.OperatorPath(name),
+			Cert: filepath.Join(dir, "operator-"+name+".pem"), Key: filepath.Join(dir, "operator-"+name+"-key.pem")}
+		for f, content := range map[string]string{id.Cert: cert, id.Key: key} {
+			if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+				return err
+			}
+		}
+		p.Identities[name] = id
+	}
+	return nil
+}
+
+// operatorPeople are the people whose operator SVIDs the stack issued
+// (operators.people), by name.
+func operatorPeople(out auto.OutputMap) []string {
+	certs, _ := out[program.OperatorPeopleSvidsOutput].Value.(map[string]any)
+	return sortedKeys(certs)
 }
 
 // writeProfiles is writeProfile and, when the stack runs the fan-in tier,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -71,14 +72,38 @@ const EpochMargin = 100
 // unsealCommands are the advances that unseal a restored region, coord
 // first, anchored above the highest epoch the snapshots show (a floor:
 // epochs allocated after the snapshots are not in them, docs/dr.md), and
-// that floor.
-func unsealCommands(profile string, restored map[string]any) ([]string, int64, error) {
-	return advances(profile, restored, "DR restore from ")
+// that floor. Each line runs as one of people (the stack's
+// operators.people, the profile's identities of the same names).
+func unsealCommands(profile string, people []string, restored map[string]any) ([]string, int64, error) {
+	return advances(profile, people, restored, "DR restore from ")
+}
+
+// Placeholders for the printed lines' --identity when the stack names
+// fewer than two people: each operator puts their own identity there.
+const (
+	requesterPlaceholder = "YOU"
+	approverPlaceholder  = "ANOTHER"
+)
+
+// unsealIdentities are the profile identities the printed advance and
+// approve run as: the first two of people, or placeholders. An operator's
+// ID token acts only on their own operator SVID, so a line never names
+// the shared identity "operator".
+func unsealIdentities(people []string) (request, approve string) {
+	request, approve = requesterPlaceholder, approverPlaceholder
+	if len(people) > 0 {
+		request = people[0]
+	}
+	if len(people) > 1 {
+		approve = people[1]
+	}
+	return request, approve
 }
 
 // advances are the two-person advances that unseal the restored
-// clusters, coord first, each request's reason why plus the snapshot.
-func advances(profile string, restored map[string]any, why string) ([]string, int64, error) {
+// clusters, coord first, each request's reason why plus the snapshot; a
+// request runs as the first of people, its approval as the second.
+func advances(profile string, people []string, restored map[string]any, why string) ([]string, int64, error) {
 	cs, err := restoredClusters(restored)
 	if err != nil {
 		return nil, 0, err
@@ -91,24 +116,25 @@ func advances(profile string, restored map[string]any, why string) ([]string, in
 	if profile != "" {
 		lockctl += " --profile " + profile
 	}
+	request, approve := unsealIdentities(people)
 	var cmds []string
 	for _, c := range cs {
-		cmd := fmt.Sprintf("%s epoch advance --expected %d", lockctl, c.epoch)
+		cmd := fmt.Sprintf("%s --identity %s epoch advance --expected %d", lockctl, request, c.epoch)
 		if c.name == "coord" {
 			cmd += fmt.Sprintf(" --above %d", floor+EpochMargin)
 		} else {
 			cmd += " --cluster " + c.name
 		}
 		cmd += fmt.Sprintf(" --reason %q", why+c.manifest)
-		cmds = append(cmds, cmd, lockctl+" epoch approve ID   # a second operator, with the ID the request printed")
+		cmds = append(cmds, cmd, fmt.Sprintf("%s --identity %s epoch approve ID   # a second operator, as themselves, with the ID the request printed", lockctl, approve))
 	}
 	return cmds, floor, nil
 }
 
 // printRestored says what a DR stack's up restored and how to unseal it.
-func printRestored(w io.Writer, stack, profile string, restored map[string]any) {
+func printRestored(w io.Writer, stack, profile string, people []string, restored map[string]any) {
 	cs, err := restoredClusters(restored)
-	cmds, floor, _ := unsealCommands(profile, restored)
+	cmds, floor, _ := unsealCommands(profile, people, restored)
 	if err != nil {
 		fmt.Fprintf(w, "\nrestored from the vault, and SEALED; the unseal cannot be worked out: %v\n", err)
 		return
@@ -122,10 +148,23 @@ func printRestored(w io.Writer, stack, profile string, restored map[string]any) 
 	for _, c := range cmds {
 		fmt.Fprintln(w, "  "+c)
 	}
+	fmt.Fprint(w, identityNote(people))
 	fmt.Fprintf(w, "--above %d is the highest epoch the snapshots show (%d) plus %d for epochs allocated after them. If the region may have\n"+
 		"allocated more since, raise it to the audit archive's highest advance or a fenced resource's highest token >> 48 (docs/dr.md).\n",
 		floor+EpochMargin, floor, EpochMargin)
 	fmt.Fprintf(w, "then check every cluster, take the first grant and print the RTO:\n  %s\n", verifyCommand(stack))
+}
+
+// identityNote says whose --identity the printed lines use: an operator's
+// ID token acts only on their own operator SVID (docs/operators.md).
+func identityNote(people []string) string {
+	const why = "an ID token acts only on its person's own operator SVID, never the shared identity operator"
+	if len(people) < 2 {
+		return fmt.Sprintf("--identity is each operator's own (replace %s and %s): %s; list the operators' accounts in\n"+
+			"lockplane:operators.people and up writes one identity per person into the profile\n", requesterPlaceholder, approverPlaceholder, why)
+	}
+	return fmt.Sprintf("each operator runs their line as themselves, --identity one of %s (the profile's identities, from lockplane:operators.people):\n%s\n",
+		strings.Join(people, ", "), why)
 }
 
 // verifyCommand is what ends a restore: `dr verify` of the DR stack.
@@ -138,7 +177,7 @@ func verifyCommand(stack string) string { return "bin/lockplane dr verify --stac
 // after it is so named by the next up. A shard whose restore is recorded
 // is named once, without the advance: the entry stays as the restore's
 // record, and its shard may be unsealed already.
-func inPlaceUnseal(w io.Writer, stack, profile string, restored map[string]any, began time.Time, recorded map[string]string) ([]string, []restoredCluster, error) {
+func inPlaceUnseal(w io.Writer, stack, profile string, people []string, restored map[string]any, began time.Time, recorded map[string]string) ([]string, []restoredCluster, error) {
 	cs, err := restoredClusters(restored)
 	if err != nil {
 		return nil, nil, err
@@ -157,7 +196,7 @@ func inPlaceUnseal(w io.Writer, stack, profile string, restored map[string]any, 
 	if len(now) == 0 {
 		return nil, nil, nil
 	}
-	cmds, _, err := advances(profile, now, "restored in place from ")
+	cmds, _, err := advances(profile, people, now, "restored in place from ")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -178,6 +217,7 @@ func inPlaceUnseal(w io.Writer, stack, profile string, restored map[string]any, 
 	for _, c := range cmds {
 		fmt.Fprintln(w, "  "+c)
 	}
+	fmt.Fprint(w, identityNote(people))
 	fmt.Fprintf(w, "then check each shard, take its first grant and print the RTO (an entity-tier class, a key the map homes on the shard):\n  %s --class CLASS --key KEY\n",
 		verifyCommand(stack))
 	return cmds, done, nil

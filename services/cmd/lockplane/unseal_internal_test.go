@@ -15,7 +15,7 @@ func TestUnsealAdvancesCoordFirstAboveEverySnapshotsEpoch(t *testing.T) {
 		"coord":    cluster("coord/y.json", 2, 7),
 		"entity-0": cluster("entity-0/z.json", 5, 0),
 	}
-	cmds, floor, err := unsealCommands("p.json", restored)
+	cmds, floor, err := unsealCommands("p.json", []string{"alice", "bob"}, restored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,20 +23,55 @@ func TestUnsealAdvancesCoordFirstAboveEverySnapshotsEpoch(t *testing.T) {
 		t.Fatalf("floor %d, want 9 (entity-1's epoch)", floor)
 	}
 	want := []string{
-		`bin/lockctl --profile p.json epoch advance --expected 2 --above 109 --reason "DR restore from coord/y.json"`,
-		`bin/lockctl --profile p.json epoch advance --expected 5 --cluster entity-0 --reason "DR restore from entity-0/z.json"`,
-		`bin/lockctl --profile p.json epoch advance --expected 9 --cluster entity-1 --reason "DR restore from entity-1/x.json"`,
+		`bin/lockctl --profile p.json --identity alice epoch advance --expected 2 --above 109 --reason "DR restore from coord/y.json"`,
+		`bin/lockctl --profile p.json --identity alice epoch advance --expected 5 --cluster entity-0 --reason "DR restore from entity-0/z.json"`,
+		`bin/lockctl --profile p.json --identity alice epoch advance --expected 9 --cluster entity-1 --reason "DR restore from entity-1/x.json"`,
 	}
 	var got []string
 	for _, c := range cmds {
 		if strings.Contains(c, "epoch advance") {
 			got = append(got, c)
-		} else if !strings.Contains(c, "epoch approve ID") {
+		} else if !strings.HasPrefix(c, "bin/lockctl --profile p.json --identity bob epoch approve ID") {
 			t.Errorf("unexpected command %q", c)
 		}
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("advances:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Every printed line runs as a person, never the shared identity
+// operator, whose SVID (/operator/deployer) names no one and so carries
+// no one's ID token: the stack's people when it names two, placeholders
+// (and a note saying whose) otherwise.
+func TestUnsealLinesRunAsPeopleNotTheSharedOperator(t *testing.T) {
+	restored := map[string]any{"coord": cluster("coord/y.json", 2, 7), "entity-0": cluster("entity-0/z.json", 5, 0)}
+	for _, c := range []struct {
+		people                 []string
+		request, approve, note string
+	}{
+		{[]string{"carol", "dave"}, "carol", "dave", "--identity one of carol, dave"},
+		{nil, "YOU", "ANOTHER", "replace YOU and ANOTHER"},
+		{[]string{"carol"}, "carol", "ANOTHER", "replace YOU and ANOTHER"},
+	} {
+		cmds, _, err := unsealCommands("p.json", c.people, restored)
+		if err != nil || len(cmds) != 4 {
+			t.Fatalf("people %v: %q (%v)", c.people, cmds, err)
+		}
+		for i, cmd := range cmds {
+			who := c.request
+			if i%2 == 1 {
+				who = c.approve
+			}
+			if !strings.HasPrefix(cmd, "bin/lockctl --profile p.json --identity "+who+" epoch ") || strings.Contains(cmd, "--identity operator") {
+				t.Fatalf("people %v: line %d %q, want it run as %s", c.people, i, cmd, who)
+			}
+		}
+		var w strings.Builder
+		printRestored(&w, "dr", "p.json", c.people, restored)
+		if !strings.Contains(w.String(), c.note) || strings.Contains(w.String(), "--identity operator") {
+			t.Fatalf("people %v: printed\n%s\nwant the note %q", c.people, w.String(), c.note)
+		}
 	}
 }
 
@@ -50,7 +85,7 @@ func cluster(manifest string, epoch, highest float64) map[string]any {
 func TestUnsealRefusesARestoredOutputWithoutAnEpoch(t *testing.T) {
 	c := cluster("coord/y.json", 2, 7)
 	delete(c, "epoch")
-	if _, _, err := unsealCommands("", map[string]any{"coord": c}); err == nil || !strings.Contains(err.Error(), "lacks [epoch]") {
+	if _, _, err := unsealCommands("", nil, map[string]any{"coord": c}); err == nil || !strings.Contains(err.Error(), "lacks [epoch]") {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -66,7 +101,7 @@ func TestAnInPlaceRestoreIsUnsealedUntilItIsRecorded(t *testing.T) {
 	unseal := func(began time.Time, recorded map[string]string) ([]string, []restoredCluster, string) {
 		t.Helper()
 		var w strings.Builder
-		cmds, done, err := inPlaceUnseal(&w, "region", "p.json", restored, began, recorded)
+		cmds, done, err := inPlaceUnseal(&w, "region", "p.json", []string{"alice", "bob"}, restored, began, recorded)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +109,8 @@ func TestAnInPlaceRestoreIsUnsealedUntilItIsRecorded(t *testing.T) {
 	}
 	// The up that restored it.
 	if cmds, done, _ := unseal(at.Add(-time.Minute), nil); len(cmds) != 2 || len(done) != 1 ||
-		cmds[0] != `bin/lockctl --profile p.json epoch advance --expected 2 --cluster entity-0 --reason "restored in place from entity-0/m"` {
+		cmds[0] != `bin/lockctl --profile p.json --identity alice epoch advance --expected 2 --cluster entity-0 --reason "restored in place from entity-0/m"` ||
+		!strings.HasPrefix(cmds[1], "bin/lockctl --profile p.json --identity bob epoch approve ID") {
 		t.Fatalf("the restoring up: %q", cmds)
 	}
 	// That up failed after the restore: the next prints the advance, and

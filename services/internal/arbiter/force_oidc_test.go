@@ -71,8 +71,20 @@ func TestForceReleaseWithOperatorsSignedInAtARealProvider(t *testing.T) {
 	act := request(t, ctx, admin, alice, key)
 	_, err = admin.ApproveAction(as(ctx, alice), &adminv1.ApproveActionRequest{Id: act.GetId()})
 	wantCause(t, err, lockv1.ErrorReason_PERMISSION_DENIED, "same_operator")
-	if _, err := admin.ApproveAction(as(ctx, bob), &adminv1.ApproveActionRequest{Id: act.GetId()}); err != nil {
-		t.Fatalf("bob's approval: %v", err)
+	// bob's token on alice's SVID (a token carried on another operator's
+	// connection) is refused, and the request stays pending: the person
+	// signed in must be the one the operator SVID names.
+	_, err = admin.ApproveAction(as(ctx, bob), &adminv1.ApproveActionRequest{Id: act.GetId()})
+	wantCause(t, err, lockv1.ErrorReason_PERMISSION_DENIED, "operator_svid_mismatch")
+	if !strings.Contains(err.Error(), "/operator/alice") || !strings.Contains(err.Error(), `"bob"`) {
+		t.Fatalf("the mismatch refusal %v does not name the SVID and the signed-in account", err)
+	}
+	if got, err := admin.GetAction(as(ctx, alice), &adminv1.GetActionRequest{Id: act.GetId()}); err != nil || got.GetAction().GetState() != "pending" {
+		t.Fatalf("the action after a refused approval: %v (err %v), want pending", got.GetAction(), err)
+	}
+	bobs := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "bob").Conn())
+	if _, err := bobs.ApproveAction(as(ctx, bob), &adminv1.ApproveActionRequest{Id: act.GetId()}); err != nil {
+		t.Fatalf("bob's approval on his own SVID: %v", err)
 	}
 	select {
 	case <-fenced:
@@ -82,7 +94,7 @@ func TestForceReleaseWithOperatorsSignedInAtARealProvider(t *testing.T) {
 	if h.CanStart() {
 		t.Fatal("the force-released holder may still start work")
 	}
-	got, err := admin.GetAction(as(ctx, bob), &adminv1.GetActionRequest{Id: act.GetId()})
+	got, err := bobs.GetAction(as(ctx, bob), &adminv1.GetActionRequest{Id: act.GetId()})
 	if err != nil || got.GetAction().GetState() != "approved" {
 		t.Fatalf("the action after approval: %v (err %v)", got.GetAction(), err)
 	}

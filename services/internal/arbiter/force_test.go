@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -41,8 +43,9 @@ func (f fakeOperators) Verify(_ context.Context, raw string) (admin.Operator, er
 var operators = fakeOperators{
 	"tok-alice": {Issuer: "https://idp.test", Subject: "u-alice", Name: "alice"},
 	"tok-bob":   {Issuer: "https://idp.test", Subject: "u-bob", Name: "bob"},
-	// The same subject at another issuer is another person.
-	"tok-alice-2": {Issuer: "https://other.test", Subject: "u-alice", Name: "alice elsewhere"},
+	// The same subject at another issuer is another person (with an
+	// account of the same name: it connects on alice's SVID).
+	"tok-alice-2": {Issuer: "https://other.test", Subject: "u-alice", Name: "alice"},
 }
 
 // advisory is a class the policy set says is advisory; devenvtest.Fast
@@ -77,8 +80,44 @@ func as(ctx context.Context, tok string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 }
 
+// adminOf is an Admin API client whose every call goes out on the SVID of
+// the operator whose fake token it carries (alice's for any other), as
+// each person connects with their own: the arbiter binds the token's
+// account to the SVID.
 func adminOf(t *testing.T, env *devenv.Env) adminv1.AdminServiceClient {
-	return adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
+	return adminv1.NewAdminServiceClient(&ownConns{t: t, env: env, conns: map[string]*grpc.ClientConn{}})
+}
+
+// ownConns carries a call on the connection of its token's operator.
+type ownConns struct {
+	t     *testing.T
+	env   *devenv.Env
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (o *ownConns) of(ctx context.Context) *grpc.ClientConn {
+	who := "alice"
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if v := md.Get("authorization"); len(v) == 1 {
+		if op, ok := operators[strings.TrimPrefix(v[0], "Bearer ")]; ok {
+			who = op.Name
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.conns[who] == nil {
+		o.conns[who] = devenvtest.Client(o.t, o.env, who).Conn()
+	}
+	return o.conns[who]
+}
+
+func (o *ownConns) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return o.of(ctx).Invoke(ctx, method, args, reply, opts...)
+}
+
+func (o *ownConns) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return o.of(ctx).NewStream(ctx, desc, method, opts...)
 }
 
 func wantCause(t *testing.T, err error, r lockv1.ErrorReason, cause string) {
@@ -575,11 +614,11 @@ func TestForceReleaseOnAShard(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), entity.Name)
 	fenced := make(chan time.Time, 1)
-	if _, err := s.TryLock(ctx, "orders/sharded", func(*lockclient.Hold) { fenced <- time.Now() }); err != nil {
+	if _, err := s.TryLock(ctx, "team-a/orders-sharded", func(*lockclient.Hold) { fenced <- time.Now() }); err != nil {
 		t.Fatal(err)
 	}
 	admin := adminOf(t, env)
-	act := request(t, ctx, admin, "tok-alice", "orders/sharded")
+	act := request(t, ctx, admin, "tok-alice", "team-a/orders-sharded")
 	if act.GetHold().GetCluster() != "a" {
 		t.Fatalf("facts = %v, want the hold on shard a", act.GetHold())
 	}
@@ -593,7 +632,7 @@ func TestForceReleaseOnAShard(t *testing.T) {
 	case <-time.After(3 * entity.TTL):
 		t.Fatal("OnFence did not run for a force-released hold on a shard")
 	}
-	if holdRev(t, ctx, env.ShardEtcd["a"], "orders/sharded") != 0 {
+	if holdRev(t, ctx, env.ShardEtcd["a"], "team-a/orders-sharded") != 0 {
 		t.Fatal("the shard's hold is still there")
 	}
 	if rec, err := env.ShardEtcd["a"].Get(ctx, arbiter.ForceKey(act.GetId())); err != nil || len(rec.Kvs) != 1 || rec.Kvs[0].Lease == 0 {

@@ -29,6 +29,12 @@ const (
 	RuleRole Rule = "role"
 	// RuleMFA: neither amr shows a second factor nor acr is the required value.
 	RuleMFA Rule = "mfa"
+	// RuleAuthTime: auth_time is missing, older than the maximum age, or
+	// in the future.
+	RuleAuthTime Rule = "auth_time"
+	// RuleAccount: the account claim is missing or not a single SVID path
+	// segment.
+	RuleAccount Rule = "account"
 	// RuleSamePerson: a requester tried to approve their own request.
 	RuleSamePerson Rule = "same_person"
 )

@@ -5,8 +5,10 @@
 // Verification is go-oidc's (coreos/go-oidc/v3): discovery, the issuer's
 // JWKS fetched and cached by its remote key set (refetched when a token
 // names an unknown key), signature, issuer, audience and expiry. On top of
-// it this package requires a subject, a role in a configurable claim and a
-// second factor (amr or acr).
+// it this package requires a subject, a role in a configurable claim, a
+// second factor (amr or acr), a sign-in no older than a maximum age
+// (auth_time) and an account name (a configurable claim) that an operator
+// SVID can carry as its last path segment.
 //
 // Guarantees:
 //   - Verify accepts a token only if go-oidc accepted it and every rule
@@ -29,6 +31,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 
 	"github.com/lockplane/lockplane/services/internal/issuertrust"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // Config says which tokens are operators' tokens.
@@ -47,6 +50,14 @@ type Config struct {
 	RequireAMR []string
 	// ACR: the token also passes the MFA rule if its acr equals this.
 	ACR string
+	// AccountClaim names the claim holding the person's account, the
+	// last segment of the operator SVID they connect with; default
+	// "preferred_username". Dots walk into objects.
+	AccountClaim string
+	// MaxAuthAge is how long ago the person may have signed in (auth_time)
+	// for a token to authorise a force-release or an epoch advance;
+	// default DefaultMaxAuthAge. A token without auth_time is refused.
+	MaxAuthAge time.Duration
 	// InsecureSingleFactor lets tokens without a second factor through.
 	// New refuses a Config with no RequireAMR and no ACR unless this is set;
 	// nothing in production sets it.
@@ -60,6 +71,15 @@ type Config struct {
 	// Now is the clock for expiry; nil means time.Now.
 	Now func() time.Time
 }
+
+// DefaultMaxAuthAge is the default Config.MaxAuthAge: a working day. An
+// operator breaking a lock signed in with their second factor that day,
+// whatever the provider's session and refresh lifetimes (ADR-20).
+const DefaultMaxAuthAge = 12 * time.Hour
+
+// authTimeSkew is how far in the future an auth_time may be, for the
+// provider's clock running ahead of ours.
+const authTimeSkew = 5 * time.Minute
 
 // singleFactor are amr and acr values that prove no second factor:
 // a password, a PIN, knowledge-based answers; Keycloak's levels 0 and 1.
@@ -90,10 +110,12 @@ func CheckSecondFactor(amr []string, acr string) error {
 type Operator struct {
 	Issuer, Subject         string
 	Name, PreferredUsername string
-	Email                   string
-	Roles, AMR              []string
-	ACR                     string
-	AuthTime, Expiry        time.Time
+	// Account is the value of Config.AccountClaim.
+	Account          string
+	Email            string
+	Roles, AMR       []string
+	ACR              string
+	AuthTime, Expiry time.Time
 }
 
 // Verifier checks operators' ID tokens. It is safe for concurrent use.
@@ -117,6 +139,15 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 	}
 	if cfg.RoleClaim == "" {
 		cfg.RoleClaim = "roles"
+	}
+	if cfg.AccountClaim == "" {
+		cfg.AccountClaim = "preferred_username"
+	}
+	if cfg.MaxAuthAge < 0 {
+		return nil, errors.New("oidcauth: Config.MaxAuthAge must not be negative (0: the default, 12h)")
+	}
+	if cfg.MaxAuthAge == 0 {
+		cfg.MaxAuthAge = DefaultMaxAuthAge
 	}
 	if cfg.DiscoveryTimeout <= 0 {
 		cfg.DiscoveryTimeout = 10 * time.Second
@@ -147,7 +178,7 @@ type claims struct {
 	Email             string   `json:"email"`
 	AMR               []string `json:"amr"`
 	ACR               string   `json:"acr"`
-	AuthTime          int64    `json:"auth_time"`
+	AuthTime          float64  `json:"auth_time"`
 }
 
 // Verify checks rawIDToken and returns the operator it names, or an *Error.
@@ -180,15 +211,54 @@ func (v *Verifier) Verify(ctx context.Context, rawIDToken string) (Operator, err
 	if !v.secondFactor(c) {
 		return Operator{}, refuse(RuleMFA, "%s; got amr %q, acr %q", v.mfaWant(), c.AMR, c.ACR)
 	}
-	op := Operator{
+	authTime, err := v.recentSignIn(c.AuthTime)
+	if err != nil {
+		return Operator{}, err
+	}
+	account, err := v.account(all)
+	if err != nil {
+		return Operator{}, err
+	}
+	return Operator{
 		Issuer: idt.Issuer, Subject: idt.Subject,
-		Name: c.Name, PreferredUsername: c.PreferredUsername, Email: c.Email,
-		Roles: roles, AMR: c.AMR, ACR: c.ACR, Expiry: idt.Expiry,
+		Name: c.Name, PreferredUsername: c.PreferredUsername, Account: account, Email: c.Email,
+		Roles: roles, AMR: c.AMR, ACR: c.ACR, AuthTime: authTime, Expiry: idt.Expiry,
+	}, nil
+}
+
+// recentSignIn refuses (RuleAuthTime) a token without auth_time, or whose
+// sign-in is older than MaxAuthAge or in the future: a token must come
+// from a recent sign-in with the second factor, not from a session kept
+// alive (refreshed, silently re-issued) since long ago.
+func (v *Verifier) recentSignIn(unix float64) (time.Time, error) {
+	if unix <= 0 {
+		return time.Time{}, refuse(RuleAuthTime, "claim auth_time is missing: the provider must say when the person signed in "+
+			"(Keycloak always does; elsewhere request it with max_age or the auth_time claim)")
 	}
-	if c.AuthTime != 0 {
-		op.AuthTime = time.Unix(c.AuthTime, 0)
+	at, now := time.Unix(int64(unix), 0), v.cfg.Now()
+	if age := now.Sub(at); age > v.cfg.MaxAuthAge {
+		return time.Time{}, refuse(RuleAuthTime, "signed in %s ago (claim auth_time %s), more than the maximum %s: run lockctl login again",
+			age.Truncate(time.Second), at.UTC().Format(time.RFC3339), v.cfg.MaxAuthAge)
 	}
-	return op, nil
+	if at.After(now.Add(authTimeSkew)) {
+		return time.Time{}, refuse(RuleAuthTime, "claim auth_time %s is in the future (now %s): check the provider's clock",
+			at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return at, nil
+}
+
+// account is the AccountClaim of the token: a single SPIFFE ID path
+// segment, since the operator's SVID carries it as its last one.
+func (v *Verifier) account(all map[string]any) (string, error) {
+	names, err := stringsAt(all, v.cfg.AccountClaim)
+	if err != nil || len(names) != 1 {
+		return "", refuse(RuleAccount, "claim %s must be one string, the account an operator SVID names", v.cfg.AccountClaim)
+	}
+	name := names[0]
+	if spiffeid.ValidatePathSegment(name) != nil { // also "", "." and ".."
+		return "", refuse(RuleAccount, "claim %s %q is not usable as an SVID path segment (letters, digits, '.', '-', '_')", v.cfg.AccountClaim, name)
+	}
+	return name, nil
 }
 
 func (v *Verifier) secondFactor(c claims) bool {

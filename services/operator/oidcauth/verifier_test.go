@@ -256,3 +256,75 @@ func TestRefusesTamperedAndMalformed(t *testing.T) {
 		}
 	}
 }
+
+// A force-release or epoch advance needs a recent sign-in with the second
+// factor, not a token refreshed from a session opened days ago: a token
+// whose auth_time is older than the maximum age (12 h unless configured)
+// is refused by rule auth_time, though it has not expired.
+func TestRefusesASignInOlderThanTheMaximumAge(t *testing.T) {
+	t.Parallel()
+	p := start(t, devidp.Config{IDTokenLifetime: 48 * time.Hour})
+	var skew atomic.Int64
+	cfg := operatorConfig(p)
+	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	v := verifier(t, cfg)
+	raw := signIn(t, p, "alice", true)
+	op, err := v.Verify(context.Background(), raw)
+	if err != nil {
+		t.Fatalf("fresh sign-in: %v", err)
+	}
+	if op.AuthTime.IsZero() || time.Since(op.AuthTime) > time.Minute {
+		t.Fatalf("auth_time %v, want the sign-in's", op.AuthTime)
+	}
+	skew.Store(int64(13 * time.Hour)) // the token lives on; the sign-in is 13 h old
+	if err := refusedFor(v, raw, oidcauth.Rule("auth_time")); err != nil {
+		t.Error(err)
+	}
+	_, err = v.Verify(context.Background(), raw)
+	if err == nil || !strings.Contains(err.Error(), "run lockctl login") {
+		t.Errorf("refusal %v, want it to say to sign in again", err)
+	}
+}
+
+// The maximum age is configurable: an hour refuses a sign-in of two hours
+// ago that the default would take.
+func TestMaxAuthAgeIsConfigurable(t *testing.T) {
+	t.Parallel()
+	p := start(t, devidp.Config{IDTokenLifetime: 48 * time.Hour})
+	raw := signIn(t, p, "bob", true)
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	cfg := operatorConfig(p)
+	cfg.Now = later
+	if _, err := verifier(t, cfg).Verify(context.Background(), raw); err != nil {
+		t.Fatalf("a sign-in 2 h old with the default maximum: %v", err)
+	}
+	cfg.MaxAuthAge = time.Hour
+	if err := refusedFor(verifier(t, cfg), raw, oidcauth.RuleAuthTime); err != nil {
+		t.Error(err)
+	}
+	cfg.MaxAuthAge = -time.Hour
+	if _, err := oidcauth.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "MaxAuthAge") {
+		t.Errorf("New with a negative MaxAuthAge: %v", err)
+	}
+}
+
+// The account is the configured claim, and must be usable as the last
+// segment of an operator SVID: an email address is not.
+func TestAccountClaim(t *testing.T) {
+	t.Parallel()
+	p := start(t, devidp.Config{})
+	raw := signIn(t, p, "alice", true)
+	op, err := verifier(t, operatorConfig(p)).Verify(context.Background(), raw)
+	if err != nil || op.Account != "alice" {
+		t.Fatalf("account %q (err %v), want preferred_username alice", op.Account, err)
+	}
+	cfg := operatorConfig(p)
+	cfg.AccountClaim = "email"
+	if err := refusedFor(verifier(t, cfg), raw, oidcauth.RuleAccount); err != nil {
+		t.Error(err)
+	}
+	cfg.AccountClaim = "no_such_claim"
+	if err := refusedFor(verifier(t, cfg), raw, oidcauth.RuleAccount); err != nil {
+		t.Error(err)
+	}
+}

@@ -43,9 +43,7 @@ func (o *oidcOperators) Verify(ctx context.Context, raw string) (Operator, error
 	if err != nil {
 		return Operator{}, err
 	}
-	name := op.PreferredUsername
-	if name == "" {
-		name = op.Name
-	}
-	return Operator{Issuer: op.Issuer, Subject: op.Subject, Name: name}, nil
+	// The account, never the display name: it binds the person to their
+	// operator SVID, and a display name is neither unique nor fixed.
+	return Operator{Issuer: op.Issuer, Subject: op.Subject, Name: op.Account}, nil
 }

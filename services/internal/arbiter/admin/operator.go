@@ -3,12 +3,14 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/internal/arbiter/caller"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
 	"github.com/lockplane/lockplane/services/operator/oidcauth"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
@@ -18,8 +20,11 @@ import (
 // together name the person: two-person actions compare both.
 type Operator struct {
 	Issuer, Subject string
-	// Name is for people reading (the token's name or preferred_username);
-	// never compared.
+	// Name is the person's account at the issuer (the verifier's account
+	// claim, preferred_username by default). The operator SVID a call
+	// arrives on must name it as its last segment (bound): another
+	// person's token on one's connection is refused. The two-person rule
+	// compares Issuer and Subject, never Name.
 	Name string
 }
 
@@ -106,5 +111,23 @@ func (s *Server) signedInOperator(ctx context.Context) (Operator, error) {
 		return Operator{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED,
 			"operator ID token refused: it names no issuer and subject", "cause", "operator_token_refused")
 	}
+	if err := bound(caller, op); err != nil {
+		return Operator{}, err
+	}
 	return op, nil
+}
+
+// bound refuses a signed-in person other than the one the operator SVID
+// of the connection names (its last segment is their account), so a token
+// carried on someone else's connection, or an SVID lent with one's own
+// token, acts as no one.
+func bound(svid spiffeid.ID, op Operator) error {
+	account, err := svidAccount(svid)
+	if err == nil && op.Name != "" && account == op.Name {
+		return nil
+	}
+	return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED,
+		fmt.Sprintf("the operator signed in (account %q) is not the one this connection's SVID %s names (%q): "+
+			"connect with your own operator SVID, whose last segment is your account, and your own sign-in", op.Name, svid, account),
+		"cause", "operator_svid_mismatch")
 }
