@@ -2,8 +2,11 @@ package audit_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/test/gate/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdsnap "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 )
 
@@ -23,6 +27,7 @@ type shardRig struct {
 	t          *testing.T
 	ctx        context.Context
 	shard      *cluster.Cluster
+	shardDir   string // the shard's members' data directories are here
 	coord, cli *clientv3.Client
 }
 
@@ -36,7 +41,8 @@ func newShardRig(t *testing.T) *shardRig {
 	}
 	r := &shardRig{t: t, ctx: ctxT(t, 3*time.Minute)}
 	start := func() (*cluster.Cluster, *clientv3.Client) {
-		c, err := cluster.Start(r.ctx, cluster.Config{Bin: bin, Dir: t.TempDir(), Members: 1})
+		r.shardDir = t.TempDir() // the second start is the shard's
+		c, err := cluster.Start(r.ctx, cluster.Config{Bin: bin, Dir: r.shardDir, Members: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,4 +246,192 @@ func TestATailerFollowsItsShardRestoredAboveItsHead(t *testing.T) {
 	if !changed {
 		t.Fatalf("no gap names the change from %s to %s: %+v", oldID, newID, store.Events())
 	}
+}
+
+// restoreSameID restores the shard in place from the snapshot at file
+// under its own token, member names and peer URLs, as `etcdutl snapshot
+// restore` does when told to (dr/restore refuses it): the restored shard
+// has the old cluster ID, and its revisions start again at the snapshot's.
+func (r *shardRig) restoreSameID(file string) {
+	r.t.Helper()
+	for i, m := range r.shard.Members {
+		r.shard.Kill(i)
+		dir := filepath.Join(r.shardDir, m.Name)
+		if err := os.RemoveAll(dir); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := etcdsnap.NewV3(zap.NewNop()).Restore(etcdsnap.RestoreConfig{SnapshotPath: file, Name: m.Name, OutputDataDir: dir,
+			PeerURLs: []string{m.Peer}, InitialCluster: m.Name + "=" + m.Peer, InitialClusterToken: r.shard.Token()}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	for i := range r.shard.Members {
+		if err := r.shard.Restart(i); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if err := r.shard.WaitHealthy(r.ctx, time.Minute); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// head is the shard's current revision.
+func (r *shardRig) head() int64 {
+	r.t.Helper()
+	sctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+	defer cancel()
+	resp, err := r.cli.Get(sctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// bumpPast writes a key outside the lock keyspace until the shard's head
+// is past rev.
+func (r *shardRig) bumpPast(rev int64) {
+	r.t.Helper()
+	for r.head() <= rev {
+		pctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		_, err := r.cli.Put(pctx, "/test/bump", "x")
+		cancel()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// rewindGap is the stored gap that names a rewind of cluster id.
+func rewindGap(id string) func([]audit.Event) bool {
+	return func(evs []audit.Event) bool {
+		for _, e := range evs {
+			if e.Kind == audit.Gap && e.ClusterID == id && strings.Contains(e.Detail, "rewound") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// sameIDRestore is a shard that a tailer has read to past head, restored
+// in place under its old cluster ID from a snapshot taken below head, so
+// that the checkpoint's revision is ahead of the shard's.
+func sameIDRestore(t *testing.T, r *shardRig, store *audittest.Store, stopBefore bool) (id string, head int64) {
+	t.Helper()
+	id = r.id()
+	stop := r.tail(store, "t1", 50*time.Millisecond)
+	if err := store.Await(r.ctx, advances(id, 1)); err != nil {
+		t.Fatal(err)
+	}
+	file := r.snapshot()
+	r.advance()
+	head = r.advance()
+	if err := store.Await(r.ctx, advances(id, 3)); err != nil {
+		t.Fatal(err)
+	}
+	awaitCheckpointAt(t, r, head)
+	if stopBefore {
+		stop()
+	}
+	r.restoreSameID(file)
+	if got := r.id(); got != id {
+		t.Fatalf("the restore changed the cluster ID from %s to %s; the test needs it kept", id, got)
+	}
+	if h := r.head(); h >= head {
+		t.Fatalf("the restored shard is at revision %d, not below the tailer's %d", h, head)
+	}
+	return id, head
+}
+
+// awaitCheckpointAt returns once the shard's tailer checkpoint is at rev
+// or past it.
+func awaitCheckpointAt(t *testing.T, r *shardRig, rev int64) {
+	t.Helper()
+	for {
+		gctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		resp, err := r.coord.Get(gctx, audit.CheckpointPrefix+"entity-0")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ck struct{ Revision int64 }
+		if len(resp.Kvs) > 0 && json.Unmarshal(resp.Kvs[0].Value, &ck) == nil && ck.Revision >= rev {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // the checkpoint ticks: no event to wait on
+	}
+}
+
+// checkRewind fails t unless a gap names the rewind of cluster id, the
+// old history's events up to head are as stored before the restore (none
+// overwritten by the restored history's events at the same revisions),
+// and an event of the restored history past head is stored: the tailer
+// resumed.
+func checkRewind(t *testing.T, r *shardRig, store *audittest.Store, id string, head int64, before []audit.Event) {
+	t.Helper()
+	wctx, wcancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer wcancel()
+	if err := store.Await(wctx, rewindGap(id)); err != nil {
+		t.Fatalf("no gap names the rewind of cluster %s (restored in place under the same ID below revision %d) within 30s: %v; stored %+v", id, head, err, store.Events())
+	}
+	r.bumpPast(head)
+	next := r.advance()
+	if err := store.Await(wctx, func(evs []audit.Event) bool {
+		for _, e := range evs {
+			if e.Kind == audit.EpochAdvance && e.Revision == next {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("the restored shard's epoch advance at revision %d was not stored within 30s: %v; stored %+v", next, err, store.Events())
+	}
+	now := map[string]audit.Event{}
+	for _, e := range store.Events() {
+		now[fmt.Sprintf("%d/%s", e.Revision, e.Key)] = e
+	}
+	for _, e := range before {
+		if got := now[fmt.Sprintf("%d/%s", e.Revision, e.Key)]; !reflect.DeepEqual(got, e) {
+			t.Errorf("the event stored at revision %d was overwritten by the restored history's:\n was %+v\n now %+v", e.Revision, e, got)
+		}
+	}
+}
+
+// A shard restored in place under its old cluster ID (etcdutl snapshot
+// restore with the old token, member names and peer URLs) rewinds its
+// revisions under the running tailer, whose watch waits past them: the
+// tailer records the rewind as a gap, keeps what the store has of the old
+// history, and reads on once the restored shard passes it. Before, it
+// said nothing: the restored history's revisions up to its checkpoint
+// were skipped silently.
+func TestATailerSeesItsShardRestoredUnderTheSameID(t *testing.T) {
+	r := newShardRig(t)
+	store := audittest.New()
+	id, head := sameIDRestore(t, r, store, false)
+	checkRewind(t, r, store, id, head, storedUpTo(store, head))
+}
+
+// A tailer that starts after the same-ID restore, once the restored
+// shard's head has passed its checkpoint (so revisions alone say
+// nothing), still sees the rewind: the event it last stored is not at its
+// revision any more.
+func TestATailerStartingAfterASameIDRestoreSeesTheRewind(t *testing.T) {
+	r := newShardRig(t)
+	store := audittest.New()
+	id, head := sameIDRestore(t, r, store, true)
+	before := storedUpTo(store, head)
+	r.bumpPast(head + 5)
+	r.tail(store, "t2", 50*time.Millisecond)
+	checkRewind(t, r, store, id, head, before)
+}
+
+// storedUpTo is what store has at revisions up to head.
+func storedUpTo(store *audittest.Store, head int64) []audit.Event {
+	var out []audit.Event
+	for _, e := range store.Events() {
+		if e.Revision <= head {
+			out = append(out, e)
+		}
+	}
+	return out
 }

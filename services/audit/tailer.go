@@ -62,10 +62,13 @@ const (
 
 // checkpoint is the last revision of a cluster whose events the store has.
 // The cluster ID says which revision space it belongs to: a cluster rebuilt
-// or restored under a new ID starts its revisions again.
+// or restored under a new ID starts its revisions again. Mark is the last
+// key the store has a put of, which a cluster restored under the same ID
+// (its revisions rewound and written again) no longer has at that revision.
 type checkpoint struct {
 	ClusterID string `json:"cluster_id"`
 	Revision  int64  `json:"revision"`
+	Mark      *mark  `json:"mark,omitempty"`
 }
 
 // ErrDeposed is returned when a tailer (or the archiver) lost its
@@ -158,6 +161,12 @@ type tailer struct {
 	linger *time.Timer
 	// storeWait is the pause after the store's last refusal.
 	storeWait time.Duration
+	// mark is the last put the store has (nil: none since the start or
+	// the last rewind); rewoundAt is t.done when a rewind was last
+	// recorded, so that one rewind makes one gap while the restored
+	// cluster climbs back to it.
+	mark      *mark
+	rewoundAt int64
 }
 
 // source is the tailed cluster as its events name it.
@@ -175,15 +184,24 @@ func (t *tailer) run(ctx context.Context) error {
 	t.src = source{name: t.cfg.Cluster, id: epoch.FormatID(head.Header.ClusterId)}
 	t.done = ck.Revision
 	if ck.ClusterID == t.src.id && ck.Revision > 0 {
-		// The epoch in force where reading resumes, not the newest: the
-		// events after it carry it until the log advances it. (0, unknown,
-		// when that revision is compacted.)
-		head, err = t.get(ctx, t.cfg.Etcd, lockkey.EpochKey, ck.Revision)
-		if errors.Is(err, rpctypes.ErrCompacted) {
-			head, err = &clientv3.GetResponse{}, nil
-		}
+		// Before the epoch is read at the checkpoint's revision: a
+		// rewound cluster may not have reached it.
+		t.mark = ck.Mark
+		rewound, err := t.rewind(ctx)
 		if err != nil {
 			return err
+		}
+		if !rewound {
+			// The epoch in force where reading resumes, not the newest:
+			// the events after it carry it until the log advances it. (0,
+			// unknown, when that revision is compacted.)
+			head, err = t.get(ctx, t.cfg.Etcd, lockkey.EpochKey, ck.Revision)
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				head, err = &clientv3.GetResponse{}, nil
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	if len(head.Kvs) > 0 {
@@ -235,6 +253,9 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 			if err := t.sameCluster(ctx); err != nil {
 				return err
 			}
+			if _, err := t.rewind(ctx); err != nil {
+				return err
+			}
 			if err := t.checkpoint(ctx); err != nil {
 				return err
 			}
@@ -256,6 +277,16 @@ func (t *tailer) watch(ctx context.Context, tick <-chan time.Time) error {
 						return t.flushFailed(ctx, err)
 					}
 					return fmt.Errorf("%w: %s is cluster %s now, not %s", ErrClusterChanged, t.cfg.Cluster, epoch.FormatID(id), t.src.id)
+				}
+				if it.ok && it.resp.IsProgressNotify() && it.resp.Header.Revision < t.done {
+					// The member watched is behind what the tailer read:
+					// a lagging follower, or the cluster rewound. The
+					// rewind check reads linearizably and tells which.
+					if err := t.flush(ctx, &b); err != nil {
+						return t.flushFailed(ctx, err)
+					}
+					_, err := t.rewind(ctx)
+					return err
 				}
 				if !it.ok || it.resp.Canceled || it.resp.CompactRevision > 0 || it.resp.Err() != nil {
 					if err := t.flush(ctx, &b); err != nil {
@@ -343,7 +374,8 @@ type batch struct {
 	// read again from there.
 	epoch   uint32
 	started bool
-	cost    cost // what the feed counts for the batch's responses
+	cost    cost  // what the feed counts for the batch's responses
+	mark    *mark // the batch's last put
 }
 
 // interrupted handles a watch response that ends the watch: a compaction
@@ -404,6 +436,9 @@ func (t *tailer) collect(b *batch, resp clientv3.WatchResponse) {
 		t.dirty = t.dirty || !ownBookkeeping(r)
 		b.events = append(b.events, evs...)
 		b.done = r.rev
+		if m := markOf(r); m != nil {
+			b.mark = m
+		}
 	}
 }
 
@@ -428,6 +463,9 @@ func (t *tailer) flush(ctx context.Context, b *batch) error {
 	t.storeWait = 0
 	if b.done > t.done {
 		t.done = b.done
+	}
+	if b.mark != nil {
+		t.mark = b.mark
 	}
 	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, len(b.events))
 	*b = batch{}
@@ -491,7 +529,7 @@ func (t *tailer) checkpoint(ctx context.Context) error {
 	if !t.dirty || t.done == t.saved {
 		return nil
 	}
-	b, _ := json.Marshal(checkpoint{ClusterID: t.src.id, Revision: t.done})
+	b, _ := json.Marshal(checkpoint{ClusterID: t.src.id, Revision: t.done, Mark: t.mark})
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 	defer cancel()
 	resp, err := t.cfg.Coord.Txn(octx).If(t.leader).Then(clientv3.OpPut(CheckpointPrefix+t.cfg.Cluster, string(b))).Commit()

@@ -11,6 +11,17 @@
 // new holder's first, the gap the pause test probes. A holder that must
 // change a record several times does it in one write, or takes a new grant.
 //
+// A holder that reads a record to compute its write (read-modify-write)
+// claims the token before, or in the same statement as, the read: the
+// claim moves the mark to t if t is greater, and the write then applies
+// only while the mark is still t. A write that checks the token only when
+// it lands leaves a window: a holder force-released between its read and
+// its write lands that write before the next holder's first (nothing newer
+// has reached the mark), and the next holder, which read before it,
+// overwrites it. With the claim, the next holder's read comes after its
+// own claim, which refuses every later write of the old holder. Every
+// reader of such a record reads through the claim.
+//
 // Subpackages are reference implementations meant to be copied: pgfence
 // (PostgreSQL) and s3fence (S3-compatible stores). Both report refusals as
 // ErrStaleFence.

@@ -3,12 +3,16 @@
 //
 //	UPDATE t SET ..., fence = $token WHERE id = $id AND fence < $token
 //
-// so no other statement can come between the check and the write. Copy it;
-// the pause test kit (lockctl pausetest) proves a copy still fences.
+// so no other statement can come between the check and the write. A holder
+// that reads the record to compute its write claims the token in the
+// statement that reads (Claim), and writes only while its claim stands
+// (UpdateClaimed). Copy it; the pause test kit (lockctl pausetest) proves a
+// copy still fences.
 package pgfence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -69,7 +73,16 @@ func (t Table) Migrate(ctx context.Context, db DB) error {
 // mark to tok. It returns fence.ErrStaleFence if the mark was not lower and
 // fence.ErrNoRecord if there is no such record; nothing is written then.
 func (t Table) Update(ctx context.Context, db DB, tok token.Token, id any, cols ...Col) error {
-	if len(cols) == 0 {
+	// The mark moves to tok in the same SET.
+	return t.guarded(ctx, db, tok, id, "<", append([]Col{{Name: or(t.Fence, "fence"), Value: int64(tok)}}, cols...))
+}
+
+// guarded writes cols to the record with key id where the record's mark
+// compares to tok by cmp ("<": older; "=": claimed by tok), in one
+// statement whose existence probe sees the same snapshot, so a refusal is
+// classified without a second round trip.
+func (t Table) guarded(ctx context.Context, db DB, tok token.Token, id any, cmp string, cols []Col) error {
+	if len(cols) == 0 || (cmp == "<" && len(cols) == 1) {
 		return fmt.Errorf("pgfence: update %s: no columns to set", t.Name)
 	}
 	args := []any{int64(tok), id}
@@ -78,10 +91,8 @@ func (t Table) Update(ctx context.Context, db DB, tok token.Token, id any, cols 
 		args = append(args, c.Value)
 		set = append(set, fmt.Sprintf("%s = $%d", ident(c.Name), len(args)))
 	}
-	// One statement: the CTE's update and the existence probe see the same
-	// snapshot, so a refusal is classified without a second round trip.
-	sql := fmt.Sprintf(`WITH u AS (UPDATE %[1]s SET %[2]s, %[3]s = $1 WHERE %[4]s = $2 AND %[3]s < $1 RETURNING 1)
-SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM %[1]s WHERE %[4]s = $2)`, t.name(), strings.Join(set, ", "), t.fence(), t.key())
+	sql := fmt.Sprintf(`WITH u AS (UPDATE %[1]s SET %[2]s WHERE %[4]s = $2 AND %[3]s %[5]s $1 RETURNING 1)
+SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM %[1]s WHERE %[4]s = $2)`, t.name(), strings.Join(set, ", "), t.fence(), t.key(), cmp)
 	var updated int64
 	var exists bool
 	if err := db.QueryRow(ctx, sql, args...).Scan(&updated, &exists); err != nil {
@@ -95,6 +106,56 @@ SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM %[1]s WHERE %[4]s = $2)`,
 	default:
 		return fence.ErrStaleFence
 	}
+}
+
+// Claim moves the record's mark to tok, if tok is greater, and reads cols
+// of the record into dest in the same statement. A holder that reads a
+// record to compute its write (read-modify-write) reads it through Claim
+// and writes with UpdateClaimed: once the next holder has claimed, the
+// previous holder's write is refused, so the next holder never computes
+// from a read that a late write then overtakes (the force-release window,
+// docs/force-release.md). It returns fence.ErrStaleFence if the mark was
+// not lower and fence.ErrNoRecord if there is no such record; nothing is
+// claimed or read then.
+func (t Table) Claim(ctx context.Context, db DB, tok token.Token, id any, cols []string, dest ...any) error {
+	if len(cols) == 0 || len(cols) != len(dest) {
+		return fmt.Errorf("pgfence: claim %s: %d columns for %d destinations", t.Name, len(cols), len(dest))
+	}
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = ident(c)
+	}
+	// UPDATE ... RETURNING: the row lock that moves the mark is held while
+	// the columns are read, so no write comes between the claim and the read.
+	sql := fmt.Sprintf("UPDATE %[1]s SET %[2]s = $1 WHERE %[3]s = $2 AND %[2]s < $1 RETURNING %[4]s",
+		t.name(), t.fence(), t.key(), strings.Join(names, ", "))
+	err := db.QueryRow(ctx, sql, int64(tok), id).Scan(dest...)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil {
+			return fmt.Errorf("pgfence: claim %s: %w", t.Name, err)
+		}
+		return nil
+	}
+	// Refused: say why. Nothing was written, so a second read is safe.
+	var exists bool
+	if err := db.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s = $1)", t.name(), t.key()), id).Scan(&exists); err != nil {
+		return fmt.Errorf("pgfence: claim %s: %w", t.Name, err)
+	}
+	if !exists {
+		return fence.ErrNoRecord
+	}
+	return fence.ErrStaleFence
+}
+
+// UpdateClaimed writes cols to the record with key id under tok, in one
+// statement that applies only while the record's mark is tok: claimed by
+// this grant's Claim, and by no newer token since. It returns
+// fence.ErrStaleFence otherwise (the mark moved on, or tok never claimed)
+// and fence.ErrNoRecord if there is no such record; nothing is written then.
+// Every reader of a record written this way must read through Claim: a
+// plain read would let a write under an older claim land after it.
+func (t Table) UpdateClaimed(ctx context.Context, db DB, tok token.Token, id any, cols ...Col) error {
+	return t.guarded(ctx, db, tok, id, "=", cols)
 }
 
 // Insert creates the record with key id under tok. If it already exists, it
