@@ -98,7 +98,7 @@ func main() {
 	// Open authorisation: the benchmark measures the lock path, not a policy.
 	opts := devenv.Options{Dir: dir, Workers: *hot, AllowAnyWorkload: true, GroupCommit: *groupCommit}
 	if *shards > 0 {
-		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
+		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity, Prefixes: []string{entityPrefix}})
 		opts.ShardMembers = 3
 		for i := range *shards {
 			opts.Shards = append(opts.Shards, fmt.Sprintf("entity-%d", i))
@@ -386,6 +386,9 @@ func viaArbiter(env *devenv.Env, hot bool, cls string) setup {
 		var clients []*lockclient.Client
 		for i := 0; i < n; i++ {
 			id, key := "demo", fmt.Sprintf("bench/lockplane/%d", i)
+			if cls == "entity" {
+				key = fmt.Sprintf("%slockplane/%d", entityPrefix, i) // the entity class's keys
+			}
 			if hot {
 				id, key = fmt.Sprintf("worker-%d", i), "bench/hot"
 			}
@@ -463,3 +466,7 @@ func printHot(rs []result) {
 		fmt.Printf("handoff d/e: %.2f\n", rs[1].OpsSec/rs[0].OpsSec)
 	}
 }
+
+// entityPrefix is the benchmark's entity class's keys: a key's tier comes
+// from its prefix.
+const entityPrefix = "bench-entity/"

@@ -34,6 +34,7 @@ spec:
   enforcement: advisory
   ttl: %s
   tier: entity
+  prefixes: [scale/]
   fairness: memory
 `, className, ttl)
 	// Twice the even share, plus some: the workers spread sessions and

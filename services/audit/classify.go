@@ -32,14 +32,16 @@ type revision struct {
 //     end deletes that mark too, and an expiry's does not;
 //   - a force-release puts its /sys/force/<id> record in the deleting Txn;
 //   - an epoch advance writes a new epoch into /sys/epoch and deletes
-//     every hold in one Txn;
+//     every hold, waiter and session record in one Txn: the sessions it
+//     ends are part of its epoch_advance event, not ends of their own (a
+//     row is keyed by revision and key, and the advance's has key "");
 //   - a Release deletes the hold alone.
 func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 	ended := map[int64]bool{}   // leases whose session record goes here
 	closing := map[int64]bool{} // leases whose closing mark goes here
 	forced, advanced := false, false
 	var forceDetail string // the force record: who asked, who approved, why
-	var endedLease int64   // one lease ends per revision: a revoke or an expiry
+	var endedLease int64   // one lease ends per revision: a revoke or an expiry (an advance ends many)
 	for _, ev := range r.events {
 		k := string(ev.Kv.Key)
 		switch {
@@ -70,6 +72,9 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 		default:
 			return Expiry
 		}
+	}
+	if advanced {
+		endedLease = 0 // every session of the cluster: a hold's own is unknown without its value
 	}
 	base := Event{ClusterID: src.id, Cluster: src.name, Revision: r.rev, Epoch: epoch, At: now}
 	var out []Event
@@ -118,8 +123,8 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			kv := ev.Kv
 			e.Kind, e.Session = SessionOpen, lease
 			if ev.Type == mvccpb.DELETE {
-				if ev.PrevKv == nil {
-					continue
+				if ev.PrevKv == nil || advanced {
+					continue // an advance ended it: its event is the advance's
 				}
 				kv, e.Kind = ev.PrevKv, endOf(lease)
 			} else if ev.IsModify() {

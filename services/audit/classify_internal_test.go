@@ -101,3 +101,52 @@ func TestClassifyCarriesTheSessionTTL(t *testing.T) {
 		}
 	}
 }
+
+// An epoch advance deletes every session record of its cluster in its
+// Txn: the sessions it ends are part of its one epoch_advance event (the
+// cluster's row at that revision), not ends of their own, which would
+// also take that row's key; a hold whose old value is gone names no
+// session, since every session of the cluster ended at that revision.
+func TestClassifyTellsTheSessionsAnAdvanceEndedAsPartOfIt(t *testing.T) {
+	sessionEnd := func(lease int64, closing bool) []*clientv3.Event {
+		rec := &mvccpb.KeyValue{Key: []byte(lockkey.SessionKey(lease)), Value: []byte(`{"identity":"a","instance":"i","ttl_seconds":15}`), Lease: lease, CreateRevision: 4, ModRevision: 4}
+		evs := []*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: rec.Key, ModRevision: 9}, PrevKv: rec}}
+		if closing {
+			// A session being closed as the advance commits: its mark goes too.
+			evs = append(evs, &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(lockkey.ClosingKey(lease)), ModRevision: 9},
+				PrevKv: &mvccpb.KeyValue{Key: []byte(lockkey.ClosingKey(lease)), Lease: lease}})
+		}
+		return evs
+	}
+	prev := &mvccpb.KeyValue{Key: []byte(lockkey.EpochKey), Value: []byte(`{"epoch":2,"cluster_id":"c"}`), ModRevision: 3}
+	advance := &mvccpb.KeyValue{Key: []byte(lockkey.EpochKey), Value: []byte(`{"epoch":3,"cluster_id":"c"}`), ModRevision: 9, Version: 2}
+	// etcd's order within the Txn: the epoch record, then the holds, the
+	// waiters and the sessions; the sessions first too, to be sure.
+	for name, order := range map[string]func(epoch, hold, sessions []*clientv3.Event) []*clientv3.Event{
+		"as the advance writes it": func(e, h, s []*clientv3.Event) []*clientv3.Event { return append(append(e, h...), s...) },
+		"sessions first":           func(e, h, s []*clientv3.Event) []*clientv3.Event { return append(append(s, h...), e...) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			epochEv := []*clientv3.Event{{Type: mvccpb.PUT, Kv: advance, PrevKv: prev}}
+			holdEv := []*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(lockkey.HoldKey("team-a/k")), ModRevision: 9}}}
+			sessions := append(sessionEnd(7, false), sessionEnd(8, true)...)
+			got := classify(source{name: "coord", id: "c"}, revision{rev: 9, events: order(epochEv, holdEv, sessions)}, 2, time.Unix(0, 0))
+			rows := map[string]Event{}
+			for _, e := range got {
+				if _, dup := rows[e.Key]; dup {
+					t.Errorf("two events keyed %q at revision 9 (the store keeps one): %+v", e.Key, got)
+				}
+				rows[e.Key] = e
+			}
+			if len(got) != 2 {
+				t.Fatalf("events %+v, want the advance and its hold's end", got)
+			}
+			if adv := rows[""]; adv.Kind != EpochAdvance || adv.Session != 0 || adv.Detail != string(advance.Value) {
+				t.Errorf("the cluster's event %+v, want the advance with its record", adv)
+			}
+			if h := rows["team-a/k"]; h.Kind != EpochAdvance || h.Session != 0 || h.Detail != unknownHolder {
+				t.Errorf("the hold without its old value: %+v, want ended by the advance, no session named, its holder unknown", h)
+			}
+		})
+	}
+}

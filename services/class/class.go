@@ -43,6 +43,11 @@ type Class struct {
 	Namespace string
 	// Fairness orders the class's waiters; memory when empty.
 	Fairness Fairness
+	// Prefixes are the key prefixes the class serves: a key below one of
+	// them is the class's key, whatever a request names. A class without
+	// prefixes serves the keys no class's prefix covers, and lives on the
+	// default class's tier (Check).
+	Prefixes []string
 }
 
 // Durable reports whether the class's waiters are durable keys.
@@ -62,6 +67,9 @@ var Default = Class{Name: DefaultName, TTL: 15 * time.Second, Tier: TierCoord}
 type Registry interface {
 	// Lookup resolves name; the empty name is the default class.
 	Lookup(name string) (Class, error)
+	// ForKey resolves the class a request for key naming name gets: the
+	// key's own class, whatever the request names (Static.ForKey).
+	ForKey(key, name string) (Class, error)
 }
 
 // Static is a fixed set of classes.

@@ -41,7 +41,7 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity}
+	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity, Prefixes: []string{"team-a/audit-entity/"}}
 	// The queries go through the store's read-only user, as an arbiter's.
 	reader := chstore.New(ch.URL(), db, chstore.WithCredentials(ch.Reader()))
 	waiver := time.Date(2031, 1, 2, 0, 0, 0, 0, time.UTC)
@@ -55,8 +55,9 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 	demo := devenvtest.Client(t, env, "demo")
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
 
-	const key = "team-a/audit/devenv"
-	for cls, cluster := range map[string]string{"": "coord", entity.Name: "entity-0"} {
+	// A key per tier: a key lives on one cluster, its class's.
+	for cls, at := range map[string]struct{ cluster, key string }{"": {"coord", "team-a/audit/devenv"}, entity.Name: {"entity-0", "team-a/audit-entity/devenv"}} {
+		cluster, key := at.cluster, at.key
 		s := devenvtest.Session(t, demo, cls)
 		h, err := s.Lock(ctx, key, func(*lockclient.Hold) {})
 		if err != nil {
@@ -135,7 +136,7 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 
 	// Only operators read history: each of the three questions.
 	other := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "other").Conn())
-	if _, err := other.Audit(ctx, &adminv1.AuditRequest{Key: key}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
+	if _, err := other.Audit(ctx, &adminv1.AuditRequest{Key: "team-a/audit/devenv"}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
 		t.Fatalf("a workload's audit query: %v, want PERMISSION_DENIED", err)
 	}
 	if _, err := other.AuditExpiries(ctx, &adminv1.AuditExpiriesRequest{}); reason.Of(err) != lockv1.ErrorReason_PERMISSION_DENIED {
@@ -147,7 +148,7 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 		}
 	}
 	// One question at a time, and the refusal names the field.
-	_, err = admin.Audit(ctx, &adminv1.AuditRequest{Key: key, Identity: env.Profile.Identities["demo"].SPIFFEID})
+	_, err = admin.Audit(ctx, &adminv1.AuditRequest{Key: "team-a/audit/devenv", Identity: env.Profile.Identities["demo"].SPIFFEID})
 	r, meta := reason.Info(err)
 	if r != lockv1.ErrorReason_INVALID_ARGUMENT || meta["field"] == "" || !strings.Contains(err.Error(), meta["field"]) {
 		t.Fatalf("key and identity together: %v (reason %s, %v), want INVALID_ARGUMENT naming the field", err, r, meta)

@@ -8,7 +8,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,21 +32,53 @@ type Change struct {
 	// record keeps its version.
 	MapVersion int64
 	Reason     string
+	// Quiet is the least quiet period of an advance of a cluster with live
+	// sessions; the period is at least the longest TTL among the sessions
+	// the advance ends plus QuietMargin, whatever Quiet says, so a class
+	// whose TTL a policy reload changed is waited out as its sessions were
+	// opened. A cluster without sessions (Bootstrap's) gets none.
+	Quiet time.Duration
+	// Placement is the advancing side's class.Placement, stamped into the
+	// new record: the advance deletes every hold, so keys may move tier
+	// now. Empty keeps the current record's.
+	Placement string
 }
+
+// QuietMargin is added to the longest session TTL to make an advance's
+// quiet period: it covers the advance's commit after its record's Since,
+// the arbiters' epoch watches delivering it, and clock skew between the
+// advancing process and the arbiters (NTP-bounded, docs/epochs.md).
+const QuietMargin = time.Second
+
+// Quiet is the quiet period of an advance of a cluster whose sessions
+// live at most longestTTL unrenewed.
+func Quiet(longestTTL time.Duration) time.Duration { return longestTTL + QuietMargin }
 
 // Advanced is the outcome of Advance.
 type Advanced struct {
 	State
 	Previous                     uint32
 	DeletedHolds, DeletedWaiters int64
-	Revision                     int64
+	// DeletedSessions counts the session records the advance deleted:
+	// sessions opened before it are over (their next renewal or grant
+	// answers SESSION_EXPIRED).
+	DeletedSessions int64
+	Revision        int64
 }
 
 // Advance moves a cluster (target) from c.Expected to an epoch allocated on
 // the coord cluster, binds it to the cluster ID target reports now and
-// deletes every hold and waiter there, in one transaction on target that
-// compares the record it replaces (or its absence). It returns ErrChanged
-// if the record is not the one expected. target may be coord itself.
+// deletes every hold, waiter and session record there, in one transaction
+// on target that compares the record it replaces (or its absence). It
+// returns ErrChanged if the record is not the one expected. target may be
+// coord itself.
+//
+// Sessions opened before the advance are over: a grant compares its
+// session's record, and a renewal that finds it gone answers
+// SESSION_EXPIRED. If any session record existed when the transaction
+// committed, the new record carries QuietUntil (Change.Quiet), and no
+// arbiter grants a key before it: a holder whose renewal was confirmed
+// just before the advance may believe it holds until then.
 func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced, error) {
 	resp, err := target.Get(ctx, lockkey.EpochKey)
 	if err != nil {
@@ -83,25 +118,46 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 	}
 	// The cluster ID comes from the read above: the cluster the transaction
 	// below commits on (a restored cluster's ID never changes back).
+	// The sessions the advance ends, read first: the quiet period waits
+	// out the longest TTL any of them was renewed for. The Txn compares
+	// that no session was opened since the read, so none is left out.
+	sessions, err := target.Get(ctx, lockkey.SessionPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return Advanced{}, err
+	}
 	rec := Record{Epoch: next, ClusterID: FormatID(resp.Header.ClusterId), Since: time.Now().UTC(),
-		Reason: c.Reason, MapVersion: mapVersion}
+		Reason: c.Reason, MapVersion: mapVersion, Placement: c.Placement}
+	if rec.Placement == "" && cur != nil {
+		rec.Placement = cur.Placement
+	}
+	if longest, any := longestTTL(sessions.Kvs); any {
+		rec.QuietUntil = rec.Since.Add(max(c.Quiet, Quiet(longest)))
+	}
+	if cur != nil && cur.QuietUntil.After(rec.QuietUntil) {
+		// A second advance within the first's quiet period: the holders
+		// the first ended may still believe (their records are gone now).
+		rec.QuietUntil = cur.QuietUntil
+	}
 	raw, _ := json.Marshal(rec)
-	txn, err := target.Txn(ctx).If(cmp).Then(
+	noNewSession := clientv3.Compare(clientv3.CreateRevision(lockkey.SessionPrefix), "<", sessions.Header.Revision+1).WithPrefix()
+	txn, err := target.Txn(ctx).If(cmp, noNewSession).Then(
 		clientv3.OpPut(lockkey.EpochKey, string(raw)),
 		clientv3.OpDelete(lockkey.HoldPrefix, clientv3.WithPrefix()),
 		clientv3.OpDelete(lockkey.WaitPrefix, clientv3.WithPrefix()),
+		clientv3.OpDelete(lockkey.SessionPrefix, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return Advanced{}, err
 	}
 	if !txn.Succeeded {
-		return Advanced{}, fmt.Errorf("%w: cluster %s: its epoch record changed during the advance (another advance or a shard map stamp); read it again", ErrChanged, c.Cluster)
+		return Advanced{}, fmt.Errorf("%w: cluster %s: its epoch record changed, or a session was opened, during the advance; run it again", ErrChanged, c.Cluster)
 	}
 	out := Advanced{
-		State:          State{Record: rec, ModRevision: txn.Header.Revision, Raw: raw},
-		DeletedHolds:   txn.Responses[1].GetResponseDeleteRange().Deleted,
-		DeletedWaiters: txn.Responses[2].GetResponseDeleteRange().Deleted,
-		Revision:       txn.Header.Revision,
+		State:           State{Record: rec, ModRevision: txn.Header.Revision, Raw: raw},
+		DeletedHolds:    txn.Responses[1].GetResponseDeleteRange().Deleted,
+		DeletedWaiters:  txn.Responses[2].GetResponseDeleteRange().Deleted,
+		DeletedSessions: txn.Responses[3].GetResponseDeleteRange().Deleted,
+		Revision:        txn.Header.Revision,
 	}
 	if cur != nil {
 		out.Previous = cur.Epoch
@@ -140,4 +196,18 @@ func BootstrapRegion(ctx context.Context, coord clientv3.KV, coordName string, s
 		out[name] = adv.Epoch
 	}
 	return out, nil
+}
+
+// longestTTL is the longest TTL among session records, and whether there
+// is any. A record that cannot be read counts as the platform's longest.
+func longestTTL(kvs []*mvccpb.KeyValue) (time.Duration, bool) {
+	var longest time.Duration
+	for _, kv := range kvs {
+		ttl := class.MaxTTL
+		if rec, err := records.DecodeSession(kv.Value); err == nil && rec.TTLSeconds > 0 {
+			ttl = time.Duration(rec.TTLSeconds) * time.Second
+		}
+		longest = max(longest, ttl)
+	}
+	return longest, len(kvs) > 0
 }

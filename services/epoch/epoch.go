@@ -37,6 +37,21 @@ type Record struct {
 	// under (ADR-09); 0 on a cluster no shard map covers. Grants compare
 	// the record, so a grant routed under another version cannot commit.
 	MapVersion int64 `json:"map_version,omitempty"`
+	// QuietUntil (UTC) is when the quiet period of an advance that ended
+	// live sessions is over: until then no arbiter grants a key, because
+	// a holder whose last renewal was confirmed just before the advance
+	// believes it holds until that renewal's send time plus its TTL. Zero
+	// (absent, as in records written before it existed) when no session
+	// was ended. Arbiters compare it with their own clock: see
+	// docs/epochs.md for the clock assumption.
+	QuietUntil time.Time `json:"quiet_until,omitzero"`
+	// Placement is the digest of where the arbiters serving this cluster
+	// put keys (class.Placement): an arbiter whose registry places keys
+	// otherwise grants nothing here, so a set that rehomes a prefix cannot
+	// serve beside the old one. Set by an advance (which deletes every
+	// hold: the moment to rehome) or, on a record without one, by the first
+	// arbiter that loads it; a stamp keeps it. Absent in older records.
+	Placement string `json:"placement,omitempty"`
 }
 
 // State is a record read from etcd with the revision that last changed it;
@@ -106,6 +121,12 @@ func Stamp(ctx context.Context, kv clientv3.KV, mapVersion int64) (State, error)
 	}
 	next := cur.Record
 	next.MapVersion, next.Reason = mapVersion, fmt.Sprintf("shard map version %d", mapVersion)
+	return rewrite(ctx, kv, cur, next, fmt.Sprintf("map version %d", mapVersion))
+}
+
+// rewrite replaces the record cur with next in one Txn that compares
+// cur's bytes: ErrChanged when the record changed since cur was read.
+func rewrite(ctx context.Context, kv clientv3.KV, cur State, next Record, what string) (State, error) {
 	raw, _ := json.Marshal(next)
 	resp, err := kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(cur.Raw))).
@@ -114,7 +135,21 @@ func Stamp(ctx context.Context, kv clientv3.KV, mapVersion int64) (State, error)
 		return State{}, err
 	}
 	if !resp.Succeeded {
-		return State{}, fmt.Errorf("%w: changed while stamping map version %d", ErrChanged, mapVersion)
+		return State{}, fmt.Errorf("%w: changed while stamping %s", ErrChanged, what)
 	}
 	return State{Record: next, ModRevision: resp.Header.Revision, Raw: raw}, nil
+}
+
+// Place stamps placement into cur, a record that has none, keeping
+// everything else, with one Txn that compares cur's bytes: it returns
+// ErrChanged when the record changed since cur was read (read it again).
+// Only a record without a placement is stamped: a placement changes only
+// by an advance.
+func Place(ctx context.Context, kv clientv3.KV, cur State, placement string) (State, error) {
+	if cur.Placement != "" {
+		return State{}, fmt.Errorf("%w: the record already has placement %s; only an advance changes it", ErrChanged, cur.Placement)
+	}
+	next := cur.Record
+	next.Placement = placement
+	return rewrite(ctx, kv, cur, next, "placement "+placement)
 }

@@ -110,7 +110,7 @@ func TestAdvanceIsOneConditionalTxn(t *testing.T) {
 	}
 	cli.Put(ctx, lockkey.HoldKey("team-a/x"), "h")
 	cli.Put(ctx, lockkey.WaitPrefix+"team-a/x/1", "w")
-	cli.Put(ctx, "/s/keep", "session") // not a hold: survives
+	cli.Put(ctx, lockkey.ClosingPrefix+"keep", "closing") // not a hold, waiter or session: survives
 	// A stamp that lands between the advance's read and its Txn: the Txn
 	// compares the record it read, so it commits nothing.
 	stamped := &nthTxn{KV: cli, n: 1, hook: func() {
@@ -131,8 +131,8 @@ func TestAdvanceIsOneConditionalTxn(t *testing.T) {
 	if adv.Epoch != 3 || adv.Previous != 1 || adv.DeletedHolds != 1 || adv.DeletedWaiters != 1 || adv.MapVersion != 4 {
 		t.Fatalf("advance: %+v (a record keeps its own map version)", adv)
 	}
-	if kept, _ := cli.Get(ctx, "/s/keep"); len(kept.Kvs) != 1 {
-		t.Fatal("advance deleted outside /l and /q")
+	if kept, _ := cli.Get(ctx, lockkey.ClosingPrefix+"keep"); len(kept.Kvs) != 1 {
+		t.Fatal("advance deleted outside /l, /q and /s")
 	}
 	// A second advance from the old epoch is refused and changes nothing.
 	if _, err := epoch.Advance(ctx, cli, cli, epoch.Change{Cluster: "c", Expected: 1, Reason: "stale"}); !errors.Is(err, epoch.ErrChanged) {

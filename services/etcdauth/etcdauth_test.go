@@ -276,13 +276,21 @@ func checks() []check {
 	add(ad, false, "put outside every prefix", put("/x"))
 	add(ad, false, "watch the whole key space", watch("/", clientv3.WithPrefix()))
 	add(ad, false, "delete everything", del("/", clientv3.WithPrefix()))
-	// Without admin-sessions, --revoke-session is etcd's to refuse.
+	// Without admin-sessions the admin role still advances an epoch, which
+	// deletes every session record (the sessions opened before it end).
 	add("admin-narrow", true, "force-release Txn", func(ctx context.Context, cli *clientv3.Client, _ fixture) error {
 		_, err := cli.Txn(ctx).Then(clientv3.OpDelete(hold), clientv3.OpPut(etcdauth.ForcePrefix+"id", "r")).Commit()
 		return err
 	})
-	add("admin-narrow", false, "delete a session record", del(lockkey.SessionKey(1)))
-	add("admin-narrow", false, "revoke a session lease", revoke(session))
+	add("admin-narrow", true, "epoch advance's deletes: every hold, waiter and session record", func(ctx context.Context, cli *clientv3.Client, _ fixture) error {
+		_, err := cli.Txn(ctx).Then(clientv3.OpDelete(lockkey.HoldPrefix, clientv3.WithPrefix()),
+			clientv3.OpDelete(lockkey.WaitPrefix, clientv3.WithPrefix()), clientv3.OpDelete(lockkey.SessionPrefix, clientv3.WithPrefix())).Commit()
+		return err
+	})
+	add("admin-narrow", true, "delete a session record", del(lockkey.SessionKey(1)))
+	// A lease with a closing mark or shard lease records on it is etcd's
+	// to refuse to revoke without admin-sessions.
+	add("admin-narrow", false, "revoke a session lease with a closing mark", revoke(session))
 	add("admin-narrow", false, "revoke a coord session lease", revoke(coordSession))
 
 	// The audit tailer.
@@ -420,7 +428,8 @@ func TestAllowsAgreesWithEtcd(t *testing.T) {
 		{"admin", etcdauth.Use{Op: "delete", Key: "/l/", End: "/l0"}, true},
 		{"admin", etcdauth.Use{Op: "delete", Key: "/", End: "0"}, false},
 		{"admin", etcdauth.Use{Op: "delete", Key: lockkey.SessionKey(1)}, true},
-		{"admin-narrow", etcdauth.Use{Op: "delete", Key: lockkey.SessionKey(1)}, false},
+		{"admin-narrow", etcdauth.Use{Op: "delete", Key: lockkey.SessionPrefix, End: clientv3.GetPrefixRangeEnd(lockkey.SessionPrefix)}, true},
+		{"admin-narrow", etcdauth.Use{Op: "delete", Key: lockkey.ClosingKey(1)}, false},
 		{"admin-narrow", etcdauth.Use{Op: "range", Key: lockkey.SessionKey(1)}, true},
 		{"tailer", etcdauth.Use{Op: "range", Key: "/", End: "0"}, true},
 		{"tailer", etcdauth.Use{Op: "range", Key: "/", End: "\x00"}, false},

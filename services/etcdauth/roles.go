@@ -188,14 +188,16 @@ func Roles() []Role {
 			{ReadWrite, epoch.AllocKey, false, "coord cluster: epoch allocation and the anchor put the allocation record"},
 			{ReadWrite, epoch.HighestPrefix, true, "coord cluster: allocation records each cluster's highest epoch; the allocation compares the whole prefix"},
 			{ReadWrite, shardmap.Key, false, "coord cluster: shard add stores the map's next versions"},
-			{Read, lockkey.SessionPrefix, true, "force-release shows the holder's session and lists its holds (LeaseTimeToLive needs read on every key on the lease)"},
+			{ReadWrite, lockkey.SessionPrefix, true, "epoch advance deletes every session record (the sessions opened before it end); force-release shows the holder's session and lists its holds (LeaseTimeToLive needs read on every key on the lease)"},
 			{Read, lockkey.ClosingPrefix, true, "as above: a closing mark may be on the session's lease"},
 			{Read, ShardLeasePrefix, true, "as above, coord cluster: shard lease records are on the session's coord lease"},
 			{Read, ShardLeaseOwnerPrefix, true, "as above, coord cluster"},
 		}},
-		{Name: AdminSessions, Doc: "the Admin API's force-release --revoke-session: without this role etcd refuses it", Perms: []Perm{
-			{Write, lockkey.SessionPrefix, true, "the force-release Txn deletes the session record; LeaseRevoke needs write on every key on the lease"},
-			{Write, lockkey.ClosingPrefix, true, "LeaseRevoke: a closing mark may be on the lease"},
+		// Write on /s/ is the admin role's (the epoch advance deletes every
+		// session record), so the force-release Txn's delete of one needs
+		// nothing here; LeaseRevoke needs write on the lease's other keys.
+		{Name: AdminSessions, Doc: "the Admin API's force-release --revoke-session: without this role etcd refuses to revoke a lease that carries a closing mark or shard lease records", Perms: []Perm{
+			{Write, lockkey.ClosingPrefix, true, "LeaseRevoke needs write on every key on the lease: a closing mark may be on it"},
 			{Write, ShardLeasePrefix, true, "LeaseRevoke of a coord session lease: its shard lease records are on it"},
 			{Write, ShardLeaseOwnerPrefix, true, "as above"},
 		}},

@@ -56,6 +56,10 @@ type ClassSpec struct {
 	TTL string `json:"ttl,omitempty"`
 	// Tier is coord or entity.
 	Tier string `json:"tier"`
+	// Prefixes are the key prefixes whose keys are this class's, whatever
+	// a request names: a key lives on one tier, decided here. A class on
+	// another tier than the default class's (coord) must declare them.
+	Prefixes []string `json:"prefixes,omitempty"`
 	// Fairness is memory (arrival order in the arbiter, best effort) or
 	// durable (waiter keys in etcd).
 	Fairness string `json:"fairness,omitempty"`

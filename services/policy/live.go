@@ -2,7 +2,9 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +65,15 @@ func (l *Live) Reload() error {
 		}
 		return err
 	}
+	if cur := l.current.Load(); cur != nil {
+		if moved := class.Rehomed(cur.registry, set.Registry()); len(moved) > 0 {
+			err := fmt.Errorf("policy: keys under %s would move to another tier: a rehome, not an edit: the serving set stays; lockctl policy check --previous refuses such a change in review", strings.Join(moved, ", "))
+			l.failures.Inc()
+			l.valid.Set(0)
+			l.log.Error("policy reload refused; serving the last good set", "dir", l.dir, "err", err)
+			return err
+		}
+	}
 	l.current.Store(&compiled{set: set, registry: set.Registry(), grants: Compile(set.Grants), quotas: set.Quotas()})
 	l.valid.Set(1)
 	l.log.Info("policy loaded", "dir", l.dir, "classes", len(set.Classes), "grants", len(set.Grants))
@@ -90,6 +101,18 @@ func (l *Live) Set() *Set { return l.current.Load().set }
 // Lookup implements class.Registry.
 func (l *Live) Lookup(name string) (class.Class, error) {
 	return l.current.Load().registry.Lookup(name)
+}
+
+// ForKey implements class.Registry.
+func (l *Live) ForKey(key, name string) (class.Class, error) {
+	return l.current.Load().registry.ForKey(key, name)
+}
+
+// Placement is where the serving set puts keys (class.Placement). A
+// reload that would change it is refused (a rehome), so it is the same for
+// the life of l: the arbiter compares it with its clusters' epoch records.
+func (l *Live) Placement() string {
+	return class.Placement(l.current.Load().registry)
 }
 
 // MayLock implements the arbiter's Authorizer.

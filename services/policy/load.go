@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -27,10 +29,15 @@ type Problem struct {
 	Name  string `json:"name,omitempty"`
 	Field string `json:"field"`
 	Rule  string `json:"rule"`
+	// Line is the field's line in the file, when known.
+	Line int `json:"line,omitempty"`
 }
 
 func (p Problem) String() string {
 	what := fmt.Sprintf("document %d", p.Doc)
+	if p.Line > 0 {
+		what = fmt.Sprintf("line %d, document %d", p.Line, p.Doc)
+	}
 	if p.Kind != "" {
 		what += " (" + strings.TrimSpace(p.Kind+" "+p.Name) + ")"
 	}
@@ -84,6 +91,8 @@ type Set struct {
 type doc struct {
 	file string
 	n    int
+	// line is the document's first line in its file.
+	line int
 	raw  []byte
 	head struct {
 		APIVersion string   `json:"apiVersion"`
@@ -127,11 +136,14 @@ func Load(dir string, now time.Time) (*Set, error) {
 			return nil, fmt.Errorf("policy: %w", err)
 		}
 		rel, _ := filepath.Rel(dir, f)
+		line := 1
 		for i, part := range docSep.Split(string(b), -1) {
+			first := line
+			line += strings.Count(part, "\n") // the next part starts on the separator's line
 			if strings.TrimSpace(stripComments(part)) == "" {
 				continue
 			}
-			d := &doc{file: filepath.Join(filepath.Base(dir), rel), n: i + 1, raw: []byte(part)}
+			d := &doc{file: filepath.Join(filepath.Base(dir), rel), n: i + 1, line: first, raw: []byte(part)}
 			if err := yaml.Unmarshal(d.raw, &d.head); err != nil {
 				problems = append(problems, Problem{File: d.file, Doc: d.n, Field: "(document)", Rule: "is not valid YAML: " + err.Error()})
 				continue
@@ -182,6 +194,7 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 	var problems []Problem
 	results := map[string]pausetest.Result{}
 	var classes []*doc
+	classDocs := map[string]*doc{}
 	grantNames := map[string]string{}
 	for _, d := range docs {
 		bad := func(field, rule string, a ...any) {
@@ -309,9 +322,53 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 		if len(errs) == 0 {
 			out.File = d.file
 			set.Classes[c.Metadata.Name] = out
+			classDocs[c.Metadata.Name] = d
 		}
 	}
+	problems = append(problems, checkTiers(set, classDocs)...)
 	return set, problems
+}
+
+// checkTiers refuses a set in which one key could be reached through two
+// classes, which could put it on two clusters at once: a prefix two
+// classes declare (naming both), or a class on another tier than the
+// default's without prefixes, whose keys would then be every key no prefix
+// covers.
+func checkTiers(set *Set, docs map[string]*doc) []Problem {
+	var problems []Problem
+	def := set.Registry()[class.DefaultName]
+	declared := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(set.Classes)) {
+		c, d := set.Classes[name], docs[name]
+		at := func(field, needle, rule string, a ...any) {
+			problems = append(problems, Problem{File: d.file, Doc: d.n, Kind: KindClass, Name: name, Field: field,
+				Rule: fmt.Sprintf(rule, a...), Line: d.lineOf(needle)})
+		}
+		if len(c.Prefixes) == 0 && c.Tier != def.Tier {
+			at("spec.prefixes", "tier:", "a class on tier %s must name the key prefixes it serves: without them it would serve every key no prefix covers, which live on the default class's tier (%s), so one key could be held on both tiers", c.Tier, def.Tier)
+		}
+		for i, p := range c.Prefixes {
+			norm := strings.TrimSuffix(p, "/") + "/"
+			if other, dup := declared[norm]; dup {
+				o := docs[other]
+				at(fmt.Sprintf("spec.prefixes[%d]", i), p, "%s is also served by class %s (%s, line %d): a key belongs to exactly one class", p, other, o.file, o.lineOf(p))
+				continue
+			}
+			declared[norm] = name
+		}
+	}
+	return problems
+}
+
+// lineOf is the line in d's file of the first line of d containing needle,
+// or d's first line.
+func (d *doc) lineOf(needle string) int {
+	for i, l := range strings.Split(string(d.raw), "\n") {
+		if strings.Contains(l, needle) && !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			return d.line + i
+		}
+	}
+	return d.line
 }
 
 type fieldErr struct{ field, rule string }
@@ -362,7 +419,15 @@ func checkClass(c LockClass, results map[string]pausetest.Result, now time.Time)
 		bad("spec.ttl", "%s is below the advisory floor of %s: a false expiry on an unfenced resource can let two writers in (ADR-11)", ttl, AdvisoryFloor)
 	}
 
-	out := Class{Class: class.Class{Name: c.Metadata.Name, TTL: ttl, Tier: class.Tier(s.Tier), Namespace: s.Namespace, Fairness: class.Fairness(s.Fairness)}}
+	for i, p := range s.Prefixes {
+		if err := checkPrefix(p); err != nil {
+			bad(fmt.Sprintf("spec.prefixes[%d]", i), "%v", err)
+		} else if lockkey.Namespace(strings.TrimSuffix(p, "/")+"/x") != s.Namespace {
+			bad(fmt.Sprintf("spec.prefixes[%d]", i), "%s is outside the class's namespace %s: a class serves its own namespace's keys", p, s.Namespace)
+		}
+	}
+	out := Class{Class: class.Class{Name: c.Metadata.Name, TTL: ttl, Tier: class.Tier(s.Tier), Namespace: s.Namespace, Fairness: class.Fairness(s.Fairness),
+		Prefixes: s.Prefixes}}
 	if s.Enforcement == EnforcementAdvisor && s.Purpose == PurposeCorrectness {
 		if strings.TrimSpace(s.RiskOwner) == "" {
 			bad("spec.riskOwner", "is required of an advisory correctness class: who accepts the risk of two writers (ADR-01)")

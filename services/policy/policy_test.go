@@ -1,6 +1,8 @@
 package policy_test
 
 import (
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,5 +233,88 @@ func TestGrantsAreLongestPrefixOverWholeSegments(t *testing.T) {
 	}
 	if !g.MayLock(spiffeid.RequireFromString("spiffe://x.example/b"), "team-b/k") {
 		t.Fatal("MayLock disagrees with Match")
+	}
+}
+
+// One key must not be reachable through two classes of two tiers: it
+// would be granted on two clusters at once. The refusal names both
+// documents and their lines.
+func TestAKeyReachableThroughTwoTiersIsRefused(t *testing.T) {
+	const entityClass = `apiVersion: lockplane.io/v1
+kind: LockClass
+metadata: {name: %s}
+spec:
+  namespace: team-a
+  purpose: efficiency
+  enforcement: advisory
+  ttl: 30s
+  tier: %s
+  prefixes: [%s]
+`
+	cases := []struct {
+		name, ledger, settle, want string
+	}{
+		{"one prefix, two classes", fmt.Sprintf(entityClass, "ledger", "entity", "team-a/ledger/"), fmt.Sprintf(entityClass, "settle", "coord", "team-a/ledger/"),
+			"b.yaml: line 10, document 1 (LockClass settle): spec.prefixes[0]: team-a/ledger/ is also served by class ledger (policies/a.yaml, line 10)"},
+		{"an entity class without prefixes", strings.Replace(fmt.Sprintf(entityClass, "ledger", "entity", ""), "  prefixes: []\n", "", 1), fmt.Sprintf(entityClass, "settle", "coord", "team-a/settle/"),
+			"a.yaml: line 9, document 1 (LockClass ledger): spec.prefixes: a class on tier entity must name the key prefixes it serves"},
+		{"a prefix outside the namespace", fmt.Sprintf(entityClass, "ledger", "entity", "team-b/ledger/"), fmt.Sprintf(entityClass, "settle", "coord", "team-a/settle/"),
+			"spec.prefixes[0]: team-b/ledger/ is outside the class's namespace team-a"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "policies")
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(c.ledger), 0o644)
+			os.WriteFile(filepath.Join(dir, "b.yaml"), []byte(c.settle), 0o644)
+			_, err := policy.Load(dir, now)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v\nwant an error containing %q", err, c.want)
+			}
+		})
+	}
+	// Nested prefixes of two tiers are fine: the longest decides, so each
+	// key still has one class.
+	dir := filepath.Join(t.TempDir(), "policies")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(fmt.Sprintf(entityClass, "ledger", "entity", "team-a/ledger/")), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte(fmt.Sprintf(entityClass, "close", "coord", "team-a/ledger/close/")), 0o644)
+	set, err := policy.Load(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := set.Registry()
+	for key, want := range map[string]string{"team-a/ledger/1": "ledger", "team-a/ledger/close/1": "close"} {
+		if c, err := r.ForKey(key, ""); err != nil || c.Name != want {
+			t.Fatalf("%s: class %s (%v), want %s", key, c.Name, err, want)
+		}
+	}
+	if _, err := r.ForKey("team-a/ledger/close/1", "ledger"); err == nil || !strings.Contains(err.Error(), "served by class close") {
+		t.Fatalf("the ledger class for a close key: %v, want it refused naming class close", err)
+	}
+}
+
+// A reload that would move held keys to another tier is refused: the
+// serving set keeps them where they are (a rehome is not an edit).
+func TestAReloadThatMovesKeysToAnotherTierIsRefused(t *testing.T) {
+	const doc = `apiVersion: lockplane.io/v1
+kind: LockClass
+metadata: {name: records}
+spec: {namespace: team-a, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: %s, prefixes: [team-a/records/]}
+`
+	dir := filepath.Join(t.TempDir(), "policies")
+	os.MkdirAll(dir, 0o755)
+	file := filepath.Join(dir, "classes.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(doc, "entity")), 0o644)
+	live, err := policy.NewLive(dir, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(file, []byte(fmt.Sprintf(doc, "coord")), 0o644)
+	if err := live.Reload(); err == nil || !strings.Contains(err.Error(), "team-a/records/") {
+		t.Fatalf("reload moving team-a/records/ to coord: %v, want it refused naming the prefix", err)
+	}
+	if c, err := live.ForKey("team-a/records/1", ""); err != nil || c.Tier != "entity" {
+		t.Fatalf("after the refused reload: %+v %v, want the entity class still serving", c, err)
 	}
 }

@@ -1,6 +1,7 @@
 package shardmap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -127,6 +129,7 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 		report(progress, "adding", fmt.Sprintf("map version %d names %s as being added; its ranges take no new grants", adding.Version, name))
 	}
 	var floor uint32
+	var placement string // the sources': the destination serves their keys as they place them
 	for _, s := range adding.Shards {
 		src, err := c.shard(s)
 		if err != nil {
@@ -144,6 +147,7 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 			return Map{}, fmt.Errorf("shardmap: add: stamp %s: %w", s, err)
 		}
 		floor = max(floor, st.Epoch)
+		placement = cmp.Or(placement, st.Placement)
 	}
 	report(progress, "fenced", fmt.Sprintf("sources stamped with map version %d; grants routed under older maps cannot commit", adding.Version))
 	for _, s := range adding.Shards {
@@ -164,8 +168,8 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 		return Map{}, fmt.Errorf("shardmap: add: %s: %w", name, err)
 	}
 	if !found || dst.Epoch <= floor {
-		ch := epoch.Change{Cluster: name, Floor: floor, MapVersion: adding.Version,
-			Reason: fmt.Sprintf("receives ranges under map version %d", adding.Version+1)}
+		ch := epoch.Change{Cluster: name, Floor: floor, MapVersion: adding.Version, Placement: placement,
+			Reason: fmt.Sprintf("receives ranges under map version %d", adding.Version+1), Quiet: epoch.Quiet(class.MaxTTL)}
 		if found {
 			ch.Expected = dst.Epoch
 		}

@@ -163,8 +163,9 @@ func (l *lease) join(hs *holdState, onFence func(*Hold), first bool) (*Hold, err
 
 // acquire calls Acquire. A waiting Lock outlasts what passes: a range
 // moving between shards, an arbiter draining, a region's shard map being
-// written, a lease of this client that has ended expiring at etcd. The
-// last is contention: the service waits on no lease of the caller's own,
+// written, an epoch advance's quiet period (asked again no sooner than its
+// retry_after), a lease of this client that has ended expiring at etcd.
+// The last is contention: the service waits on no lease of the caller's own,
 // so the client does, and says CONTENDED if it cannot.
 func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.AcquireResponse, error) {
 	req := &lockv1.AcquireRequest{Key: hs.key, SessionId: l.id, Wait: wait, Class: hs.class, Instance: l.instance}
@@ -183,7 +184,7 @@ func (l *lease) acquire(ctx context.Context, hs *holdState, wait bool) (*lockv1.
 				return resp, err
 			}
 		case wait && (transient(err) || l.heldByRetired(err)):
-			t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+			t := time.NewTimer(max(backoff/2+rand.N(backoff/2), retryAfter(err)))
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -258,11 +259,30 @@ func (l *lease) forget(hs *holdState) {
 	}
 }
 
-// transient reports refusals a waiting Lock retries.
+// transient reports refusals a waiting Lock retries. EPOCH_CHANGED is an
+// epoch advance: the arbiter's cached record caught up, or no key is
+// granted on the cluster until its quiet period ends (retry_after).
 func transient(err error) bool {
 	switch reason.Of(err) {
-	case lockv1.ErrorReason_MOVING, lockv1.ErrorReason_DRAINING, lockv1.ErrorReason_SHARD_MAP_MISSING:
+	case lockv1.ErrorReason_MOVING, lockv1.ErrorReason_DRAINING, lockv1.ErrorReason_SHARD_MAP_MISSING,
+		lockv1.ErrorReason_EPOCH_CHANGED:
 		return true
 	}
 	return false
+}
+
+// maxRetryAfter bounds a refusal's retry_after: an epoch advance's quiet
+// period is at most the longest class TTL (300 s) plus a second.
+const maxRetryAfter = 5*time.Minute + 5*time.Second
+
+// retryAfter is the refusal's "retry_after" metadata (a Go duration): the
+// service grants nothing before then, so asking sooner is wasted. Zero
+// when the refusal names none.
+func retryAfter(err error) time.Duration {
+	_, meta := reason.Info(err)
+	d, perr := time.ParseDuration(meta["retry_after"])
+	if perr != nil || d <= 0 {
+		return 0
+	}
+	return min(d, maxRetryAfter)
 }

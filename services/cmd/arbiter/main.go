@@ -23,6 +23,7 @@ import (
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/internal/credfile"
 	"github.com/lockplane/lockplane/services/internal/svidflags"
 	"github.com/lockplane/lockplane/services/internal/tailers"
@@ -78,7 +79,16 @@ func main() {
 	flag.BoolVar(&f.onePersonEpochAdvance, "allow-one-person-epoch-advance", false, "without --oidc-issuer, let one SPIFFE operator advance an epoch alone (lockctl epoch advance --direct): for trials only; with sign-in configured it is always two-person")
 	f.svid.Register(flag.CommandLine)
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
-	flag.StringVar(&f.operatorPrefix, "operator-prefix", "/operator/", "SPIFFE ID path prefix of operators")
+	f.operatorPrefix = admin.OperatorRoot + "/"
+	flag.Func("operator-prefix", "SPIFFE ID path of operators' SVIDs, by whole segments (/operator covers /operator/alice, not /operatorX); "+
+		admin.OperatorRoot+" or a path under it, which the policy set reserves; an SVID's last segment is the account its operator signs in as (default "+admin.OperatorRoot+"/)",
+		func(v string) error {
+			if _, err := parseOperatorPrefix(v); err != nil {
+				return err
+			}
+			f.operatorPrefix = v
+			return nil
+		})
 	flag.DurationVar(&f.opTimeout, "op-timeout", 2*time.Second, "bound on a call's etcd requests (shared by all of one call) before answering NO_QUORUM")
 	flag.Float64Var(&f.callRate, "call-rate", 0, "lock.v1 calls a second each identity may make at this arbiter, past which it is refused RESOURCE_EXHAUSTED (RATE_LIMITED): the fan-in tier's per-identity limit, which proxyless clients have no proxy to apply (0: no limit)")
 	flag.StringVar(&f.trustedProxy, "trusted-proxy-id", "", "the SPIFFE ID of the fan-in proxy (an Envoy that terminates the workloads' mTLS): its calls are made by the client certificate it forwards in x-forwarded-client-cert, and refused without one (docs/fan-in.md); the header is ignored from any other peer")
@@ -89,21 +99,26 @@ func main() {
 	flag.BoolVar(&f.allowAnyWorkload, "allow-any-workload", false, "without a policy set, let every workload of the trust domain lock every key: for trials and tests only; logged at start and exported as lockplane_authorization_open")
 	flag.DurationVar(&f.actionTTL, "action-ttl", time.Hour, "how long a two-person request (force-release, epoch advance) lives: past it, it cannot be approved (etcd keeps it on a lease of this TTL)")
 	flag.DurationVar(&f.policyReload, "policy-reload", 30*time.Second, "how often --policies is read again (and on SIGHUP); an invalid set keeps the last good one")
-	flag.Func("class", "a lock class NAME=TTL[:TIER] (e.g. fast=3s, orders=10s:entity), besides the default; repeatable; for tests and trials, where no --policies set is given", func(v string) error {
+	flag.Func("class", "a lock class NAME=TTL[:TIER[:PREFIX,...]] (e.g. fast=3s, orders=10s:entity:team-a/orders/), besides the default; a class on the entity tier names the key prefixes it serves (a key lives on one tier); repeatable; for tests and trials, where no --policies set is given", func(v string) error {
 		name, spec, ok := strings.Cut(v, "=")
-		ttl, tier, _ := strings.Cut(spec, ":")
+		ttl, rest, _ := strings.Cut(spec, ":")
+		tier, prefixes, _ := strings.Cut(rest, ":")
 		if tier == "" {
 			tier = string(class.TierCoord)
 		}
 		d, err := time.ParseDuration(ttl)
 		if !ok || name == "" || err != nil || d < 2*time.Second {
-			return fmt.Errorf("want NAME=TTL[:TIER] with a TTL of at least 2s, got %q", v)
+			return fmt.Errorf("want NAME=TTL[:TIER[:PREFIX,...]] with a TTL of at least 2s, got %q", v)
 		}
 		if tier != string(class.TierCoord) && tier != string(class.TierEntity) {
 			return fmt.Errorf("%q: tier %q is not coord or entity", v, tier)
 		}
-		f.classes = append(f.classes, class.Class{Name: name, TTL: d, Tier: class.Tier(tier)})
-		return nil
+		c := class.Class{Name: name, TTL: d, Tier: class.Tier(tier)}
+		if prefixes != "" {
+			c.Prefixes = strings.Split(prefixes, ",")
+		}
+		f.classes = append(f.classes, c)
+		return class.Check(class.NewStatic(f.classes...))
 	})
 	flag.StringVar(&f.region, "region", "", "this arbiter's region: keys of namespaces a LockNamespace homes elsewhere are refused with WRONG_REGION naming their region")
 	f.shards = map[string]string{}
@@ -133,6 +148,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// parseOperatorPrefix is --operator-prefix read (admin.ParseOperatorPrefix):
+// checked when the flag is parsed, and again by run for flags built in code.
+func parseOperatorPrefix(v string) (admin.OperatorPrefix, error) { return admin.ParseOperatorPrefix(v) }
 
 // run serves until ctx ends.
 func run(ctx context.Context, f flags, log *slog.Logger) error {
@@ -172,6 +191,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if f.actionTTL < time.Minute || f.actionTTL > 7*24*time.Hour {
 		return fmt.Errorf("--action-ttl %v: must be between 1m and 168h: long enough for a second operator to approve, short enough that a stale request cannot be", f.actionTTL)
 	}
+	prefix, err := parseOperatorPrefix(f.operatorPrefix)
+	if err != nil {
+		return fmt.Errorf("--operator-prefix: %w", err)
+	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
@@ -190,12 +213,15 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 			err = fmt.Errorf("is not of this arbiter's trust domain, %s: it could never connect", self.TrustDomain())
 		case proxy == self:
 			err = errors.New("is this arbiter's own ID")
-		case arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix)(proxy):
-			err = fmt.Errorf("is under the operator prefix %s", f.operatorPrefix)
+		case prefix.Covers(proxy.Path()):
+			err = fmt.Errorf("is under the operator prefix %s", prefix)
 		}
 		if err != nil {
 			return fmt.Errorf("--trusted-proxy-id %s: %w", proxy, err)
 		}
+	}
+	if prefix.Covers(self.Path()) {
+		return fmt.Errorf("--operator-prefix %s: covers this arbiter's own ID %s: an arbiter is not an operator", prefix, self)
 	}
 
 	etcdTLS, err := etcdTLS(f)
@@ -216,7 +242,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := arbiter.Config{
-		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: arbiter.OperatorPathPrefix(self.TrustDomain(), f.operatorPrefix),
+		Etcd: coord.lock, AdminEtcd: coord.admin, Cluster: f.cluster, Self: self, IsOperator: prefix.IsOperator(self.TrustDomain()),
 		OpTimeout: f.opTimeout, GroupCommit: groupCommitFlag(f.groupCommit), CallRate: f.callRate, CallBurst: f.callBurst, PollInterval: f.pollInterval, TrustedProxy: proxy, Metrics: reg, Logger: log, Classes: class.NewStatic(f.classes...), ActionTTL: f.actionTTL,
 		// Without --oidc-issuer, force-release and the two-person epoch
 		// advance are refused, saying no verifier is configured.

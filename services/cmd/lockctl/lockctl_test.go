@@ -274,6 +274,30 @@ func TestPolicyCheckCostAndRegister(t *testing.T) {
 	if exitCode(err) != 1 || json.Unmarshal(out, &bad) != nil || bad.Valid || len(bad.Problems) != 1 || bad.Problems[0].Field != "spec.ttl" {
 		t.Fatalf("check of a broken set: exit %d, %s", exitCode(err), out)
 	}
+	// A key reachable through two tiers: the ledger's prefix also claimed
+	// by a coord class. Both documents and lines are named.
+	twoTiers := t.TempDir()
+	os.WriteFile(filepath.Join(twoTiers, "c.yaml"), []byte("apiVersion: lockplane.io/v1\nkind: LockClass\nmetadata: {name: ledger}\n"+
+		"spec: {namespace: a, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: entity, prefixes: [a/ledger/]}\n---\n"+
+		"apiVersion: lockplane.io/v1\nkind: LockClass\nmetadata: {name: close}\n"+
+		"spec: {namespace: a, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: coord, prefixes: [a/ledger/]}\n"), 0o644)
+	out, err = exec.Command(lockctl, "policy", "check", twoTiers).CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "line 4, document 1 (LockClass ledger): spec.prefixes[0]: a/ledger/ is also served by class close") ||
+		!strings.Contains(string(out), "c.yaml, line 9)") {
+		t.Fatalf("check of a set with a key on two tiers: exit %d, %s", exitCode(err), out)
+	}
+	// A change that moves held keys to another tier, against the set it
+	// replaces: refused as a rehome.
+	moved := t.TempDir()
+	os.WriteFile(filepath.Join(moved, "c.yaml"), []byte(strings.Replace(string(must(os.ReadFile(filepath.Join("../../../policies", "payments", "classes.yaml")))),
+		"tier: entity", "tier: coord", 1)), 0o644)
+	for _, f := range []string{"grants.yaml", "namespace.yaml", "pausetest-ledger.yaml"} {
+		os.WriteFile(filepath.Join(moved, f), must(os.ReadFile(filepath.Join("../../../policies", "payments", f))), 0o644)
+	}
+	out, err = exec.Command(lockctl, "policy", "check", moved, "--previous", "../../../policies/payments").CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "keys under payments/ledger/ would move to another tier") {
+		t.Fatalf("check of a rehome against --previous: exit %d, %s", exitCode(err), out)
+	}
 
 	out, err = exec.Command(lockctl, "policy", "cost", "../../../policies", "--sessions", "3000", "-o", "json").Output()
 	var costs []struct {
@@ -418,4 +442,11 @@ func TestTwoRunsOfOneIdentityTakeTurns(t *testing.T) {
 	if secondErr != nil || string(secondOut) != "second\n" {
 		t.Fatalf("second run of the same identity: %q, %v; want it to wait its turn and exit 0", secondOut, secondErr)
 	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/policy"
 	"github.com/spf13/cobra"
@@ -41,14 +43,36 @@ func loadPolicy(g *globals, dir string) (*policy.Set, error) {
 }
 
 func policyCheckCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var previous string
+	c := &cobra.Command{
 		Use:   "check DIR",
 		Short: "Validate every LockClass and LockGrant under DIR (what a class repository's CI runs)",
-		Args:  cobra.ExactArgs(1),
+		Long: `check validates every document under DIR and the set as a whole. With
+--previous, the set being replaced (the serving branch's checkout), it
+also refuses a change that moves keys to another tier: held keys would
+end up on two clusters while arbiters run both sets. A rehome is not an
+edit; drain the keys first.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, err := loadPolicy(g, args[0])
 			if err != nil {
 				return err
+			}
+			var moved []string
+			if previous != "" {
+				prev, err := loadPolicy(g, previous)
+				if err != nil {
+					return err
+				}
+				moved = class.Rehomed(prev.Registry(), set.Registry())
+			}
+			if len(moved) > 0 {
+				if g.json() {
+					printJSON(map[string]any{"valid": false, "rehomed": moved})
+				} else {
+					fmt.Fprintf(os.Stderr, "keys under %s would move to another tier than --previous %s serves them on: a rehome, not an edit; drain those keys first\n", strings.Join(moved, ", "), previous)
+				}
+				return exitErr{exitError, errSilent}
 			}
 			if g.json() {
 				printJSON(map[string]any{"valid": true, "files": set.Files, "classes": len(set.Classes), "grants": len(set.Grants), "namespaces_homed": len(set.Regions)})
@@ -58,6 +82,8 @@ func policyCheckCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().StringVar(&previous, "previous", "", "the policy set DIR replaces: refuse a change that moves keys to another tier")
+	return c
 }
 
 // classCost is a class's renewal load and liveness (ADR-11).

@@ -42,8 +42,10 @@ trust domain whose SVIDs and profile are written under --dir. It serves
 until interrupted. Each start is fresh: etcd data does not survive it.
 
 With --shards N it also starts N single-member entity shards and adds the
-class "entity" (tier entity, 15 s TTL), whose keys the arbiter routes to
-them by the shard map: bin/lockctl run --class entity team-a/orders/42 -- ...
+class "entity" (tier entity, 15 s TTL) serving the keys under team-a/entity/,
+which the arbiter routes to them by the shard map: bin/lockctl run
+team-a/entity/42 -- ... (a key lives on one tier: its class comes from its
+prefix; naming another class is refused WRONG_CLASS).
 
 When ClickHouse is installed, it also starts one on loopback under --dir,
 fresh each start, and runs the audit tailers into it: operators read the
@@ -105,8 +107,8 @@ func runDev(dir, listen, metrics string, asJSON bool, shards int, withAudit bool
 		opts.Shards = append(opts.Shards, fmt.Sprintf("entity-%d", i))
 	}
 	if shards > 0 {
-		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity})
-		say("lockplane dev: and %d entity shard(s) %s", shards, strings.Join(opts.Shards, ", "))
+		opts.Classes = class.NewStatic(class.Class{Name: "entity", TTL: class.Default.TTL, Tier: class.TierEntity, Prefixes: []string{devEntityPrefix}})
+		say("lockplane dev: and %d entity shard(s) %s, serving class entity's keys (%s...)", shards, strings.Join(opts.Shards, ", "), devEntityPrefix)
 	}
 	auditURL, archiveURL := "", ""
 	if !withAudit {
@@ -295,3 +297,7 @@ func fileLogger(path string) (*zap.Logger, error) {
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(f), zapcore.WarnLevel)), nil
 }
+
+// devEntityPrefix is the dev entity class's keys: with shards, the keys
+// under it live on the entity shards, every other key on coord.
+const devEntityPrefix = "team-a/entity/"

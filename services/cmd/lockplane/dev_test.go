@@ -168,7 +168,7 @@ func TestDevWithShardsRoutesTheEntityClass(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", lockctl, "../lockctl").CombinedOutput(); err != nil {
 		t.Fatalf("build lockctl: %v\n%s", err, out)
 	}
-	out, err := exec.Command(lockctl, "--profile", ready.Profile, "run", "--class", "entity", "team-a/orders/42", "--", "true").CombinedOutput()
+	out, err := exec.Command(lockctl, "--profile", ready.Profile, "run", "--class", "entity", "team-a/entity/42", "--", "true").CombinedOutput()
 	if err != nil {
 		t.Fatalf("lockctl run --class entity: %v\n%s", err, out)
 	}

@@ -134,7 +134,7 @@ func TestVerifyChecksTheRestoredClustersAndKeepsTheFirstRTO(t *testing.T) {
 func TestVerifyOfAShardRestoredInPlaceTakesItsGrantFromTheShard(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, ".lockplane", "region")
-	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity}
+	entity := class.Class{Name: "entity", TTL: 3 * time.Second, Tier: class.TierEntity, Prefixes: []string{"team-a/verify/"}}
 	env := devenvtest.Start(t, devenv.Options{Dir: dir, Shards: []string{"entity-0", "entity-1"}, Classes: class.NewStatic(devenvtest.Fast, entity)})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -21,7 +21,7 @@ func newAdmin(coord *Arbiter, shards map[string]*Arbiter, table admin.ShardTable
 	cfg := coord.cfg
 	d := admin.Deps{
 		Config: admin.Config{Self: cfg.Self, Classes: cfg.Classes, IsOperator: cfg.IsOperator, Operators: cfg.Operators,
-			OnePersonEpochAdvance: cfg.OnePersonEpochAdvance, ActionTTL: cfg.ActionTTL, Audit: cfg.Audit, Bound: coord.etcdCalls.bound},
+			OnePersonEpochAdvance: cfg.OnePersonEpochAdvance, EpochQuiet: EpochQuiet(cfg.Classes), Placement: coord.placement, ActionTTL: cfg.ActionTTL, Audit: cfg.Audit, Bound: coord.etcdCalls.bound},
 		Coord: adminCluster{coord}, Table: table, Hooks: coord.adminHooks,
 	}
 	if len(shards) > 0 {

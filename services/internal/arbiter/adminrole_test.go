@@ -41,9 +41,10 @@ func (r recordedEtcd) Txn(ctx context.Context) clientv3.Txn { return r.rec.Txn(c
 
 // adminWritesOutside is what the Admin API wrote outside its rule: etcd
 // has no delete-only permission, so the admin role may put under /l/ and
-// only the code keeps it to deletes there (and under /q/, and the record
-// of the session a --revoke-session ends, session); every put is under
-// /sys/.
+// only the code keeps it to deletes there (and under /q/, the record of
+// the session a --revoke-session ends, session, and the whole of /s/,
+// which an epoch advance deletes to end every session); every put is
+// under /sys/.
 func adminWritesOutside(spec etcdauth.Spec, session string, uses []etcdauth.Use) []string {
 	var out []string
 	for _, u := range uses {
@@ -53,8 +54,10 @@ func adminWritesOutside(spec etcdauth.Spec, session string, uses []etcdauth.Use)
 		switch u.Op {
 		case "delete":
 			inLocks := strings.HasPrefix(u.Key, lockkey.HoldPrefix) || strings.HasPrefix(u.Key, lockkey.WaitPrefix)
-			if !inLocks && (u.Key != session || u.End != "") {
-				out = append(out, fmt.Sprintf("delete %q..%q outside /l/, /q/ and the revoked session's record", u.Key, u.End))
+			revoked := u.Key == session && u.End == ""
+			everySession := u.Key == lockkey.SessionPrefix && u.End == clientv3.GetPrefixRangeEnd(lockkey.SessionPrefix)
+			if !inLocks && !revoked && !everySession {
+				out = append(out, fmt.Sprintf("delete %q..%q outside /l/, /q/, the revoked session's record and the whole of /s/", u.Key, u.End))
 			}
 		case "put":
 			if !strings.HasPrefix(u.Key, "/sys/") {
@@ -67,8 +70,9 @@ func adminWritesOutside(spec etcdauth.Spec, session string, uses []etcdauth.Use)
 
 // Every write of the Admin API's force-release (one hold, and a whole
 // session) and two-person epoch advance, run through the arbiter as the
-// admin etcd user, is inside the admin role, deletes only holds, waiters
-// and a revoked session's record, and puts only under /sys/.
+// admin etcd user, is inside the admin role, deletes only holds, waiters,
+// a revoked session's record and every session record (the advance's),
+// and puts only under /sys/.
 func TestTheAdminAPIOnlyDeletesUnderTheLockKeySpace(t *testing.T) {
 	var rec *etcdauth.Recorder
 	env := forceEnv(t, devenv.Options{WrapAdminEtcd: func(e arbiter.Etcd) arbiter.Etcd {
@@ -98,17 +102,21 @@ func TestTheAdminAPIOnlyDeletesUnderTheLockKeySpace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	writes, deletes := map[string]bool{}, 0
+	writes, deletes, everySession := map[string]bool{}, 0, false
 	for _, u := range rec.Uses() {
 		if u.Writes() {
 			writes[u.Op+" "+u.Key] = true
 		}
 		if u.Op == "delete" {
 			deletes++
+			everySession = everySession || u.Key == lockkey.SessionPrefix
 		}
 	}
 	if deletes == 0 {
 		t.Fatal("the recorder saw no delete: it recorded nothing of the admin paths")
+	}
+	if !everySession {
+		t.Fatal("the epoch advance deleted no session record: sessions opened before it would outlive it")
 	}
 	if bad := adminWritesOutside(env.EtcdAuth, lockkey.SessionKey(s.ID()), rec.Uses()); len(bad) > 0 {
 		t.Fatalf("the Admin API wrote outside its rule:\n%s", strings.Join(bad, "\n"))
@@ -124,12 +132,16 @@ func TestTheAdminWriteRuleCatchesAPutUnderL(t *testing.T) {
 		{Op: "put", Key: lockkey.HoldKey("jobs/x")},
 		{Op: "delete", Key: "/sys/epoch"},
 		{Op: "delete", Key: lockkey.SessionKey(8)},
+		{Op: "delete", Key: lockkey.SessionPrefix, End: "\x00"},
+		{Op: "delete", Key: "/s", End: clientv3.GetPrefixRangeEnd("/s")},
 	} {
 		if len(adminWritesOutside(spec, lockkey.SessionKey(7), []etcdauth.Use{u})) == 0 {
 			t.Fatalf("%+v passed the admin write rule", u)
 		}
 	}
-	if bad := adminWritesOutside(spec, lockkey.SessionKey(7), []etcdauth.Use{{Op: "delete", Key: lockkey.HoldKey("jobs/x")}, {Op: "delete", Key: lockkey.SessionKey(7)}}); len(bad) > 0 {
-		t.Fatalf("a hold's delete was refused: %v", bad)
+	allowed := []etcdauth.Use{{Op: "delete", Key: lockkey.HoldKey("jobs/x")}, {Op: "delete", Key: lockkey.SessionKey(7)},
+		{Op: "delete", Key: lockkey.SessionPrefix, End: clientv3.GetPrefixRangeEnd(lockkey.SessionPrefix)}}
+	if bad := adminWritesOutside(spec, lockkey.SessionKey(7), allowed); len(bad) > 0 {
+		t.Fatalf("a hold's, the revoked session's or the advance's delete was refused: %v", bad)
 	}
 }

@@ -72,8 +72,21 @@ func newAdmitter(cfg Config, m *metrics) admitter {
 	return admitter{classes: cfg.Classes, authorizer: cfg.authorizer(), metrics: m, cluster: cfg.Cluster}
 }
 
-// admit is the request a call for key in className makes, or the refusal.
+// admit is the request an Acquire for key in className makes, or the
+// refusal: a class other than the key's is refused WRONG_CLASS.
 func (g admitter) admit(ctx context.Context, key, className string) (request, error) {
+	return g.admitAs(ctx, key, className, true)
+}
+
+// admitKey is admit for a call that only reads or ends a hold (Release,
+// Inspect, ValidateToken): it goes to the key's class whatever the request
+// names, so that a policy change that gave the key another class of the
+// same tier never strands a hold its client can no longer name.
+func (g admitter) admitKey(ctx context.Context, key, className string) (request, error) {
+	return g.admitAs(ctx, key, className, false)
+}
+
+func (g admitter) admitAs(ctx context.Context, key, className string, strict bool) (request, error) {
 	caller, err := caller.Of(ctx)
 	if err != nil {
 		return request{}, refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
@@ -103,12 +116,33 @@ func (g admitter) admit(ctx context.Context, key, className string) (request, er
 		return request{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
 			"class: "+cls.Name+" locks keys of namespace "+cls.Namespace+" only", "field", "class", "rule", "class-namespace")
 	}
+	// The key's class, not the request's, picks its cluster: a key held
+	// through two classes of two tiers would have two holders.
+	own, err := g.classes.ForKey(key, className)
+	var wrong *class.WrongClassError
+	if !strict && errors.As(err, &wrong) {
+		// The hold is where the key's class puts it.
+		own, err = g.classes.ForKey(key, "")
+	}
+	if err != nil {
+		if errors.As(err, &wrong) {
+			g.metrics.refused(r.labels, lockv1.ErrorReason_WRONG_CLASS)
+			return request{}, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_WRONG_CLASS, wrong.Error(), "field", "class", "class", wrong.Want)
+		}
+		return request{}, refuse.With(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
+	}
+	r.class, r.labels.class, r.labels.tier = own, own.Name, string(own.Tier)
 	return r, nil
 }
 
-// admit admits a call this Arbiter serves as the gRPC server.
+// admit admits an Acquire this Arbiter serves as the gRPC server.
 func (a *Arbiter) admit(ctx context.Context, key, className string) (request, error) {
 	return a.gate.admit(ctx, key, className)
+}
+
+// admitKey admits a Release, Inspect or ValidateToken (admitter.admitKey).
+func (a *Arbiter) admitKey(ctx context.Context, key, className string) (request, error) {
+	return a.gate.admitKey(ctx, key, className)
 }
 
 func requireSession(id int64) error {

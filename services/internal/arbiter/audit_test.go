@@ -153,8 +153,9 @@ func TestTheLogTellsEpochAdvancesAndShardMoves(t *testing.T) {
 	t.Cleanup(func() { stop(); tailing.Wait() })
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
 
-	// A coord-tier hold open across an advance of the coord cluster.
-	const key = "team-a/audit/advanced"
+	// A coord-tier hold open across an advance of the coord cluster (a key
+	// outside the entity class's team-a/).
+	const key = "team-b/audit/advanced"
 	s := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), devenvtest.Fast.Name)
 	if _, err := s.TryLock(ctx, key, noFence); err != nil {
 		t.Fatal(err)
@@ -234,6 +235,13 @@ func TestTheLogTellsEpochAdvancesAndShardMoves(t *testing.T) {
 	if advanced == nil || advanced.Kind != audit.EpochAdvance || advanced.Epoch != adv.GetEpoch() || held[1].Session != s.ID() {
 		t.Fatalf("the hold's end %+v: want at the revision of the coord's own epoch advance to %d (%+v), naming the session",
 			held[1], adv.GetEpoch(), advanced)
+	}
+	// The advance ended the holder's session too: that end is the
+	// advance's own event (above), none of the session's own.
+	for _, e := range evs {
+		if e.Key == "" && e.Session == s.ID() && e.Kind != audit.SessionOpen {
+			t.Fatalf("the session's end %+v: want it told only by the advance at revision %d", e, held[1].Revision)
+		}
 	}
 	// coord: the advance, then the two map writes (adding b, then with b).
 	coord := cluster(evs, "coord")

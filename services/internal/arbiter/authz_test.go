@@ -35,7 +35,7 @@ spec: {namespace: team-b, purpose: efficiency, enforcement: advisory, ttl: 30s, 
 apiVersion: lockplane.io/v1
 kind: LockClass
 metadata: {name: records}
-spec: {namespace: team-a, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: entity}
+spec: {namespace: team-a, purpose: efficiency, enforcement: advisory, ttl: 30s, tier: entity, prefixes: [team-a/orders/records/]}
 `
 
 // demo may lock team-a/orders/; other (team-b's worker) all of team-b.
@@ -223,7 +223,7 @@ func TestEveryKeyCallIsAuthorisedOnceWithOrWithoutARouter(t *testing.T) {
 				}
 
 				// A key the policy grants: held where its tier lives.
-				granted := "team-a/orders/" + cls
+				granted := "team-a/orders/" + cls + "/1"
 				var acq *lockv1.AcquireResponse
 				if err := once("granted Acquire", func() (err error) {
 					acq, err = demo.Acquire(ctx, &lockv1.AcquireRequest{Key: granted, Class: cls, SessionId: s.ID(), Instance: s.Instance()})

@@ -20,7 +20,8 @@ import (
 
 // waitRecord is the value of a durable waiter's key. Until lets the waiter
 // behind it remove a key whose Acquire has certainly ended, e.g. on an
-// arbiter that died, rather than wait for the session to end.
+// arbiter that died, rather than wait for the session to end; a retried
+// Acquire that finds its key rewrites it with its own (extendWait).
 type waitRecord struct {
 	Identity string    `json:"identity"`
 	Until    time.Time `json:"until"`
@@ -42,8 +43,10 @@ type queuePlace struct {
 	ahead string
 	// stale is set when the waiter ahead's Acquire has ended; its key is
 	// removed instead of waited for.
-	stale    bool
-	aheadRev int64
+	stale bool
+	// aheadMod is the mod revision of the record read as stale: only
+	// that record is removed, not one its Acquire's retry rewrote since.
+	aheadMod int64
 	// lost is set when the caller's own queue key is gone (an epoch advance
 	// deletes every waiter): it must queue again.
 	lost bool
@@ -94,7 +97,7 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 			continue // first in the queue and the key free: take it now
 		}
 		if p.stale {
-			a.dequeueStale(wctx, p.ahead, p.aheadRev)
+			a.removeStale(wctx, p.ahead, p.aheadMod)
 			continue
 		}
 		a.metrics.waited(r.labels)
@@ -150,7 +153,7 @@ func placeIn(resp *clientv3.TxnResponse, key string, session, mine int64) queueP
 	if mine == 0 || len(ahead) == 0 {
 		return p
 	}
-	p.ahead, p.aheadRev = string(ahead[0].Key), ahead[0].CreateRevision
+	p.ahead, p.aheadMod = string(ahead[0].Key), ahead[0].ModRevision
 	var w waitRecord
 	if json.Unmarshal(ahead[0].Value, &w) == nil && !w.Until.IsZero() && time.Now().After(w.Until.Add(staleGrace)) {
 		p.stale = true
@@ -180,7 +183,8 @@ func (a *Arbiter) enqueue(ctx context.Context, r request, session int64) (int64,
 		clientv3.OpPut(own, string(rec), clientv3.WithLease(clientv3.LeaseID(session))),
 	).Else(clientv3.OpGet(own)).Commit()
 	if err != nil {
-		return 0, time.Time{}, a.etcdFailure(ctx, err)
+		// NOSPACE may follow an applied enqueue: its key is removed first.
+		return 0, time.Time{}, a.enqueueFailed(ctx, own, rec, err)
 	}
 	a.observeHeader(resp.Header)
 	if resp.Succeeded {
@@ -192,11 +196,46 @@ func (a *Arbiter) enqueue(ctx context.Context, r request, session int64) (int64,
 		// gives none, and the wait counts from this call.
 		var w waitRecord
 		_ = json.Unmarshal(kvs[0].Value, &w)
+		a.extendWait(ctx, own, kvs[0].ModRevision, w, r, until)
 		return kvs[0].CreateRevision, w.Queued, nil
 	}
 	// The session is not the caller's or is gone: the next attempt says
 	// which, and queues nothing.
 	return 0, time.Time{}, nil
+}
+
+// extendWait gives a retried Acquire's queue key (read at mod revision
+// mod, with record w) the retry's deadline, until, if later than the
+// record's: the waiter behind removes a key whose Until has passed
+// (placeIn), and with the first call's Until it would remove the live
+// retry's, which would lose its place. The write keeps the key's create
+// revision, its place, and its lease; a record changed since the read is
+// left alone (the next attempt finds the key gone and queues again).
+//
+// It is best effort: a failed write leaves the first deadline, and the
+// retry waits on with its place (an error here would end the Acquire with
+// its key still queued). Should the waiter behind remove the key as stale
+// once that deadline passes, the retry queues again (placeIn's lost); if
+// its wait ends without a grant, it dequeues its key as any waiter does.
+func (a *Arbiter) extendWait(ctx context.Context, own string, mod int64, w waitRecord, r request, until time.Time) {
+	if !until.After(w.Until) {
+		return
+	}
+	w.Until = until.UTC()
+	if w.Identity == "" {
+		w.Identity = r.caller.String()
+	}
+	rec, _ := json.Marshal(w)
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	resp, err := a.etcd.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(own), "=", mod)).
+		Then(clientv3.OpPut(own, string(rec), clientv3.WithIgnoreLease())).Commit()
+	if err != nil {
+		a.log.Warn("could not extend a retried durable waiter's deadline; it waits on with its first one",
+			"namespace", r.labels.namespace, "class", r.class.Name, "err", err)
+		return
+	}
+	a.observeHeader(resp.Header)
 }
 
 // dequeue removes a waiter that stops waiting without a grant, so that it
@@ -207,8 +246,20 @@ func (a *Arbiter) dequeue(ctx context.Context, key string, session, mine int64) 
 
 // dequeueStale deletes a queue key if it is still the one created at rev.
 func (a *Arbiter) dequeueStale(ctx context.Context, waitKey string, rev int64) {
+	a.dequeueIf(ctx, waitKey, clientv3.Compare(clientv3.CreateRevision(waitKey), "=", rev))
+}
+
+// removeStale deletes the queue key of a waiter ahead whose Acquire has
+// ended, if its record is still the one read at mod revision mod: a
+// retry of that Acquire rewrites it with its own deadline (extendWait).
+func (a *Arbiter) removeStale(ctx context.Context, waitKey string, mod int64) {
+	a.dequeueIf(ctx, waitKey, clientv3.Compare(clientv3.ModRevision(waitKey), "=", mod))
+}
+
+// dequeueIf deletes a queue key if cmp holds. A failure is not an answer
+// to anyone: the key stays until its session ends or it is found stale.
+func (a *Arbiter) dequeueIf(ctx context.Context, waitKey string, cmp clientv3.Cmp) {
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	a.etcd.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(waitKey), "=", rev)).
-		Then(clientv3.OpDelete(waitKey)).Commit()
+	a.etcd.Txn(octx).If(cmp).Then(clientv3.OpDelete(waitKey)).Commit()
 }

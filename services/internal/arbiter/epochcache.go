@@ -3,9 +3,14 @@ package arbiter
 import (
 	"context"
 	"fmt"
-	"github.com/lockplane/lockplane/services/etcdauth"
+	"maps"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/lockplane/lockplane/services/class"
+	"github.com/lockplane/lockplane/services/etcdauth"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/epoch"
@@ -276,4 +281,84 @@ func (a *Arbiter) watchEpoch(ctx context.Context) {
 // even a restored or rewritten record at the same revision passes.
 func epochIs(st epoch.State) clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(lockkey.EpochKey), "=", string(st.Raw))
+}
+
+// grantEpoch is epochFor for a grant: it also refuses a record placed by
+// another policy set (placed) and while the record's quiet period lasts
+// (quietErr).
+func (a *Arbiter) grantEpoch(ctx context.Context) (epoch.State, error) {
+	st, err := a.epochFor(ctx)
+	if err != nil {
+		return st, err
+	}
+	if st, err = a.placed(ctx, st); err != nil {
+		return st, err
+	}
+	return st, a.quietErr(st)
+}
+
+// quietErr refuses, with UNAVAILABLE / EPOCH_CHANGED and "retry_after",
+// any grant or handoff under st while its quiet period lasts by this
+// arbiter's clock: a session the advance ended may have had a renewal
+// confirmed just before it, and its holder believes it holds keys until
+// that renewal's send time plus its TTL. The grant's Txn compares st, so a
+// record newer than the cache's is refused by its compare, never granted
+// under an older record's absent quiet.
+func (a *Arbiter) quietErr(st epoch.State) error {
+	wait := time.Until(st.QuietUntil)
+	if st.QuietUntil.IsZero() || wait <= 0 {
+		return nil
+	}
+	wait = wait.Round(time.Millisecond) + time.Millisecond
+	return refuse.With(codes.Unavailable, lockv1.ErrorReason_EPOCH_CHANGED,
+		fmt.Sprintf("cluster %s's epoch was advanced to %d, ending every session opened before; holders of those sessions may believe they hold "+
+			"their keys until %s, so grants resume then: retry after %s", a.cfg.Cluster, st.Epoch, st.QuietUntil.UTC().Format(time.RFC3339Nano), wait),
+		"retry_after", wait.String(), "quiet_until", st.QuietUntil.UTC().Format(time.RFC3339Nano), "cluster", a.cfg.Cluster)
+}
+
+// epochMark names an epoch record: a KeepAlive stream remembers, with
+// each session whose owner it checked, the mark current before that
+// check, and checks again when the mark has changed (an advance deleted
+// the session's record, perhaps).
+type epochMark struct {
+	epoch uint32
+}
+
+// mark is the cached record's mark; the zero mark when none is cached.
+func (c *epochCache) mark() epochMark {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded || c.missing {
+		return epochMark{}
+	}
+	// The epoch alone: a shard map stamp rewrites the record without an
+	// advance, and must not send every stream to read its sessions again.
+	return epochMark{epoch: c.st.Epoch}
+}
+
+// EpochQuiet is the quiet period an advance of this arbiter's cluster
+// keeps when it ends live sessions (epoch.Change.Quiet): the longest TTL
+// of the class registry, plus epoch.QuietMargin. A registry that cannot
+// list its classes gives class.MaxTTL, the longest any session may have.
+func EpochQuiet(reg class.Registry) time.Duration {
+	var names []string
+	switch r := reg.(type) {
+	case class.Static:
+		names = slices.Collect(maps.Keys(r))
+	case admin.ClassFacts:
+		for _, f := range r.ClassFacts() {
+			names = append(names, f.Name)
+		}
+	default:
+		return epoch.Quiet(class.MaxTTL)
+	}
+	longest := time.Duration(0)
+	for _, n := range append(names, "") {
+		c, err := reg.Lookup(n)
+		if err != nil {
+			return epoch.Quiet(class.MaxTTL)
+		}
+		longest = max(longest, c.TTL)
+	}
+	return epoch.Quiet(min(longest, class.MaxTTL))
 }

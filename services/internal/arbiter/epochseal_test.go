@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
@@ -13,8 +14,11 @@ import (
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // sealCase is a cluster whose epoch record is lost while it serves: the
@@ -28,10 +32,63 @@ type sealCase struct {
 }
 
 var sealCases = []sealCase{
-	{name: "coord", class: "", env: func(t *testing.T) *devenv.Env { return devenvtest.Start(t, devenv.Options{}) },
+	{name: "coord", class: "", env: func(t *testing.T) *devenv.Env { return devenvtest.Start(t, devenv.Options{Classes: quietClasses()}) },
 		etcd: func(e *devenv.Env) *clientv3.Client { return e.Etcd }},
-	{name: "shard", cluster: "a", class: "entity", env: func(t *testing.T) *devenv.Env { return sharded(t, []string{"a"}, nil) },
-		etcd: func(e *devenv.Env) *clientv3.Client { return e.ShardEtcd["a"] }},
+	{name: "shard", cluster: "a", class: "entity", env: func(t *testing.T) *devenv.Env {
+		return devenvtest.Start(t, devenv.Options{Shards: []string{"a"}, Classes: quietClasses(
+			class.Class{Name: "entity", TTL: devenvtest.Fast.TTL, Tier: class.TierEntity, Prefixes: []string{"team-a/"}})})
+	}, etcd: func(e *devenv.Env) *clientv3.Client { return e.ShardEtcd["a"] }},
+}
+
+// quietClasses are the classes of a test that advances a cluster with
+// live sessions: the default and Fast, both of Fast's TTL, and extra, so
+// the quiet period the advance keeps (the registry's longest TTL plus a
+// second) lasts a few seconds.
+func quietClasses(extra ...class.Class) class.Registry {
+	def := class.Class{Name: class.DefaultName, TTL: devenvtest.Fast.TTL, Tier: class.TierCoord}
+	return class.NewStatic(append([]class.Class{def, devenvtest.Fast}, extra...)...)
+}
+
+// waitOutTheQuiet waits out the quiet period of the advance just made on
+// cluster cl. While it lasts, a grant of key on s is refused UNAVAILABLE /
+// EPOCH_CHANGED, saying when grants resume (retry_after); the wait is that
+// retry_after. live says a session certainly lived as the advance
+// committed, so the record must carry a quiet period; otherwise a record
+// without one (no session lived) is waited for by nothing.
+func waitOutTheQuiet(t *testing.T, cl *clientv3.Client, s *lockclient.Session, key string, live bool) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	st, _, err := epoch.Read(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.QuietUntil.IsZero() {
+		if live {
+			t.Fatalf("the advance to epoch %d ended a live session but keeps no quiet period", st.Epoch)
+		}
+		return
+	}
+	h, err := s.TryLock(ctx, key, noFence)
+	if err == nil {
+		// Only if the test was slower than the quiet period.
+		if at := time.Now(); at.Before(st.QuietUntil) {
+			t.Fatalf("%s granted at %s, during the quiet period of the advance to epoch %d (until %s)", key, at, st.Epoch, st.QuietUntil)
+		}
+		h.Release(ctx)
+		return
+	}
+	wantReason(t, err, lockv1.ErrorReason_EPOCH_CHANGED)
+	_, meta := reason.Info(err)
+	wait, perr := time.ParseDuration(meta["retry_after"])
+	if status.Code(err) != codes.Unavailable || perr != nil || wait <= 0 || wait > st.QuietUntil.Sub(st.Since)+time.Millisecond {
+		t.Fatalf("the quiet period's refusal: %v (retry_after %q): want UNAVAILABLE and a retry_after within the quiet period of %s",
+			err, meta["retry_after"], st.QuietUntil.Sub(st.Since))
+	}
+	select { // the event is the quiet period's end, a time
+	case <-time.After(wait):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
 }
 
 // grantAll takes n fresh keys on s and returns the highest token.
@@ -139,7 +196,11 @@ func TestADeletedEpochRecordSealsUntilTheAdvance(t *testing.T) {
 			if adv.GetPreviousEpoch() != 0 || adv.GetEpoch() <= high.Epoch() {
 				t.Fatalf("advance from no record: %v, want a new epoch above %d", adv, high.Epoch())
 			}
-			s2 := devenvtest.Session(t, demo, tc.class)
+			// The sessions opened before the advance may have lived on: no
+			// grant until their holders' last renewals have run out. A client
+			// of its own: demo's lease may not have heard of the advance yet.
+			s2 := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), tc.class)
+			waitOutTheQuiet(t, tc.etcd(env), s2, "team-a/after/quiet", false)
 			after := grantAll(t, s2, "team-a/after", 3)
 			if after <= high {
 				t.Fatalf("token after the advance (epoch %d) does not exceed the highest before (epoch %d)", after.Epoch(), high.Epoch())
@@ -151,7 +212,7 @@ func TestADeletedEpochRecordSealsUntilTheAdvance(t *testing.T) {
 // An entity shard rebuilt empty behind the arbiter's back (new cluster ID,
 // revisions from 1) is sealed, not given a new record, until the advance.
 func TestAShardRebuiltEmptySealsUntilTheAdvance(t *testing.T) {
-	env := sharded(t, []string{"a"}, nil)
+	env := sealCases[1].env(t) // a shard a of short TTLs: the advance's quiet period is short
 	ctx := ctxT(t, 2*time.Minute)
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
 	demo := devenvtest.Client(t, env, "demo")
@@ -180,8 +241,11 @@ func TestAShardRebuiltEmptySealsUntilTheAdvance(t *testing.T) {
 	if _, err := admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{Cluster: "a", ExpectedEpoch: 0, Reason: "rebuilt"}); err != nil {
 		t.Fatal(err)
 	}
-	// demo's own lease may not have noticed its end yet: a new client.
-	after := grantAll(t, devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "entity"), "team-a/after", 3)
+	// demo's own lease may not have noticed its end yet: a new client,
+	// once a session the rebuilt shard had may have run out.
+	s2 := devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "entity")
+	waitOutTheQuiet(t, env.ShardEtcd["a"], s2, "team-a/after/quiet", false)
+	after := grantAll(t, s2, "team-a/after", 3)
 	if after <= high {
 		t.Fatalf("token after the advance (epoch %d revision %d) does not exceed the highest before (epoch %d revision %d)",
 			after.Epoch(), after.Revision(), high.Epoch(), high.Revision())

@@ -8,6 +8,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/reason"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,6 +58,21 @@ func TestEtcdFailuresMapToTheirOwnReasons(t *testing.T) {
 		got := a.etcdFailure(context.Background(), c.err)
 		if reason.Of(got) != c.reason || status.Code(got) != c.code {
 			t.Errorf("%v: %s/%s, want %s/%s", c.err, status.Code(got), reason.Of(got), c.code, c.reason)
+		}
+	}
+	// NOSPACE is etcd's refusal of the request it answers, yet an earlier
+	// send of that write may have been applied (its answer lost, the retry
+	// refused under the alarm it raised): STORE_FULL is no answer to a
+	// grant until the hold is looked up (grantFailed; nospace tests).
+	for _, c := range []struct {
+		err     error
+		noSpace bool
+	}{
+		{rpctypes.ErrNoSpace, true}, {rpctypes.ErrGRPCNoSpace, true}, {fmt.Errorf("wrapped: %w", rpctypes.ErrNoSpace), true},
+		{rpctypes.ErrRequestTooLarge, false}, {rpctypes.ErrGRPCNoLeader, false}, {context.DeadlineExceeded, false}, {nil, false},
+	} {
+		if got := etcdcall.NoSpace(c.err); got != c.noSpace {
+			t.Errorf("etcdcall.NoSpace(%v) = %v, want %v", c.err, got, c.noSpace)
 		}
 	}
 	// The caller's own deadline is the caller's answer, whatever etcd said.

@@ -214,7 +214,7 @@ func (a *Arbiter) waitEnded(ctx, wctx context.Context, r request, err error) err
 // (the map is changing). The grant Txn compares the epoch record, which
 // carries the version, so the check holds at commit.
 func (a *Arbiter) servingMap(ctx context.Context, r request) (epoch.State, error) {
-	st, err := a.epochFor(ctx)
+	st, err := a.grantEpoch(ctx)
 	if err != nil || r.mapVersion == 0 || st.MapVersion == r.mapVersion {
 		return st, err
 	}
@@ -223,7 +223,7 @@ func (a *Arbiter) servingMap(ctx context.Context, r request) (epoch.State, error
 		if err := a.reloadEpoch(ctx); err != nil {
 			return epoch.State{}, err
 		}
-		if st, err = a.epochFor(ctx); err != nil || st.MapVersion == r.mapVersion {
+		if st, err = a.grantEpoch(ctx); err != nil || st.MapVersion == r.mapVersion {
 			return st, err
 		}
 	}
@@ -320,7 +320,8 @@ func (a *Arbiter) attemptIn(ctx context.Context, r request, session int64, q *qu
 		}, q.reads...))
 		cancel()
 		if err != nil {
-			return grant{}, a.etcdFailure(ctx, err)
+			// NOSPACE may follow an applied grant: looked up first.
+			return a.grantFailed(ctx, r, session, err)
 		}
 		// A grant committed on a cluster that is not the epoch's is never
 		// returned: its token could repeat one issued before a restore.

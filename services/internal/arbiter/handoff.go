@@ -5,6 +5,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/epoch"
+	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -34,13 +35,17 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 	// claimed waiter is owed a known outcome, not a cancelled one.
 	octx, cancel := a.opCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	if w != nil && w.req.mapVersion != 0 && w.req.mapVersion != st.MapVersion {
+	if w != nil && (w.req.mapVersion != 0 && w.req.mapVersion != st.MapVersion || a.quietErr(st) != nil) {
 		// The key's range is moving: no grant, not even a handoff.
 		a.waiters.settle(w, handoffOutcome{})
 		w = nil
 	}
 	if w == nil {
 		resp, err := a.commits.commit(octx, r.key, owned, []clientv3.Op{clientv3.OpDelete(holdKey)}, nil)
+		if etcdcall.NoSpace(err) {
+			// Batched with a grant's Put: the delete alone is served.
+			return a.releaseAlone(ctx, r, owned, nil, nil)
+		}
 		if err != nil {
 			return false, a.etcdFailure(ctx, err)
 		}
@@ -58,7 +63,12 @@ func (a *Arbiter) release(ctx context.Context, r request, session int64, t token
 		// Outcome unknown: the waiter's own attempt finds out, or, if its
 		// wait is over, it looks its hold up.
 		out.unknown = true
-		return false, a.etcdFailure(ctx, err)
+		if !etcdcall.NoSpace(err) {
+			return false, a.etcdFailure(ctx, err)
+		}
+		// etcd takes no Put under its alarm, but a delete: never leave
+		// the hold to a client told STORE_FULL, which forgets it.
+		return a.releaseAlone(ctx, r, owned, w, &out)
 	}
 	// A grant committed on a cluster that is not the epoch's is never
 	// returned; the waiter's attempt reports the seal.

@@ -15,7 +15,7 @@ import (
 // identity, session, class and grant time from a linearizable read, and
 // never the token.
 func (a *Arbiter) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
-	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
+	r, err := a.admitKey(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}

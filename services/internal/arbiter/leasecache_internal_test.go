@@ -9,8 +9,8 @@ import (
 // those in use stay.
 func TestUnusedShardLeasesAreForgotten(t *testing.T) {
 	ro := &Router{}
-	ro.remembered(1, "a", 101)
-	ro.remembered(2, "a", 201)
+	ro.remembered(1, "a", 101, "spiffe://t/a")
+	ro.remembered(2, "a", 201, "spiffe://t/a")
 	old, _ := ro.leases.Load(shardLease{1, "a"})
 	old.(*cachedLease).used.Store(time.Now().Add(-time.Hour).UnixNano())
 	ro.forgetUnusedSince(time.Now().Add(-2 * time.Minute))

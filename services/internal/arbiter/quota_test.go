@@ -71,7 +71,7 @@ func TestQuotasLimitAnIdentitysSessionsAndHoldsAcrossClusters(t *testing.T) {
 		}
 		held = append(held, h)
 	}
-	h, err := s2.TryLock(ctx, "team-a/quota-coord/1", noFence)
+	h, err := s2.TryLock(ctx, "team-b/quota-coord/1", noFence)
 	if err != nil {
 		t.Fatal(err)
 	}

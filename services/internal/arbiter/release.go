@@ -4,6 +4,7 @@ import (
 	"context"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/client/token"
 )
 
@@ -15,7 +16,7 @@ import (
 // any_token it ends whatever hold the caller's session has on the key
 // (releaseAny).
 func (a *Arbiter) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
-	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
+	r, err := a.admitKey(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
@@ -32,6 +33,19 @@ func (a *Arbiter) releaseAdmitted(ctx context.Context, r request, req *lockv1.Re
 	}
 	var released bool
 	var err error
+	// Whoever the session is: a session ID, an epoch and (by guessing) a
+	// token are all learnable, so only the session's owner may end a hold.
+	if err := a.requireOwner(ctx, r.caller, req.GetSessionId()); err != nil {
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			// Its holds ended with it: nothing to release, unless the
+			// cluster is sealed, which the caller is told.
+			if _, err := a.epochFor(ctx); err != nil {
+				return nil, err
+			}
+			return &lockv1.ReleaseResponse{}, nil
+		}
+		return nil, err
+	}
 	if req.GetAnyToken() {
 		released, err = a.releaseAny(ctx, r, req.GetSessionId())
 	} else {

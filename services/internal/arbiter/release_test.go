@@ -83,11 +83,13 @@ func TestStaleReleaseCheckCatchesUnconditionalDelete(t *testing.T) {
 // current one, even one last written at the same revision: the epoch is
 // advanced for real (as an operator would), so the forged release is sent.
 func TestReleaseOfAnEarlierEpochDeletesNothing(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{})
+	env := devenvtest.Start(t, devenv.Options{Classes: quietClasses()})
 	ctx := ctxT(t, 30*time.Second)
 	const key = "team-a/epoch/1"
 	c := devenvtest.Client(t, env, "demo")
-	s := devenvtest.Session(t, c, "") // kept alive; grants and releases are raw
+	// Kept alive; grants and releases are raw. The advance ends it, and
+	// the session opened after it takes its place.
+	s := devenvtest.Session(t, c, "")
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
 	acquire := func() token.Token {
 		t.Helper()
@@ -121,6 +123,14 @@ func TestReleaseOfAnEarlierEpochDeletesNothing(t *testing.T) {
 	if adv.GetEpoch() <= st.GetEpoch() || adv.GetDeletedHolds() != 1 {
 		t.Fatalf("advance from epoch %d = %v, want a later epoch and the one hold deleted", st.GetEpoch(), adv)
 	}
+	// The advance ended the session (its record went with the holds), and
+	// it was alive: no grant until its last renewal has run out; then the
+	// old session grants nothing, and a new one takes its place.
+	ended := s
+	s = devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "") // a client of its own: c's lease may not have heard yet
+	waitOutTheQuiet(t, env.Etcd, s, "team-a/epoch/quiet", true)
+	_, err = raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: ended.ID(), Instance: ended.Instance()})
+	wantReason(t, err, lockv1.ErrorReason_SESSION_EXPIRED)
 	cur := acquire()
 	if cur.Epoch() != adv.GetEpoch() {
 		t.Fatalf("granted %v after advancing to epoch %d", cur, adv.GetEpoch())

@@ -338,7 +338,7 @@ func (ro *Router) acquire(ctx context.Context, r request, req *lockv1.AcquireReq
 // with the session's lease there, any_token included: the hold it ends
 // must be on that lease; a session with no lease there holds nothing.
 func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
-	r, err := ro.gate.admit(ctx, req.GetKey(), req.GetClass())
+	r, err := ro.gate.admitKey(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
@@ -358,6 +358,9 @@ func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 		return nil, err
 	}
 	lease, err := ro.shardLease(ctx, r.caller, req.GetSessionId(), shard, false)
+	if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+		return &lockv1.ReleaseResponse{}, nil // its holds ended with it, as on coord
+	}
 	if err != nil || lease == 0 {
 		return &lockv1.ReleaseResponse{}, err
 	}
@@ -369,7 +372,7 @@ func (ro *Router) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 // Inspect implements lockv1.LockServiceServer. On a shard, the holder's
 // session is the coord session its hold records (sessionOfHold).
 func (ro *Router) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
-	r, err := ro.gate.admit(ctx, req.GetKey(), req.GetClass())
+	r, err := ro.gate.admitKey(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +385,7 @@ func (ro *Router) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 
 // ValidateToken implements lockv1.LockServiceServer.
 func (ro *Router) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
-	r, err := ro.gate.admit(ctx, req.GetKey(), req.GetClass())
+	r, err := ro.gate.admitKey(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
@@ -418,6 +421,16 @@ func (ro *Router) onEntityTier(cls class.Class) bool {
 // SHARD_UNKNOWN: the client tries again, through another arbiter.
 func (ro *Router) releaseAnyOnEveryShard(ctx context.Context, r request, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
 	if err := releaseArgs(req); err != nil {
+		return nil, err
+	}
+	// Whose session it is first: its shards are none of another's business.
+	if err := requireSession(req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := ro.coord.checkOwner(ctx, r.caller, req.GetSessionId()); err != nil {
+		if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
+			return &lockv1.ReleaseResponse{}, nil // its holds ended with it
+		}
 		return nil, err
 	}
 	leases, err := ro.shardLeases(ctx, req.GetSessionId())

@@ -39,6 +39,11 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 	}
 	if v, ok := ro.leases.Load(shardLease{session, shard}); ok {
 		c := v.(*cachedLease)
+		// The cache answers only the session's owner: anyone may name a
+		// session, as Inspect reports them.
+		if c.owner != caller.String() {
+			return 0, notOwned()
+		}
 		c.used.Store(time.Now().UnixNano())
 		return c.lease, nil
 	}
@@ -54,7 +59,7 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 		return 0, err
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		return ro.confirm(ctx, session, shard, kvs[0].Value, create)
+		return ro.confirm(ctx, caller, session, shard, kvs[0].Value, create)
 	}
 	if !create {
 		return 0, nil
@@ -77,23 +82,23 @@ func (ro *Router) shardLease(ctx context.Context, caller spiffeid.ID, session in
 		return 0, ro.etcdFailure(ctx, err)
 	}
 	if put.Succeeded {
-		return ro.confirmed(ctx, session, shard, lease, create)
+		return ro.confirmed(ctx, caller, session, shard, lease, create)
 	}
 	// Lost a race, or the session ended: ours is not needed.
 	ro.shards[shard].discardLease(clientv3.LeaseID(lease))
 	if kvs := put.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return ro.confirm(ctx, session, shard, kvs[0].Value, create)
+		return ro.confirm(ctx, caller, session, shard, kvs[0].Value, create)
 	}
 	return 0, refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 }
 
 // confirm is confirmed for a lease read from its coord record.
-func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw []byte, create bool) (int64, error) {
+func (ro *Router) confirm(ctx context.Context, caller spiffeid.ID, session int64, shard string, raw []byte, create bool) (int64, error) {
 	lease, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
 		return 0, refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "unreadable shard lease record for shard "+shard)
 	}
-	return ro.confirmed(ctx, session, shard, lease, create)
+	return ro.confirmed(ctx, caller, session, shard, lease, create)
 }
 
 // confirmed renews session's lease on shard once, now that its record is
@@ -104,25 +109,27 @@ func (ro *Router) confirm(ctx context.Context, session int64, shard string, raw 
 // makes the lease outlive every deadline a renewal that missed it gave.
 // Without create (a release or a look), a lease that is gone holds
 // nothing: 0, as for a session with no lease there.
-func (ro *Router) confirmed(ctx context.Context, session int64, shard string, lease int64, create bool) (int64, error) {
+func (ro *Router) confirmed(ctx context.Context, caller spiffeid.ID, session int64, shard string, lease int64, create bool) (int64, error) {
 	if _, _, err := ro.shards[shard].renewLease(ctx, lease, nil); err != nil {
 		if !create && reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED {
 			return 0, nil
 		}
 		return 0, err
 	}
-	ro.remembered(session, shard, lease)
+	ro.remembered(session, shard, lease, caller.String())
 	return lease, nil
 }
 
 // cachedLease is a session's lease on a shard, with when it was last used.
 type cachedLease struct {
 	lease int64
+	// owner is the identity whose session it is, read from its record.
+	owner string
 	used  atomic.Int64 // unix ns
 }
 
-func (ro *Router) remembered(session int64, shard string, lease int64) {
-	c := &cachedLease{lease: lease}
+func (ro *Router) remembered(session int64, shard string, lease int64, owner string) {
+	c := &cachedLease{lease: lease, owner: owner}
 	c.used.Store(time.Now().UnixNano())
 	ro.leases.Store(shardLease{session, shard}, c)
 }
@@ -204,7 +211,9 @@ func (ro *Router) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		if resp.GetError() == lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 			resp = ro.renewShards(ctx, caller, session, resp, ownedOn)
 		}
-		if resp.GetError() != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		if why := resp.GetError(); why != lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED && why != lockv1.ErrorReason_SESSION_NOT_OWNED {
+			// Not for a renewal refused as another identity's: that must
+			// not drop the owner's cached leases.
 			ro.forget(session)
 		}
 		return resp

@@ -25,7 +25,9 @@ import (
 // tokens already handed out, and only the seal stops it repeating them.
 func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
-	orig := devenvtest.Start(t, devenv.Options{})
+	// Short TTLs: the advance's quiet period, if a restored session still
+	// lived, is a few seconds.
+	orig := devenvtest.Start(t, devenv.Options{Classes: quietClasses()})
 	s := devenvtest.Session(t, devenvtest.Client(t, orig, "demo"), "")
 	var issued []token.Token
 	grant := func(n int) {
@@ -45,7 +47,7 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	grant(20) // handed out after the backup: the restore forgets them
 	highest := issued[len(issued)-1]
 
-	restored := devenvtest.Start(t, devenv.Options{RestoreFrom: snap, EtcdAuth: &orig.EtcdAuth})
+	restored := devenvtest.Start(t, devenv.Options{RestoreFrom: snap, EtcdAuth: &orig.EtcdAuth, Classes: quietClasses()})
 	rs, err := restored.Etcd.Get(ctx, lockkey.EpochKey)
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +155,7 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	// Unsealed: every new token exceeds every token the old cluster issued,
 	// although the revisions went back.
 	ns := devenvtest.Session(t, demo, "")
+	waitOutTheQuiet(t, restored.Etcd, ns, "team-a/dr/quiet", false)
 	for i := 0; i < 5; i++ {
 		h, err := ns.TryLock(ctx, fmt.Sprintf("team-a/dr/%d", i), noFence)
 		if err != nil {
@@ -174,7 +177,7 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 // it never grants the key over the forged hold, another session's release
 // naming its token never ends it, and an epoch advance removes it.
 func TestAHoldForgedIntoALiveClusterIsNeverGrantedOver(t *testing.T) {
-	env := devenvtest.Start(t, devenv.Options{})
+	env := devenvtest.Start(t, devenv.Options{Classes: quietClasses()})
 	ctx := ctxT(t, 30*time.Second)
 	const key = "team-a/forged/1"
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
@@ -206,6 +209,10 @@ func TestAHoldForgedIntoALiveClusterIsNeverGrantedOver(t *testing.T) {
 	if err != nil || adv.GetDeletedHolds() != 1 {
 		t.Fatalf("advance: %v %v, want the forged hold deleted", adv, err)
 	}
+	// The advance ended s, which was alive: a new session, once the quiet
+	// period is over (a client of its own: demo's lease may not have heard).
+	s = devenvtest.Session(t, devenvtest.Client(t, env, "demo"), "")
+	waitOutTheQuiet(t, env.Etcd, s, "team-a/forged/quiet", true)
 	g, err := raw(demo).Acquire(ctx, &lockv1.AcquireRequest{Key: key, SessionId: s.ID(), Instance: s.Instance()})
 	if err != nil {
 		t.Fatal(err)

@@ -163,8 +163,17 @@ type Arbiter struct {
 	// forced are the holds force-released on this cluster in the last
 	// day, which keepalives of their sessions report.
 	forced *forcedHolds
+	// owners are the identities that opened the sessions this arbiter has
+	// seen: every call naming a session is checked against its caller.
+	owners *sessionOwners
+	// sessionReads coalesces renewals' reads of their session records
+	// (sessionLives) into one read-only Txn per batch.
+	sessionReads *groupCommit
 	// hooks are the tests' synchronisation points; nil in production.
 	hooks atomic.Pointer[testHooks]
+	// placement is where the registry puts keys (placementOf); grants
+	// need the epoch record to carry the same.
+	placement string
 }
 
 // quotaGate is what the lock core needs of quota enforcement
@@ -269,6 +278,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Classes == nil {
 		cfg.Classes = class.NewStatic()
 	}
+	// A policy set is checked as it loads; a fixed set given in code is
+	// checked here: one key must have one tier.
+	if s, ok := cfg.Classes.(class.Static); ok {
+		if err := class.Check(s); err != nil {
+			return cfg, fmt.Errorf("arbiter: Config.Classes: %w", err)
+		}
+	}
 	if isOpen(cfg.Authorizer) {
 		return cfg, errors.New("arbiter: Config.Authorizer: the open authorizer may not be given as one; " +
 			"set Config.AllowAnyWorkload, which is logged and exported as open authorisation")
@@ -327,7 +343,8 @@ func newArbiter(cfg Config, with collaborators) *Arbiter {
 		etcdCalls: newEtcdCalls(cfg),
 		gate:      newAdmitter(cfg, with.metrics),
 		metrics:   with.metrics, shardOf: with.shardOf,
-		validations: quota.NewRates(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds()}
+		validations: quota.NewRates(cfg.ValidateRate, cfg.ValidateBurst), forced: newForcedHolds(),
+		owners: newSessionOwners(), sessionReads: newGroupRead(cfg.Etcd), placement: placementOf(cfg.Classes)}
 	a.quota = quota.New(quota.Config{Quotas: cfg.Quotas, Usage: with.usage, Cluster: cfg.Cluster, Etcd: cfg.Etcd, Shard: with.shardOf,
 		Bound: a.etcdCalls.bound, PollInterval: cfg.PollInterval})
 	a.drained, a.drain = context.WithCancel(context.Background())
@@ -371,7 +388,7 @@ func (a *Arbiter) Run(ctx context.Context) {
 // unreachable). Serving does not depend on it: calls load it lazily.
 // With quotas, it also waits for the usage counts to be followed.
 func (a *Arbiter) Ready(ctx context.Context) error {
-	if _, err := a.epochFor(ctx); err != nil {
+	if _, err := a.readyPlaced(ctx); err != nil {
 		return err
 	}
 	return a.quota.Ready(ctx)

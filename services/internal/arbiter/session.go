@@ -71,6 +71,7 @@ func (a *Arbiter) openLease(ctx context.Context, caller spiffeid.ID, ttl time.Du
 		st, _ := a.epochs.get()
 		return 0, a.sealedErr(st)
 	}
+	a.owners.put(int64(lease.ID), caller.String())
 	return int64(lease.ID), nil
 }
 
@@ -137,36 +138,46 @@ func serveKeepAlive(stream lockv1.LockService_KeepAliveServer, renewals *workers
 // one costs only an ownership read at its next renewal.
 const maxOwned = 1024
 
-// ownedSessions are the sessions a stream's caller was found to own, the
-// oldest forgotten first past maxOwned. Almost every stream renews one
-// session: that one needs no map, which would cost each session a few
-// hundred bytes for as long as it lives.
+// ownedSessions are the sessions a stream's caller was found to own, each
+// with the epoch record's mark current before that check, the oldest
+// forgotten first past maxOwned. Almost every stream renews one session:
+// that one needs no map, which would cost each session a few hundred bytes
+// for as long as it lives.
 type ownedSessions struct {
-	first int64              // the first session remembered; 0 when none
-	set   map[int64]struct{} // the rest, made on the second session
-	order []int64            // the rest in insertion order, a ring of maxOwned-1
-	next  int
+	first     int64               // the first session remembered; 0 when none
+	firstMark epochMark           // the mark first was checked under
+	set       map[int64]epochMark // the rest, made on the second session
+	order     []int64             // the rest in insertion order, a ring of maxOwned-1
+	next      int
 }
 
 func newOwned() *ownedSessions { return &ownedSessions{} }
 
-func (o *ownedSessions) has(session int64) bool {
+// has reports whether session was found the caller's under the record
+// marked m: under another record (an epoch advance deleted every session
+// record, perhaps) its owner is checked again.
+func (o *ownedSessions) has(session int64, m epochMark) bool {
 	if session == o.first && session != 0 {
-		return true
+		return o.firstMark == m
 	}
-	_, ok := o.set[session]
-	return ok
+	got, ok := o.set[session]
+	return ok && got == m
 }
 
-func (o *ownedSessions) add(session int64) {
+// add remembers session as the caller's, checked under the record marked m.
+func (o *ownedSessions) add(session int64, m epochMark) {
 	switch {
-	case o.has(session):
+	case session == o.first && session != 0:
+		o.firstMark = m
+		return
+	case o.set != nil && o.known(session):
+		o.set[session] = m
 		return
 	case o.first == 0:
-		o.first = session
+		o.first, o.firstMark = session, m
 		return
 	case o.set == nil:
-		o.set = map[int64]struct{}{}
+		o.set = map[int64]epochMark{}
 	}
 	if len(o.order) < maxOwned-1 {
 		o.order = append(o.order, session)
@@ -177,7 +188,12 @@ func (o *ownedSessions) add(session int64) {
 		o.order[o.next] = session
 		o.next = (o.next + 1) % (maxOwned - 1)
 	}
-	o.set[session] = struct{}{}
+	o.set[session] = m
+}
+
+func (o *ownedSessions) known(session int64) bool {
+	_, ok := o.set[session]
+	return ok
 }
 
 func (o *ownedSessions) remove(session int64) {
@@ -198,18 +214,33 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	if session == 0 {
 		return &lockv1.KeepAliveResponse{Error: lockv1.ErrorReason_INVALID_ARGUMENT, ErrorMessage: "session_id: is required"}
 	}
-	// The owner is checked once a stream; a force-release is checked at
-	// every renewal (renewLease), however the stream began.
+	// The owner is checked once a stream and epoch record; a force-release
+	// is checked at every renewal (renewLease), however the stream began.
+	// The mark is taken before the check: a record that changes after it
+	// (an advance deleting every session record) makes the next renewal
+	// check again, and the one after the watch delivers it at the latest.
 	ttl, failed, err := a.renewLease(ctx, session, func() error {
-		if owned.has(session) {
+		m := a.epochs.mark()
+		if owned.has(session, m) {
 			return nil
 		}
 		if err := a.checkOwner(ctx, caller, session); err != nil {
+			if reason.Of(err) == lockv1.ErrorReason_SESSION_EXPIRED && owned.known(session) {
+				// The record of a session this stream proved its own is
+				// gone (an advance deleted it): a lease without it can
+				// grant nothing. Never for a session it did not prove: a
+				// lease granted a moment before its record is written
+				// would be anyone's to revoke.
+				a.discardLease(clientv3.LeaseID(session))
+			}
 			return err
 		}
-		owned.add(session)
+		owned.add(session, m)
 		return nil
 	})
+	if err == nil {
+		err = a.sessionLives(ctx, session)
+	}
 	if err != nil {
 		why := reason.Of(err)
 		// The owner check's read failing without quorum is a keepalive no
@@ -226,6 +257,31 @@ func (a *Arbiter) renew(ctx context.Context, caller spiffeid.ID, session int64, 
 	return &lockv1.KeepAliveResponse{SessionId: session, Ttl: durationpb.New(secs(ttl)), Ended: a.forced.of(session)}
 }
 
+// sessionLives reads, after a renewal etcd confirmed, that the session's
+// record still exists, linearizably (renewals asked at once share one
+// read). An epoch advance deletes every session record but not the
+// leases: without this read, an arbiter whose epoch watch lags would go
+// on renewing a session whose holds the advance ended, and its holder
+// would believe past the advance's quiet period. A record read after the
+// renewal was sent means the advance committed after that send time, so
+// the holder's deadline ends within the quiet period.
+func (a *Arbiter) sessionLives(ctx context.Context, session int64) error {
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	key := lockkey.SessionKey(session)
+	resp, err := a.sessionReads.get(octx, key, clientv3.OpGet(key, clientv3.WithCountOnly()))
+	if err != nil {
+		return a.etcdFailure(ctx, err)
+	}
+	if resp.Count == 0 {
+		// Proven the caller's by the renewal's owner check.
+		a.discardLease(clientv3.LeaseID(session))
+		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED,
+			"the session has ended: its record is gone (an epoch advance ends every session of the cluster); open a new one")
+	}
+	return nil
+}
+
 // checkOwner reads the session record and refuses another identity's
 // session. A linearizable read: it fails closed without quorum.
 func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session int64) error {
@@ -240,8 +296,12 @@ func (a *Arbiter) checkOwner(ctx context.Context, caller spiffeid.ID, session in
 		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_SESSION_EXPIRED, "the session has expired or was closed")
 	}
 	rec, err := decodeSession(resp.Kvs[0].Value)
-	if err != nil || rec.Identity != caller.String() {
-		return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_SESSION_NOT_OWNED, "the session belongs to another identity")
+	if err != nil {
+		return notOwned()
+	}
+	a.owners.put(session, rec.Identity)
+	if rec.Identity != caller.String() {
+		return notOwned()
 	}
 	return nil
 }

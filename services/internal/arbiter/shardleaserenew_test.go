@@ -19,7 +19,7 @@ import (
 // it; yet its holder counts a deadline from that renewal's send time. The
 // lease a hold attaches to must outlive that deadline.
 func TestAShardLeaseOutlivesTheDeadlineOfARenewalThatMissedIt(t *testing.T) {
-	cls := class.Class{Name: "entity-8s", TTL: 8 * time.Second, Tier: class.TierEntity}
+	cls := class.Class{Name: "entity-8s", TTL: 8 * time.Second, Tier: class.TierEntity, Prefixes: []string{"team-a/slow-record/"}}
 	env := devenvtest.Start(t, devenv.Options{Classes: class.NewStatic(devenvtest.Fast, cls), Shards: []string{"a"}})
 	ctx := ctxT(t, time.Minute)
 	// The raw API: no client renews the session behind the test's back.

@@ -15,7 +15,7 @@ import (
 // of the hold key and the epoch record, compared with the token. Not atomic with any write the
 // caller makes afterwards; see the proto.
 func (a *Arbiter) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
-	r, err := a.admit(ctx, req.GetKey(), req.GetClass())
+	r, err := a.admitKey(ctx, req.GetKey(), req.GetClass())
 	if err != nil {
 		return nil, err
 	}
@@ -33,13 +33,16 @@ func (a *Arbiter) validateAdmitted(ctx context.Context, r request, req *lockv1.V
 			"namespace is over its ValidateToken rate; use a conditional write at the resource instead", "namespace", ns)
 	}
 	a.metrics.validated(r.labels)
-	return a.validate(ctx, r.key, token.Token(req.GetToken()))
+	return a.validate(ctx, r, token.Token(req.GetToken()))
 }
 
 // validate reads the hold and the epoch record in one Txn, at one
 // revision, and answers from that read only: a cached epoch may lag an
 // advance, and a token of the old epoch could then match the new hold.
-func (a *Arbiter) validate(ctx context.Context, key string, t token.Token) (*lockv1.ValidateTokenResponse, error) {
+// While the key is held, only the holder's own identity hears more than
+// valid or not (heldBy).
+func (a *Arbiter) validate(ctx context.Context, r request, t token.Token) (*lockv1.ValidateTokenResponse, error) {
+	key := r.key
 	// The answer, seal included, comes from this one read, not the cache.
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
@@ -68,5 +71,20 @@ func (a *Arbiter) validate(ctx context.Context, key string, t token.Token) (*loc
 		// Held without a break since before the token's revision.
 		out.State = lockv1.TokenState_TOKEN_STATE_NOT_ISSUED
 	}
+	if len(holds) > 0 && !heldBy(holds[0].Value, r) {
+		// SUPERSEDED against NOT_ISSUED, and the revision, would let
+		// anyone find the holder's token by bisection. A free key has no
+		// token to find.
+		out.ReadRevision = 0
+		if !out.Valid {
+			out.State = lockv1.TokenState_TOKEN_STATE_NOT_CURRENT
+		}
+	}
 	return out, nil
+}
+
+// heldBy reports whether a hold is the caller's identity's.
+func heldBy(hold []byte, r request) bool {
+	h, err := decodeHold(hold)
+	return err == nil && h.Identity == r.caller.String()
 }

@@ -48,7 +48,7 @@ func TestValidateTokenComparesTheEpochReadWithTheHold(t *testing.T) {
 		{adv.Epoch, lockv1.TokenState_TOKEN_STATE_CURRENT},          // (E+1, R) is the grant
 	} {
 		tk, _ := token.Mint(c.epoch, put.Header.Revision)
-		got, err := a.validate(ctx, key, tk)
+		got, err := a.validate(ctx, request{caller: id, key: key}, tk)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -19,11 +20,14 @@ func TestValidateTokenComparesWithTheCurrentGrant(t *testing.T) {
 	holder := devenvtest.Client(t, env, "demo")
 	resource := devenvtest.Client(t, env, "other") // the resource asks, not the holder
 	a := devenvtest.Session(t, holder, "")
-	b := devenvtest.Session(t, devenvtest.Client(t, env, "alice"), "")
+	alice := devenvtest.Client(t, env, "alice")
+	b := devenvtest.Session(t, alice, "")
 	key := "team-a/validate/1"
-	check := func(tk token.Token, want lockv1.TokenState) {
+	// The resource hears whether a token is current; the holder's
+	// identity (demo, then alice) hears which state it is in.
+	check := func(asker *lockclient.Client, tk token.Token, want lockv1.TokenState) {
 		t.Helper()
-		r, err := raw(resource).ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: key, Token: uint64(tk)})
+		r, err := raw(asker).ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: key, Token: uint64(tk)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,26 +39,28 @@ func TestValidateTokenComparesWithTheCurrentGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(ha.Token(), lockv1.TokenState_TOKEN_STATE_CURRENT)
+	check(resource, ha.Token(), lockv1.TokenState_TOKEN_STATE_CURRENT)
 	forged, _ := token.Mint(ha.Token().Epoch(), ha.Token().Revision()+1000)
-	check(forged, lockv1.TokenState_TOKEN_STATE_NOT_ISSUED)
+	check(resource, forged, lockv1.TokenState_TOKEN_STATE_NOT_CURRENT)
+	check(holder, forged, lockv1.TokenState_TOKEN_STATE_NOT_ISSUED)
 	if err := ha.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	check(ha.Token(), lockv1.TokenState_TOKEN_STATE_ENDED)
+	check(resource, ha.Token(), lockv1.TokenState_TOKEN_STATE_ENDED) // free: no token to hide
 	hb, err := b.TryLock(ctx, key, noFence)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(ha.Token(), lockv1.TokenState_TOKEN_STATE_SUPERSEDED)
-	check(hb.Token(), lockv1.TokenState_TOKEN_STATE_CURRENT)
+	check(resource, ha.Token(), lockv1.TokenState_TOKEN_STATE_NOT_CURRENT)
+	check(alice, ha.Token(), lockv1.TokenState_TOKEN_STATE_SUPERSEDED)
+	check(resource, hb.Token(), lockv1.TokenState_TOKEN_STATE_CURRENT)
 
 	// After an epoch advance every earlier token is of an earlier epoch.
-	alice := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
-	if _, err := alice.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: hb.Token().Epoch(), Reason: "test"}); err != nil {
+	admin := adminv1.NewAdminServiceClient(alice.Conn())
+	if _, err := admin.AdvanceEpoch(ctx, &adminv1.AdvanceEpochRequest{ExpectedEpoch: hb.Token().Epoch(), Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	check(hb.Token(), lockv1.TokenState_TOKEN_STATE_EARLIER_EPOCH)
+	check(resource, hb.Token(), lockv1.TokenState_TOKEN_STATE_EARLIER_EPOCH)
 }
 
 func TestValidateTokenIsRateLimitedPerNamespace(t *testing.T) {

@@ -68,6 +68,11 @@ type Config struct {
 	// OnePersonEpochAdvance lets a single SPIFFE operator advance an epoch
 	// while Operators is nil.
 	OnePersonEpochAdvance bool
+	// EpochQuiet is epoch.Change.Quiet for an advance of a live cluster: the registry's longest TTL plus a second (arbiter.EpochQuiet).
+	EpochQuiet time.Duration
+	// Placement is the arbiter's class.Placement: an epoch advance stamps
+	// it into the new record, so advancing is how keys are rehomed.
+	Placement string
 	// ActionTTL is how long a two-person action's request lives.
 	ActionTTL time.Duration
 	// Audit answers the audit queries; none when nil.
@@ -283,7 +288,7 @@ func (s *Server) advanceEpoch(ctx context.Context, by string, req *adminv1.Advan
 	if err := s.anchor(octx, by, a, rec, req); err != nil {
 		return nil, s.advanceFailure(ctx, err)
 	}
-	ch := epoch.Change{Cluster: a.Name(), Expected: req.GetExpectedEpoch(),
+	ch := epoch.Change{Cluster: a.Name(), Expected: req.GetExpectedEpoch(), Quiet: s.cfg.EpochQuiet, Placement: s.cfg.Placement,
 		Reason: fmt.Sprintf("%s (by %s at %s)", req.GetReason(), by, time.Now().UTC().Format(time.RFC3339))}
 	if a != coord {
 		// A shard rebuilt empty must be stamped with the map version it

@@ -81,6 +81,30 @@ func etcdReason(err error) (codes.Code, lockv1.ErrorReason, string) {
 	return codes.Unavailable, lockv1.ErrorReason_STORE_ERROR, "etcd failed the request (" + err.Error() + "); its outcome is unknown"
 }
 
+// NoSpace reports whether err is etcd's NOSPACE refusal. It is definite
+// for the request etcd refused, yet a write answered so may have been
+// applied: the client's retry of a request whose answer was lost meets
+// the alarm that the first send's own write raised. A caller whose write
+// must not be left behind unknown looks it up: etcd's capped applier
+// (etcd 3.6, server/etcdserver/apply) refuses only a Put, a Txn with a
+// Put in either branch and a lease grant, so reads and deletes are served
+// under the alarm.
+func NoSpace(err error) bool {
+	return errors.Is(rpctypes.Error(err), rpctypes.ErrNoSpace)
+}
+
+// NoSpaceUnknown is the answer to a write refused with NOSPACE whose
+// effect could not be looked up (lookupErr): STORE_ERROR, an outcome
+// unknown, so that the client ends whatever the write may have left
+// (Release with any_token, a delete, which etcd serves under the alarm),
+// never STORE_FULL, after which it would not.
+func (b Bound) NoSpaceUnknown(lookupErr error) error {
+	b.Logger.Warn("a write refused with NOSPACE may have been applied, and the lookup failed; its outcome is unknown", "err", lookupErr)
+	return refuse.With(codes.Unavailable, lockv1.ErrorReason_STORE_ERROR,
+		"etcd is out of space (NOSPACE alarm), and whether an earlier send of this write was applied could not be looked up; "+
+			"its outcome is unknown: end any hold it may have left on the key (Release with any_token)")
+}
+
 // etcdDesc is etcd's own description of one of its errors.
 func etcdDesc(err error) string {
 	var ee rpctypes.EtcdError

@@ -113,6 +113,20 @@ const (
 	// since the request, or the request expired, was denied or was already
 	// approved. Metadata "cause" says which; nothing was changed.
 	ErrorReason_ACTION_STALE ErrorReason = 24
+	// The request names a class other than its key's (FAILED_PRECONDITION).
+	// A key lives on one cluster, decided by the policy set: the class whose
+	// prefix covers it, or, for keys no prefix covers, the classes without
+	// prefixes. Metadata "class" names the class to use; a request naming no
+	// class gets it. Nothing was changed.
+	ErrorReason_WRONG_CLASS ErrorReason = 25
+	// This arbiter's policy set places keys on other tiers than the set the
+	// cluster's epoch record was stamped with (FAILED_PRECONDITION): serving
+	// both at once could put one key on two clusters. Nothing was changed.
+	// Retry on another arbiter; operators either roll this arbiter back to
+	// the serving set, or, to rehome keys, roll every arbiter to the new set
+	// and advance each cluster's epoch (lockctl epoch advance), which ends
+	// every hold. Metadata "placement" and "recorded" are the two digests.
+	ErrorReason_PLACEMENT_MISMATCH ErrorReason = 26
 )
 
 // Enum value maps for ErrorReason.
@@ -143,6 +157,8 @@ var (
 		22: "STORE_FULL",
 		23: "STORE_ERROR",
 		24: "ACTION_STALE",
+		25: "WRONG_CLASS",
+		26: "PLACEMENT_MISMATCH",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -170,6 +186,8 @@ var (
 		"STORE_FULL":               22,
 		"STORE_ERROR":              23,
 		"ACTION_STALE":             24,
+		"WRONG_CLASS":              25,
+		"PLACEMENT_MISMATCH":       26,
 	}
 )
 
@@ -262,6 +280,11 @@ const (
 	TokenState_TOKEN_STATE_EARLIER_EPOCH TokenState = 4
 	// No grant of the key was ever made at the token's revision.
 	TokenState_TOKEN_STATE_NOT_ISSUED TokenState = 5
+	// The token is not the key's current grant. The answer to every caller
+	// but the key's holder's own identity, which alone learns which of the
+	// states above applies and the read revision: to anyone else the finer
+	// answers would be an oracle for the holder's token.
+	TokenState_TOKEN_STATE_NOT_CURRENT TokenState = 6
 )
 
 // Enum value maps for TokenState.
@@ -273,6 +296,7 @@ var (
 		3: "TOKEN_STATE_ENDED",
 		4: "TOKEN_STATE_EARLIER_EPOCH",
 		5: "TOKEN_STATE_NOT_ISSUED",
+		6: "TOKEN_STATE_NOT_CURRENT",
 	}
 	TokenState_value = map[string]int32{
 		"TOKEN_STATE_UNSPECIFIED":   0,
@@ -281,6 +305,7 @@ var (
 		"TOKEN_STATE_ENDED":         3,
 		"TOKEN_STATE_EARLIER_EPOCH": 4,
 		"TOKEN_STATE_NOT_ISSUED":    5,
+		"TOKEN_STATE_NOT_CURRENT":   6,
 	}
 )
 
@@ -1342,7 +1367,8 @@ type ValidateTokenResponse struct {
 	// True only for TOKEN_STATE_CURRENT.
 	Valid bool       `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
 	State TokenState `protobuf:"varint,2,opt,name=state,proto3,enum=lockplane.lock.v1.TokenState" json:"state,omitempty"`
-	// The etcd revision the answer was read at.
+	// The etcd revision the answer was read at; 0 unless the caller is the
+	// holder's identity.
 	ReadRevision  int64 `protobuf:"varint,3,opt,name=read_revision,json=readRevision,proto3" json:"read_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1481,7 +1507,7 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.lockplane.lock.v1.TokenStateR\x05state\x12#\n" +
-	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xd6\x03\n" +
+	"\rread_revision\x18\x03 \x01(\x03R\freadRevision*\xff\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tCONTENDED\x10\x01\x12\n" +
@@ -1513,10 +1539,12 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"STORE_FULL\x10\x16\x12\x0f\n" +
 	"\vSTORE_ERROR\x10\x17\x12\x10\n" +
-	"\fACTION_STALE\x10\x18*;\n" +
+	"\fACTION_STALE\x10\x18\x12\x0f\n" +
+	"\vWRONG_CLASS\x10\x19\x12\x16\n" +
+	"\x12PLACEMENT_MISMATCH\x10\x1a*;\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
-	"\x0eFORCE_RELEASED\x10\x01*\xb0\x01\n" +
+	"\x0eFORCE_RELEASED\x10\x01*\xcd\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1524,7 +1552,8 @@ const file_lockplane_lock_v1_lock_proto_rawDesc = "" +
 	"\x16TOKEN_STATE_SUPERSEDED\x10\x02\x12\x15\n" +
 	"\x11TOKEN_STATE_ENDED\x10\x03\x12\x1d\n" +
 	"\x19TOKEN_STATE_EARLIER_EPOCH\x10\x04\x12\x1a\n" +
-	"\x16TOKEN_STATE_NOT_ISSUED\x10\x052\x82\x05\n" +
+	"\x16TOKEN_STATE_NOT_ISSUED\x10\x05\x12\x1b\n" +
+	"\x17TOKEN_STATE_NOT_CURRENT\x10\x062\x82\x05\n" +
 	"\vLockService\x12\\\n" +
 	"\vOpenSession\x12%.lockplane.lock.v1.OpenSessionRequest\x1a&.lockplane.lock.v1.OpenSessionResponse\x12Z\n" +
 	"\tKeepAlive\x12#.lockplane.lock.v1.KeepAliveRequest\x1a$.lockplane.lock.v1.KeepAliveResponse(\x010\x01\x12_\n" +
