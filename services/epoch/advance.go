@@ -112,36 +112,61 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 			mapVersion = cur.MapVersion
 		}
 	}
+	// The sessions the advance ends, read before an epoch is allocated
+	// (a failed advance wastes none): the quiet period waits out the
+	// longest TTL any of them was renewed for.
+	sessions, err := target.Get(ctx, lockkey.SessionPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return Advanced{}, err
+	}
 	next, err := Allocate(ctx, coord, c.Cluster, floor+1)
 	if err != nil {
 		return Advanced{}, err
 	}
 	// The cluster ID comes from the read above: the cluster the transaction
 	// below commits on (a restored cluster's ID never changes back).
-	// The sessions the advance ends, read first: the quiet period waits
-	// out the longest TTL any of them was renewed for. The Txn compares
-	// that no session was opened since the read, so none is left out.
-	sessions, err := target.Get(ctx, lockkey.SessionPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return Advanced{}, err
-	}
 	rec := Record{Epoch: next, ClusterID: FormatID(resp.Header.ClusterId), Since: time.Now().UTC(),
 		Reason: c.Reason, MapVersion: mapVersion, Placement: c.Placement}
 	if rec.Placement == "" && cur != nil {
 		rec.Placement = cur.Placement
 	}
+	quietFor := time.Duration(0)
 	if longest, any := longestTTL(sessions.Kvs); any {
-		rec.QuietUntil = rec.Since.Add(max(c.Quiet, Quiet(longest)))
+		quietFor = max(c.Quiet, Quiet(longest))
 	}
-	if cur != nil && cur.QuietUntil.After(rec.QuietUntil) {
-		// A second advance within the first's quiet period: the holders
-		// the first ended may still believe (their records are gone now).
-		rec.QuietUntil = cur.QuietUntil
+	if cur != nil && cur.Placement != "" && rec.Placement != cur.Placement {
+		// Keys change tier here: holders of them on the cluster they
+		// left may believe for a TTL, whether or not this one had any.
+		quietFor = max(quietFor, c.Quiet)
+		if c.Quiet == 0 {
+			quietFor = max(quietFor, Quiet(class.MaxTTL))
+		}
 	}
+	quietFrom := func(d time.Duration) time.Time {
+		until := time.Time{}
+		if d > 0 {
+			until = rec.Since.Add(d)
+		}
+		if cur != nil && cur.QuietUntil.After(until) {
+			// A second advance within the first's quiet period: the
+			// holders the first ended may still believe.
+			until = cur.QuietUntil
+		}
+		return until
+	}
+	rec.QuietUntil = quietFrom(quietFor)
+	// A session opened after the read, of a TTL it did not see, makes the
+	// record wait out the platform's longest instead (nested Txn: etcd
+	// evaluates every compare before any write).
+	late := rec
+	late.QuietUntil = quietFrom(max(quietFor, Quiet(class.MaxTTL)))
 	raw, _ := json.Marshal(rec)
+	lateRaw, _ := json.Marshal(late)
 	noNewSession := clientv3.Compare(clientv3.CreateRevision(lockkey.SessionPrefix), "<", sessions.Header.Revision+1).WithPrefix()
-	txn, err := target.Txn(ctx).If(cmp, noNewSession).Then(
-		clientv3.OpPut(lockkey.EpochKey, string(raw)),
+	txn, err := target.Txn(ctx).If(cmp).Then(
+		clientv3.OpTxn([]clientv3.Cmp{noNewSession},
+			[]clientv3.Op{clientv3.OpPut(lockkey.EpochKey, string(raw))},
+			[]clientv3.Op{clientv3.OpPut(lockkey.EpochKey, string(lateRaw))}),
 		clientv3.OpDelete(lockkey.HoldPrefix, clientv3.WithPrefix()),
 		clientv3.OpDelete(lockkey.WaitPrefix, clientv3.WithPrefix()),
 		clientv3.OpDelete(lockkey.SessionPrefix, clientv3.WithPrefix()),
@@ -150,10 +175,24 @@ func Advance(ctx context.Context, coord, target clientv3.KV, c Change) (Advanced
 		return Advanced{}, err
 	}
 	if !txn.Succeeded {
-		return Advanced{}, fmt.Errorf("%w: cluster %s: its epoch record changed, or a session was opened, during the advance; run it again", ErrChanged, c.Cluster)
+		return Advanced{}, fmt.Errorf("%w: cluster %s: its epoch record changed during the advance (another advance or a shard map stamp); read it again", ErrChanged, c.Cluster)
+	}
+	if !txn.Responses[0].GetResponseTxn().GetSucceeded() {
+		rec, raw = late, lateRaw
+	}
+	rev := txn.Header.Revision
+	if took := time.Since(rec.Since); !rec.QuietUntil.IsZero() && took > QuietMargin/2 {
+		// The Txn took more of the margin than its share: the quiet period
+		// counts from now, when it has certainly committed. Best effort:
+		// a record changed meanwhile was advanced again, and keeps its own.
+		longer := rec
+		longer.QuietUntil = rec.QuietUntil.Add(took)
+		if st, err := rewrite(ctx, target, State{Record: rec, Raw: raw}, longer, "a longer quiet period"); err == nil {
+			rec, raw, rev = st.Record, st.Raw, st.ModRevision
+		}
 	}
 	out := Advanced{
-		State:           State{Record: rec, ModRevision: txn.Header.Revision, Raw: raw},
+		State:           State{Record: rec, ModRevision: rev, Raw: raw},
 		DeletedHolds:    txn.Responses[1].GetResponseDeleteRange().Deleted,
 		DeletedWaiters:  txn.Responses[2].GetResponseDeleteRange().Deleted,
 		DeletedSessions: txn.Responses[3].GetResponseDeleteRange().Deleted,

@@ -98,6 +98,11 @@ func (g admitter) admitAs(ctx context.Context, key, className string, strict boo
 		return request{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_KEY, err.Error(), "field", "key", "rule", string(ke.Rule))
 	}
 	cls, err := g.classes.Lookup(className)
+	if err != nil && !strict {
+		// A class a policy change removed still names its holds' key.
+		className = ""
+		cls, err = g.classes.Lookup("")
+	}
 	if err != nil {
 		return request{}, refuse.With(codes.NotFound, lockv1.ErrorReason_UNKNOWN_CLASS, "class: "+err.Error(), "field", "class")
 	}
@@ -112,12 +117,15 @@ func (g admitter) admitAs(ctx context.Context, key, className string, strict boo
 	r.labels.namespace = g.metrics.namespace(lockkey.Namespace(key))
 	// After authorization, so a caller learns nothing of a namespace it
 	// may not lock, not even its classes.
-	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {
+	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) && strict {
 		return request{}, refuse.With(codes.InvalidArgument, lockv1.ErrorReason_INVALID_ARGUMENT,
 			"class: "+cls.Name+" locks keys of namespace "+cls.Namespace+" only", "field", "class", "rule", "class-namespace")
 	}
 	// The key's class, not the request's, picks its cluster: a key held
 	// through two classes of two tiers would have two holders.
+	if cls.Namespace != "" && cls.Namespace != lockkey.Namespace(key) {
+		className = "" // !strict: the key's class, below
+	}
 	own, err := g.classes.ForKey(key, className)
 	var wrong *class.WrongClassError
 	if !strict && errors.As(err, &wrong) {

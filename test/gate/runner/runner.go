@@ -474,7 +474,13 @@ func (f Fault) operators() bool {
 // must be started again, refuse grants sealed, and grant after its heal,
 // and live-advance's quiet period must end with time left to grant.
 func (f Fault) duration(d time.Duration) time.Duration {
-	if f == ShardRoll || f == ForceRelease || f.replaces() || f == LiveAdvance {
+	switch {
+	case f == Restore || f == LiveAdvance:
+		// Their advance ends live sessions: grants wait out a quiet
+		// period (the longest TTL + 1 s, longer when the advance is slow),
+		// and the history must still grant after it.
+		return max(d, 12*time.Second) + 6*time.Second
+	case f == ShardRoll || f == ForceRelease || f.replaces():
 		return max(d, 8*time.Second) + 4*time.Second
 	}
 	return d
