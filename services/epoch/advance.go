@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
-	"github.com/lockplane/lockplane/services/internal/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -243,7 +242,11 @@ func longestTTL(kvs []*mvccpb.KeyValue) (time.Duration, bool) {
 	var longest time.Duration
 	for _, kv := range kvs {
 		ttl := class.MaxTTL
-		if rec, err := records.DecodeSession(kv.Value); err == nil && rec.TTLSeconds > 0 {
+		var rec struct {
+			// The session record's TTL (services/internal/records.Session).
+			TTLSeconds int64 `json:"ttl_seconds"`
+		}
+		if err := json.Unmarshal(kv.Value, &rec); err == nil && rec.TTLSeconds > 0 {
 			ttl = time.Duration(rec.TTLSeconds) * time.Second
 		}
 		longest = max(longest, ttl)
