@@ -3,14 +3,12 @@ package arbiter_test
 import (
 	"context"
 	"io"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/lockplane/lockplane/services/class"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/client/identity"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/devenv"
@@ -19,7 +17,6 @@ import (
 	"github.com/lockplane/lockplane/services/internal/arbiter"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 )
 
 // recordsOnCoord is records rehomed: the same prefix, on the coord tier.
@@ -30,40 +27,10 @@ var recordsOnCoord = class.Class{Name: "records", TTL: 3 * time.Second, Tier: cl
 // others still serve the old one; it returns its address.
 func routerWith(t *testing.T, env *devenv.Env, classes class.Static) string {
 	t.Helper()
-	src, err := env.Profile.Source("arbiter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	self, _ := identity.ID(src)
-	cfg := arbiter.RouterConfig{Config: arbiter.Config{Etcd: env.Etcd, Cluster: "coord", Self: self, Classes: classes,
-		OpTimeout: devenvtest.OpTimeout, AllowAnyWorkload: true, OnePersonEpochAdvance: true,
-		IsOperator: arbiter.OperatorPathPrefix(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), "/operator/")}, Shards: map[string]arbiter.Etcd{}}
-	for name, cl := range env.ShardEtcd {
-		cfg.Shards[name] = cl
-	}
-	ro, err := arbiter.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go ro.Run(ctx)
-	if err := ro.Ready(ctxT(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	creds, err := identity.ServerCredentials(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(ro.UnaryInterceptor()), grpc.ChainStreamInterceptor(ro.StreamInterceptor()))
-	ro.Register(srv)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return serveRouter(t, env, func(cfg *arbiter.RouterConfig) {
+		cfg.Classes, cfg.OnePersonEpochAdvance = classes, true
+		cfg.IsOperator = arbiter.OperatorPathPrefix(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), "/operator/")
+	})
 }
 
 // dialAs is a client of the arbiter at addr as the named identity.

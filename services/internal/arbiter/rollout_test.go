@@ -23,16 +23,32 @@ import (
 // returns a client of it as the named identity.
 func secondRouter(t *testing.T, env *devenv.Env, shards []string, as string) *lockclient.Client {
 	t.Helper()
+	addr := serveRouter(t, env, func(cfg *arbiter.RouterConfig) {
+		cfg.Classes = class.NewStatic(devenvtest.Fast, entity)
+		cfg.Shards = map[string]arbiter.Etcd{}
+		for _, s := range shards {
+			cfg.Shards[s] = env.ShardEtcd[s]
+		}
+	})
+	return dialAs(t, env, addr, as)
+}
+
+// serveRouter serves another Router over env's clusters, as the arbiter
+// identity, configured as with says after the defaults; it returns its
+// address once the Router is ready.
+func serveRouter(t *testing.T, env *devenv.Env, with func(*arbiter.RouterConfig)) string {
+	t.Helper()
 	src, err := env.Profile.Source("arbiter")
 	if err != nil {
 		t.Fatal(err)
 	}
 	self, _ := identity.ID(src)
 	cfg := arbiter.RouterConfig{Config: arbiter.Config{Etcd: env.Etcd, Cluster: "coord", Self: self,
-		Classes: class.NewStatic(devenvtest.Fast, entity), OpTimeout: devenvtest.OpTimeout, AllowAnyWorkload: true}, Shards: map[string]arbiter.Etcd{}}
-	for _, s := range shards {
-		cfg.Shards[s] = env.ShardEtcd[s]
+		OpTimeout: devenvtest.OpTimeout, AllowAnyWorkload: true}, Shards: map[string]arbiter.Etcd{}}
+	for name, cl := range env.ShardEtcd {
+		cfg.Shards[name] = cl
 	}
+	with(&cfg)
 	ro, err := arbiter.NewRouter(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -51,20 +67,11 @@ func secondRouter(t *testing.T, env *devenv.Env, shards []string, as string) *lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(ro.UnaryInterceptor()))
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(ro.UnaryInterceptor()), grpc.ChainStreamInterceptor(ro.StreamInterceptor()))
 	ro.Register(srv)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	id, err := env.Profile.Source(as)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := lockclient.Dial(lockclient.Config{Target: lis.Addr().String(), Identity: id, ServerID: env.Profile.ServerID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
+	return lis.Addr().String()
 }
 
 // keyOn is a key the map homes to shard.
