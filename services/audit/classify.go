@@ -30,7 +30,9 @@ type revision struct {
 //     one revision, the session record /s/<lease> with the holds;
 //   - a close first puts /sc/<lease> on the lease, so a closed session's
 //     end deletes that mark too, and an expiry's does not;
-//   - a force-release puts its /sys/force/<id> record in the deleting Txn;
+//   - a force-release puts its /sys/force/<id> record in the deleting Txn,
+//     which is the Detail of every event it makes (each hold's end, and
+//     with revoke_session the session record's);
 //   - an epoch advance writes a new epoch into /sys/epoch and deletes
 //     every hold, waiter and session record in one Txn: the sessions it
 //     ends are part of its epoch_advance event, not ends of their own (a
@@ -55,7 +57,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			if id, ok := leaseOf(k, lockkey.ClosingPrefix); ok {
 				closing[id] = true
 			}
-		case ev.Type == mvccpb.PUT && strings.HasPrefix(k, ForcePrefix):
+		case ev.Type == mvccpb.PUT && records.IsForceKey(k):
 			forced, forceDetail = true, string(ev.Kv.Value)
 		}
 	}
@@ -112,9 +114,6 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			if e.Kind == EpochAdvance && e.Detail == "" {
 				e.Detail = "ended by the epoch advance at this revision"
 			}
-			if e.Kind == ForceRelease && e.Detail == "" {
-				e.Detail = forceDetail
-			}
 		case strings.HasPrefix(k, lockkey.SessionPrefix):
 			lease, ok := leaseOf(k, lockkey.SessionPrefix)
 			if !ok {
@@ -150,6 +149,17 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			e.Kind, e.Detail = ShardMove, string(ev.Kv.Value)
 		default:
 			continue
+		}
+		if e.Kind == ForceRelease {
+			// Every event of the revision, the revoked session's end too,
+			// says who asked, who approved and why: the archive locks each
+			// away. A compacted holder is still said to be unknown here;
+			// the record names the holds and their session.
+			if e.Detail == unknownHolder {
+				e.Detail = forceDetail + " (" + unknownHolder + ")"
+			} else {
+				e.Detail = forceDetail
+			}
 		}
 		out = append(out, e)
 	}

@@ -150,3 +150,43 @@ func TestClassifyTellsTheSessionsAnAdvanceEndedAsPartOfIt(t *testing.T) {
 		})
 	}
 }
+
+// A force-release with revoke_session deletes the session's holds and its
+// session record and puts the force record, in one Txn (approveForce): every
+// event of that revision, the session's end included, is a force_release
+// carrying the force record, so whichever of them is kept says who asked,
+// who approved and why (issue 32). A hold whose old value was compacted
+// names no holder; the force record names it.
+func TestClassifyGivesEveryEventOfARevokedSessionTheForceRecord(t *testing.T) {
+	const force = `{"action":"a1","kind":"force_release","requester":"alice","approver":"bob","reason":"stuck job","session":7,"revoke_session":true}`
+	hold := func(key string) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(lockkey.HoldKey(key)), Value: []byte(`{"identity":"a","class":"default"}`), Lease: 7, CreateRevision: 4, ModRevision: 4}
+	}
+	del := func(key []byte, prev *mvccpb.KeyValue) *clientv3.Event {
+		return &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: key, ModRevision: 9}, PrevKv: prev}
+	}
+	session := &mvccpb.KeyValue{Key: []byte(lockkey.SessionKey(7)), Value: []byte(`{"identity":"a","ttl_seconds":15}`), Lease: 7, CreateRevision: 3, ModRevision: 3}
+	// In the Txn's order: the holds, the session record, the force record.
+	events := []*clientv3.Event{
+		del([]byte(lockkey.HoldKey("team-a/k1")), hold("team-a/k1")),
+		del([]byte(lockkey.HoldKey("team-a/k2")), hold("team-a/k2")),
+		del([]byte(lockkey.HoldKey("team-a/k3")), nil),
+		del(session.Key, session),
+		{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(ForcePrefix + "a1"), Value: []byte(force), Lease: 99, CreateRevision: 9, ModRevision: 9, Version: 1}},
+	}
+	got := classify(source{name: "coord", id: "c"}, revision{rev: 9, events: events}, 2, time.Unix(0, 0))
+	keys := map[string]bool{}
+	for _, e := range got {
+		keys[e.Key] = true
+		want := force
+		if e.Key == "team-a/k3" { // compacted: the holder is still said to be unknown
+			want = force + " (" + unknownHolder + ")"
+		}
+		if e.Kind != ForceRelease || e.Detail != want {
+			t.Errorf("%q (session %d): %s with detail %q; want force_release with the force record", e.Key, e.Session, e.Kind, e.Detail)
+		}
+	}
+	if len(got) != 4 || !keys[""] || !keys["team-a/k1"] || !keys["team-a/k2"] || !keys["team-a/k3"] {
+		t.Fatalf("events %+v; want the three holds' ends and the session's", got)
+	}
+}

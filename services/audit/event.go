@@ -23,8 +23,9 @@ const (
 	// holder stopped renewing (ADR-22's client-health signal).
 	Expiry Kind = "expiry"
 	// ForceRelease: a hold ended by two operators (lockctl force-release);
-	// the hold's event's Detail is the /sys/force record put in the same
-	// Txn: requester, approver, reason, class and enforcement.
+	// the Detail of every event of that revision (each hold's, and a
+	// revoked session's) is the /sys/force record put in the same Txn:
+	// requester, approver, reason, class and enforcement.
 	ForceRelease Kind = "force_release"
 	// EpochAdvance: the cluster's epoch record was written.
 	EpochAdvance Kind = "epoch_advance"

@@ -4,11 +4,15 @@
 //   - every UTC day's events as one Parquet file,
 //     history/YYYY/MM/DD/events.parquet in the history bucket, whose
 //     lifecycle rule expires objects a year after they were written;
-//   - every epoch advance and force release as a small JSON object,
-//     records/<kind>/<cluster_id>/<revision>.json in the records bucket,
-//     which has object lock on: each record is retained (compliance mode
-//     in production) for seven years, and MinIO refuses to delete it
-//     before then.
+//   - every epoch advance and every event of a force release as a small
+//     JSON object in the records bucket, which has object lock on: each
+//     record is retained (compliance mode in production) for seven years,
+//     and MinIO refuses to delete it before then. An advance is
+//     records/epoch_advance/<cluster_id>/<revision>.json; a force release
+//     is one object per event under
+//     records/force_release/<cluster_id>/<revision>/, named by the
+//     key-<lock key digest> or session-<lease hex> (RecordKey), each carrying
+//     the force record: who asked, who approved, why.
 //
 // An Archive reads ClickHouse a page at a time, so a day of any size is
 // exported in bounded memory (the Parquet file is built in a temporary

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/audittest"
 	"github.com/lockplane/lockplane/services/audit/chstore"
+	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
 	"github.com/parquet-go/parquet-go"
@@ -646,4 +648,152 @@ func (c *autoClock) waits() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.waited)
+}
+
+// A force-release with revoke_session is one revision of several events:
+// each hold's end and, keyed "", the session's, every one carrying the
+// force record. Each is kept as a locked record of its own, even when the
+// revision straddles two pages: the first of them is not the only one
+// locked away, so the locked record always says who asked, who approved
+// and why (issue 32).
+func TestEveryEventOfAForceReleaseIsALockedRecord(t *testing.T) {
+	e := newEnv(t)
+	const force = `{"action":"a1","kind":"force_release","requester":"https://idp.test#u-alice (alice)","approver":"https://idp.test#u-bob (bob)","reason":"stuck job","revoke_session":true}`
+	at := day.Add(time.Hour)
+	ended := func(key string) audit.Event {
+		return audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: 40, Key: key, Kind: audit.ForceRelease, At: at,
+			Namespace: "team-a", Class: "default", Identity: "erin", Instance: "erin-pod-1", Session: 0x1f, Epoch: 4, Detail: force}
+	}
+	session := ended("") // sorts first in its revision
+	session.Namespace, session.Class, session.TTLSeconds = "", "", 15
+	revision := []audit.Event{session, ended("team-a/jobs/1"), ended("team-a/jobs/2"), ended("team-a/jobs/3")}
+	advance := audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: 41, Kind: audit.EpochAdvance, At: at, Epoch: 5, Detail: "epoch 5"}
+	if err := e.store.Insert(e.ctx, append(slices.Clone(revision), advance)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(minio.Governance)
+	cfg.PageSize = 3 // the revision straddles two pages
+	a := e.archive(t, cfg)
+	done, err := a.CopyRecords(e.ctx, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Copied != len(revision)+1 || len(done.Differing) != 0 {
+		t.Errorf("CopyRecords = %+v; want %d copied, nothing differing", done, len(revision)+1)
+	}
+
+	recs := lockedRecords(t, e, cfg.RecordsBucket)
+	for _, want := range append(slices.Clone(revision), advance) {
+		got, ok := recs[recordID(want)]
+		if !ok {
+			t.Errorf("no record of %s %q (session %x) at revision %d; the bucket holds %v", want.Kind, want.Key, want.Session, want.Revision, slices.Sorted(maps.Keys(recs)))
+			continue
+		}
+		if !reflect.DeepEqual(got.event, want) {
+			t.Errorf("%s: %+v; want %+v", got.key, got.event, want)
+		}
+		if got.versions != 1 || got.mode != minio.Governance || !got.until.Equal(now.AddDate(7, 0, 0)) {
+			t.Errorf("%s: %d versions, retained %s until %s; want one, governance until %s", got.key, got.versions, got.mode, got.until, now.AddDate(7, 0, 0))
+		}
+		if want.Kind == audit.ForceRelease {
+			for _, who := range []string{"alice", "bob", "stuck job"} {
+				if !strings.Contains(got.event.Detail, who) {
+					t.Errorf("%s: detail %q does not say %q", got.key, got.event.Detail, who)
+				}
+			}
+		}
+	}
+	if len(recs) != len(revision)+1 {
+		t.Errorf("records %v; want one per event", slices.Sorted(maps.Keys(recs)))
+	}
+	for ev, want := range map[*audit.Event]string{
+		&advance:     "records/epoch_advance/c0ffee/41.json", // as before
+		&revision[0]: "records/force_release/c0ffee/40/session-000000000000001f.json",
+		&revision[1]: "records/force_release/c0ffee/40/key-" + keyDigest("team-a/jobs/1") + ".json",
+	} {
+		if got := recs[recordID(*ev)].key; got != want {
+			t.Errorf("the record of %s %q is at %q, want %s", ev.Kind, ev.Key, got, want)
+		}
+	}
+
+	again, err := a.CopyRecords(e.ctx, day)
+	if err != nil || again.Copied != 0 || again.Present != len(revision)+1 || len(again.Differing) != 0 {
+		t.Fatalf("CopyRecords again = %+v, %v; want all %d present", again, err, len(revision)+1)
+	}
+}
+
+// lockedRecord is one object of the records bucket, read back.
+type lockedRecord struct {
+	key      string
+	event    audit.Event
+	versions int
+	mode     minio.RetentionMode
+	until    time.Time
+}
+
+// recordID is an event's row key in the store: cluster, revision, key.
+func recordID(e audit.Event) string { return fmt.Sprintf("%s/%d/%s", e.ClusterID, e.Revision, e.Key) }
+
+// lockedRecords reads every record of bucket, by the row key of the event
+// it holds, with its versions and retention; whatever the layout.
+func lockedRecords(t *testing.T, e env, bucket string) map[string]lockedRecord {
+	t.Helper()
+	versions := map[string]int{}
+	for o := range e.client.ListObjects(e.ctx, bucket, minio.ListObjectsOptions{Prefix: "records/", Recursive: true, WithVersions: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		versions[o.Key]++
+	}
+	out := map[string]lockedRecord{}
+	for key, n := range versions {
+		data, _ := get(t, e, bucket, key, minio.GetObjectOptions{})
+		r := lockedRecord{key: key, versions: n}
+		if err := json.Unmarshal(data, &r.event); err != nil {
+			t.Fatalf("%s: %s is no event: %v", key, data, err)
+		}
+		m, until, err := e.client.GetObjectRetention(e.ctx, bucket, key, "")
+		if err != nil {
+			t.Fatalf("%s retention: %v", key, err)
+		}
+		if m != nil && until != nil {
+			r.mode, r.until = *m, *until
+		}
+		out[recordID(r.event)] = r
+	}
+	return out
+}
+
+// keyDigest is how a record's object names its lock key.
+func keyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16])
+}
+
+// A lock key as long as the API allows, or of nothing but slashes, still
+// names a record S3 takes: every record after it is locked away too.
+func TestARecordOfAnyLockKeyIsCopied(t *testing.T) {
+	e := newEnv(t)
+	long := "team-a/" + strings.Repeat("x", lockkey.MaxLen-len("team-a/"))
+	slashes := "team-a/" + strings.Repeat("/", 250)
+	var evs []audit.Event
+	for i, k := range []string{long, slashes, "team-a/after"} {
+		evs = append(evs, audit.Event{ClusterID: "c0ffee", Cluster: "coord", Revision: 50, Key: k, Kind: audit.ForceRelease,
+			At: day.Add(time.Duration(i) * time.Second), Namespace: "team-a", Detail: "requested by alice, approved by bob: stuck"})
+	}
+	if err := e.store.Insert(e.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(minio.Governance)
+	a := e.archive(t, cfg)
+	got, err := a.CopyRecords(e.ctx, day)
+	if err != nil || got.Copied != len(evs) || len(got.Failed) != 0 {
+		t.Fatalf("CopyRecords = %+v, %v; want all %d copied", got, err, len(evs))
+	}
+	recs := lockedRecords(t, e, cfg.RecordsBucket)
+	for _, ev := range evs {
+		if r, ok := recs[recordID(ev)]; !ok || r.event.Key != ev.Key {
+			t.Errorf("no record of the key of %d bytes", len(ev.Key))
+		}
+	}
 }
