@@ -74,6 +74,9 @@ type Manifest struct {
 	// decoded from JSON or built by hand has none, and Fetch then looks
 	// the version up itself.
 	ObjectVersion string `json:"-"`
+	// Signature is by the cluster's snapshot signing key (Sign): a
+	// restore trusts no manifest without it.
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // Source is where a snapshot is taken from: one member's client URL, with

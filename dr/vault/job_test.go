@@ -62,7 +62,7 @@ func receive[T any](tb testing.TB, ctx context.Context, ch <-chan T, what string
 func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 	ctx, c, cli := region(t)
 	mio := resourcetest.StartMinIO(t)
-	v := vault.Vault{Client: mio.Client(t), Region: "local"}
+	v := keyed(vault.Vault{Client: mio.Client(t), Region: "local"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func (f *failing) Put(ctx context.Context, m snapshot.Manifest, file string) (sn
 func TestALeaderWhoseSnapshotsKeepFailingStepsDown(t *testing.T) {
 	ctx, c, cli := region(t)
 	mio := resourcetest.StartMinIO(t)
-	v := vault.Vault{Client: mio.Client(t), Region: "step-down"}
+	v := keyed(vault.Vault{Client: mio.Client(t), Region: "step-down"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,13 @@
 // expired after KeepDays. Each snapshot is two objects under its cluster's
 // prefix, the snapshot file and its manifest; the manifest is written
 // last, so a listed snapshot is a whole one. Each object is written once,
-// never over another (a conditional PUT), and read at the version listed.
+// never over another (a conditional PUT), and read at its first version.
+//
+// A manifest is signed by its cluster's snapshot signing key, and every
+// read (List, Latest, Find) trusts only manifests signed by a key of
+// their cluster given in Vault.Trusted: write access to the bucket is not
+// enough to make a snapshot a restore will use. A snapshot that is not
+// signed, or signed by another key, is refused by name.
 //
 // The vault must outlive the region it protects: it lives at the DR site
 // (the DR stack's vault host), not beside the clusters it holds.
@@ -12,6 +18,7 @@ package vault
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,7 +80,45 @@ type Vault struct {
 	// Fetch's download; DefaultTransferTimeout when zero. The caller's
 	// context may end either sooner.
 	TransferTimeout time.Duration
+	// Signer signs the manifests Put writes: the snapshot signing key of
+	// the cluster whose snapshots this Vault puts. Put refuses without it.
+	Signer ed25519.PrivateKey
+	// Trusted are the public keys manifests are checked against, by
+	// cluster: List, Latest, Find and Fetch use only snapshots signed by
+	// one of their cluster's keys, and refuse to read without any. A
+	// Signer's key is not trusted by holding it: a Vault knows no cluster
+	// of its own, and a shard's key must never vouch for coord's.
+	Trusted Keys
 }
+
+// Keys are snapshot signing public keys by cluster name.
+type Keys map[string][]ed25519.PublicKey
+
+// ParseKeys reads keys in their text form (snapshot.FormatPublicKey) by
+// cluster, naming the first that is not a key.
+func ParseKeys(text map[string][]string) (Keys, error) {
+	out := Keys{}
+	for cluster, keys := range text {
+		if err := CheckName("trusted keys: cluster", cluster); err != nil {
+			return nil, err
+		}
+		for i, k := range keys {
+			pub, err := snapshot.ParsePublicKey(k)
+			if err != nil {
+				return nil, fmt.Errorf("trusted keys: %s[%d]: %w", cluster, i, err)
+			}
+			out[cluster] = append(out[cluster], pub)
+		}
+	}
+	return out, nil
+}
+
+// trusted is the keys a manifest of cluster is checked against.
+func (v Vault) trusted(cluster string) []ed25519.PublicKey { return v.Trusted[cluster] }
+
+// ErrUntrusted means a snapshot's manifest is not signed by a key of its
+// cluster: not one a restore may use.
+var ErrUntrusted = errors.New("vault: untrusted snapshot")
 
 // op is a context for one call that moves no snapshot file.
 func (v Vault) op(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -186,6 +231,9 @@ func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snaps
 	if err := check(m); err != nil {
 		return m, err
 	}
+	if len(v.Signer) != ed25519.PrivateKeySize {
+		return m, fmt.Errorf("vault: put: no signing key: a snapshot of %s is signed with the cluster's snapshot signing key", m.Cluster)
+	}
 	f, err := os.Open(file)
 	if err != nil {
 		return m, err
@@ -196,7 +244,13 @@ func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snaps
 	if m.ObjectVersion, err = v.create(ctx, v.transfer, db); err != nil {
 		return m, err
 	}
-	// ObjectVersion is not serialised: a Put run again writes the same bytes.
+	// ObjectVersion is not serialised, and an Ed25519 signature is the
+	// same for the same bytes: a Put run again writes the same manifest.
+	version := m.ObjectVersion
+	if err := m.Sign(v.Signer); err != nil {
+		return m, err
+	}
+	m.ObjectVersion = version
 	doc, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return m, err
@@ -281,13 +335,19 @@ func (v Vault) holds(ctx context.Context, o object) (string, error) {
 }
 
 // List returns the manifests of cluster's snapshots (every cluster's when
-// cluster is ""), oldest first, each read at the version listed. A
-// snapshot that is not whole (one of its objects expired or missing), was
-// written twice, or whose manifest cannot be read or does not describe
-// its own object is left out and named in skipped, so one bad object (a
-// newer format, a tampered one) hides nothing else.
+// cluster is ""), oldest first, each read at its objects' first versions.
+// A snapshot that is not whole (one of its objects expired or missing),
+// whose manifest cannot be read or does not describe its own object, or
+// is not signed by a trusted key of its cluster or dated after it was
+// stored (wrapping ErrUntrusted) is left out and named in skipped, so one
+// bad object (a newer format, a forged one) hides nothing else. A listed
+// snapshot whose objects were written again since is named in skipped
+// too, wrapping ErrOverwritten.
 func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest, skipped []error, err error) {
 	if err := v.check(); err != nil {
+		return nil, nil, err
+	}
+	if err := v.checkTrust(cluster); err != nil {
 		return nil, nil, err
 	}
 	prefix := ""
@@ -302,10 +362,13 @@ func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest
 		return nil, nil, err
 	}
 	for _, base := range l.bases() {
-		m, err := v.read(ctx, l, base)
+		m, overwritten, err := v.read(ctx, l, base)
 		if err != nil {
 			skipped = append(skipped, err)
 			continue
+		}
+		if overwritten != nil {
+			skipped = append(skipped, overwritten)
 		}
 		ms = append(ms, m)
 	}
@@ -318,21 +381,47 @@ func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest
 	return ms, skipped, nil
 }
 
-// read is base's manifest, read at the version l lists, with the version
-// of its snapshot object to fetch: both objects' only ones.
-func (v Vault) read(ctx context.Context, l listing, base string) (snapshot.Manifest, error) {
-	db, err := l.one(base + ".db")
+// read is base's manifest with the version of its snapshot object to
+// fetch: both objects' first versions.
+//
+// Each object is read at its first version: Put writes an object once,
+// and object lock keeps that version for KeepDays, so a later put over the
+// name (a storer's credential is on its cluster's hosts) can neither
+// replace a snapshot nor make it unreadable. The manifest's signature and
+// the file's digest are checked against that first version, and the
+// overwrite is reported (overwritten).
+func (v Vault) read(ctx context.Context, l listing, base string) (m snapshot.Manifest, overwritten error, err error) {
+	db, err := l.first(base + ".db")
 	if err != nil {
-		return snapshot.Manifest{}, err
+		return snapshot.Manifest{}, nil, err
 	}
-	doc, err := l.one(base + ".json")
+	doc, err := l.first(base + ".json")
 	if err != nil {
-		return snapshot.Manifest{}, err
+		return snapshot.Manifest{}, nil, err
 	}
-	m, err := v.manifest(ctx, base+".json", doc)
-	m.ObjectVersion = db
-	return m, err
+	m, err = v.manifest(ctx, base+".json", doc.id)
+	m.ObjectVersion = db.id
+	if err == nil && m.TakenAt.After(doc.modified.Add(MaxClockSkew)) {
+		// Signed by a key of the cluster, yet dated after it was stored:
+		// dated ahead to win Latest, which only a holder of the key can do.
+		err = fmt.Errorf("%w %s: taken_at %s is after the vault stored it (%s): refusing it", ErrUntrusted, base,
+			m.TakenAt.UTC().Format(time.RFC3339), doc.modified.UTC().Format(time.RFC3339))
+	}
+	if err == nil && (db.later > 0 || doc.later > 0) {
+		overwritten = fmt.Errorf("%w: %s was written again since it was stored (%d later versions of its file, %d of its manifest); its first version, kept under object lock, is what is read",
+			ErrOverwritten, base, db.later, doc.later)
+	}
+	return m, overwritten, err
 }
+
+// MaxClockSkew is how far a manifest's taken_at may run ahead of the
+// time the vault stored it (the member host's clock against MinIO's).
+const MaxClockSkew = 5 * time.Minute
+
+// ErrOverwritten notes a snapshot whose objects were put again after Put
+// wrote them: not refused (its first version is read), but someone with
+// its cluster's vault credential wrote there, which wants looking into.
+var ErrOverwritten = errors.New("vault: snapshot overwritten")
 
 // manifest reads version of one manifest object and checks it describes
 // that object.
@@ -369,7 +458,23 @@ func (v Vault) manifest(ctx context.Context, name, version string) (snapshot.Man
 	if err := check(m); err != nil {
 		return m, fmt.Errorf("vault: manifest %s: %w", name, err)
 	}
+	if err := m.CheckSignature(v.trusted(m.Cluster)); err != nil {
+		return m, fmt.Errorf("%w %s: %w: refusing it (a snapshot's manifest is signed by its cluster's snapshot job)", ErrUntrusted, strings.TrimSuffix(name, ".json"), err)
+	}
 	return m, nil
+}
+
+// checkTrust refuses to read snapshots with no key to check them by:
+// cluster's, or any cluster's when cluster is "".
+func (v Vault) checkTrust(cluster string) error {
+	if cluster == "" && len(v.Trusted) > 0 || len(v.trusted(cluster)) > 0 {
+		return nil
+	}
+	what := "any cluster"
+	if cluster != "" {
+		what = "cluster " + cluster
+	}
+	return fmt.Errorf("vault: no trusted snapshot signing key for %s: snapshots are read only against their cluster's keys (the vault stack's outputs, docs/dr.md)", what)
 }
 
 // check refuses a manifest with a field no snapshot can have.
@@ -394,16 +499,22 @@ var sha256Rule = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // ErrNone means the vault holds no snapshot of a cluster.
 var ErrNone = errors.New("vault: no snapshot")
 
-// Latest is the newest readable snapshot of cluster.
-func (v Vault) Latest(ctx context.Context, cluster string) (snapshot.Manifest, error) {
-	ms, _, err := v.List(ctx, cluster)
+// Latest is the newest readable snapshot of cluster that a trusted key
+// signed. refused names each snapshot left out (List's skipped): one
+// newer than the chosen is what a forger would have put there, and the
+// caller says so rather than restoring an older one in silence.
+func (v Vault) Latest(ctx context.Context, cluster string) (m snapshot.Manifest, refused []error, err error) {
+	ms, skipped, err := v.List(ctx, cluster)
 	if err != nil {
-		return snapshot.Manifest{}, err
+		return snapshot.Manifest{}, nil, err
+	}
+	if len(ms) == 0 && len(skipped) > 0 {
+		return snapshot.Manifest{}, skipped, fmt.Errorf("%w of %s/%s in bucket %s that can be used (%d refused: %w)", ErrNone, v.Region, cluster, v.bucket(), len(skipped), errors.Join(skipped...))
 	}
 	if len(ms) == 0 {
-		return snapshot.Manifest{}, fmt.Errorf("%w of %s/%s in bucket %s", ErrNone, v.Region, cluster, v.bucket())
+		return snapshot.Manifest{}, nil, fmt.Errorf("%w of %s/%s in bucket %s", ErrNone, v.Region, cluster, v.bucket())
 	}
-	return ms[len(ms)-1], nil
+	return ms[len(ms)-1], skipped, nil
 }
 
 // Find is the snapshot whose manifest or snapshot object is named name
@@ -412,15 +523,19 @@ func (v Vault) Find(ctx context.Context, name string) (snapshot.Manifest, error)
 	if err := v.check(); err != nil {
 		return snapshot.Manifest{}, err
 	}
-	base, _, err := ParseName(name)
+	base, cluster, err := ParseName(name)
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("vault: %w", err)
+	}
+	if err := v.checkTrust(cluster); err != nil {
+		return snapshot.Manifest{}, err
 	}
 	l, err := v.versions(ctx, base+".")
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
-	return v.read(ctx, l, base)
+	m, _, err := v.read(ctx, l, base)
+	return m, err
 }
 
 // listing is what a listing with versions says of each object under a
@@ -429,8 +544,9 @@ type listing map[string]listed
 
 // listed is one object's versions.
 type listed struct {
-	ids     []string // its versions' IDs, delete markers aside
-	deleted bool     // its latest version is a delete marker: expired (or deleted)
+	ids     []string    // its versions' IDs, delete markers aside
+	times   []time.Time // when each was written, as ids
+	deleted bool        // its latest version is a delete marker: expired (or deleted)
 }
 
 // versions lists the versions of each object under prefix.
@@ -446,7 +562,7 @@ func (v Vault) versions(ctx context.Context, prefix string) (listing, error) {
 		if obj.IsDeleteMarker {
 			o.deleted = o.deleted || obj.IsLatest
 		} else {
-			o.ids = append(o.ids, obj.VersionID)
+			o.ids, o.times = append(o.ids, obj.VersionID), append(o.times, obj.LastModified)
 		}
 		l[obj.Key] = o
 	}
@@ -457,11 +573,10 @@ func (v Vault) versions(ctx context.Context, prefix string) (listing, error) {
 // written.
 func (l listing) gone(key string) bool { return l[key].deleted || len(l[key].ids) == 0 }
 
-// one is the version of key to read, its only one. It refuses a key that
-// is gone (so a snapshot half expired is never offered: it could not be
-// fetched) and one written more than once: Put writes each object exactly
-// once under a name of its own, so a second version is an overwrite, and
-// the first, kept under object lock, is what to look at, by hand.
+// one is the version of key when it has exactly one: what Put checks
+// when it finds its name taken. It refuses a key that is gone (so a
+// snapshot half expired is never offered: it could not be fetched) and
+// one written more than once (an overwrite: reads use first).
 func (l listing) one(key string) (string, error) {
 	part := "snapshot object"
 	if strings.HasSuffix(key, ".json") {
@@ -475,6 +590,31 @@ func (l listing) one(key string) (string, error) {
 	default:
 		return ids[0], nil
 	}
+}
+
+// version is one version of an object, the first written, and how many
+// were written after it.
+type version struct {
+	id       string
+	modified time.Time
+	later    int
+}
+
+// first is key's first version, the one Put wrote: refused like one
+// refuses when key is gone.
+func (l listing) first(key string) (version, error) {
+	o := l[key]
+	if l.gone(key) {
+		_, err := l.one(key)
+		return version{}, err
+	}
+	i := 0
+	for j, t := range o.times {
+		if !t.After(o.times[i]) { // listed newest first: of equal times, the last
+			i = j
+		}
+	}
+	return version{id: o.ids[i], modified: o.times[i], later: len(o.ids) - 1}, nil
 }
 
 // bases are the snapshots in l to read or to name: each whose manifest
@@ -511,16 +651,20 @@ func ParseName(name string) (base, cluster string, err error) {
 }
 
 // Fetch downloads m's snapshot to file and verifies it against m. It reads
-// the version of m.Object that List, Latest or Find found written once
-// (m.ObjectVersion); for a manifest without one (built by hand), the
-// object's only version, refusing one written twice.
+// the version of m.Object that List, Latest or Find read (m.ObjectVersion,
+// its first); for a manifest without one (built by hand), the object's
+// first version.
 func (v Vault) Fetch(ctx context.Context, m snapshot.Manifest, file string) error {
 	if err := v.check(); err != nil {
 		return err
 	}
 	// A name Put could not have written is refused before any read.
-	if _, _, err := ParseName(m.Object); err != nil || !strings.HasSuffix(m.Object, ".db") {
-		return fmt.Errorf("vault: fetch: %q is not a snapshot object: want CLUSTER/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST.db, as List sets it", m.Object)
+	if _, cluster, err := ParseName(m.Object); err != nil || !strings.HasSuffix(m.Object, ".db") || cluster != m.Cluster {
+		return fmt.Errorf("vault: fetch: %q is not a snapshot object of cluster %q: want %s/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST.db, as List sets it", m.Object, m.Cluster, m.Cluster)
+	}
+	// A manifest built by hand is held to what List holds a stored one to.
+	if err := m.CheckSignature(v.trusted(m.Cluster)); err != nil {
+		return fmt.Errorf("%w %s: %w: refusing to fetch it", ErrUntrusted, strings.TrimSuffix(m.Object, ".db"), err)
 	}
 	version := m.ObjectVersion
 	if version == "" {
@@ -528,9 +672,11 @@ func (v Vault) Fetch(ctx context.Context, m snapshot.Manifest, file string) erro
 		if err != nil {
 			return err
 		}
-		if version, err = l.one(m.Object); err != nil {
+		first, err := l.first(m.Object)
+		if err != nil {
 			return err
 		}
+		version = first.id
 	}
 	tctx, cancel := v.transfer(ctx)
 	defer cancel()

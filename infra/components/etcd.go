@@ -139,7 +139,8 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 		}
 		v := env.RestoreVault
 		if c.Snapshot, err = nodes.NewVaultSnapshot(ctx, s.Region+"-"+a.Name+"-snapshot", nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem,
-			AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword, Region: s.Region, Cluster: a.Name}, from, in); err != nil {
+			AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword, Region: s.Region, Cluster: a.Name,
+			TrustedKeys: v.Trusted(a.Name)}, from, in); err != nil {
 			return nil, err
 		}
 		a.Snapshot = c.Snapshot
@@ -192,7 +193,7 @@ func restoreInPlace(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, c *EtcdClu
 		return nil, fmt.Errorf("restoreInPlace.%s: the region has no snapshot vault (snapshots.vaultStack)", a.Name)
 	}
 	vault := nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
-		Region: s.Region, Cluster: a.Name}
+		Region: s.Region, Cluster: a.Name, TrustedKeys: v.Trusted(a.Name)}
 	snap, err := nodes.NewVaultSnapshot(ctx, s.Region+"-"+a.Name+"-in-place-snapshot", vault, from, opts...)
 	if err != nil {
 		return nil, err
@@ -263,7 +264,7 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 		}
 		r, err := nodes.NewEtcdRestore(ctx, name+"-restore", nodes.EtcdRestoreArgs{Connection: conn, DataDir: EtcdDataDir(m, a.Name),
 			Vault: nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
-				Region: s.Region, Cluster: a.Name}, Snapshot: a.Snapshot, MemberName: m.Name, Members: members, Token: a.Token}, in, gated)
+				Region: s.Region, Cluster: a.Name, TrustedKeys: v.Trusted(a.Name)}, Snapshot: a.Snapshot, MemberName: m.Name, Members: members, Token: a.Token}, in, gated)
 		if err != nil {
 			return nil, err
 		}

@@ -10,16 +10,33 @@ import (
 )
 
 // VaultAccess is how a region reaches its snapshot vault, read from the
-// vault's stack: its storer, the only vault user its snapshot jobs are
-// given, and its restorer, the only one a restore reads as.
+// vault's stack: each cluster's storer and signing key, the only vault
+// user and key that cluster's snapshot jobs are given, the clusters'
+// public keys, which every restore verifies by, and its restorer, the
+// only user a restore reads as.
 type VaultAccess struct {
 	Stack     string
 	URL       string
 	CACertPem pulumi.StringInput
-	// Storer and Restorer are the region's users; their passwords secret.
-	Storer, Restorer                 string
-	StorerPassword, RestorerPassword pulumi.StringInput
+	// Restorer is the region's; its password secret.
+	Restorer         string
+	RestorerPassword pulumi.StringInput
+	// Clusters are by cluster name: every cluster of the region.
+	Clusters map[string]VaultClusterAccess
 }
+
+// VaultClusterAccess is one cluster's part of the vault: its storer
+// (confined to the cluster's prefix) and signing key, both secret, and
+// the public keys its snapshots are verified by.
+type VaultClusterAccess struct {
+	Storer                     string
+	StorerPassword, SigningKey pulumi.StringInput
+	PublicKeys                 []string
+}
+
+// Trusted are cluster's snapshot signing public keys (none for a cluster
+// the vault does not know, which a restore then refuses).
+func (v *VaultAccess) Trusted(cluster string) []string { return v.Clusters[cluster].PublicKeys }
 
 // SnapshotJob is one cluster's snapshot job (docs/dr.md): an instance on
 // every member host, which elect one on the cluster itself; the leader
@@ -44,17 +61,17 @@ type SnapshotJobArgs struct {
 }
 
 // SnapshotFiles are an instance's files on its member host.
-type SnapshotFiles struct{ Bin, EtcdCredentials, VaultCA, VaultCredentials, Dir string }
+type SnapshotFiles struct{ Bin, EtcdCredentials, VaultCA, VaultCredentials, SigningKey, Dir string }
 
 // SnapshotCommand is an instance's command line: its member over TLS with
-// the member's own certificate, the snapshot user's and the vault's
-// credentials by file.
+// the member's own certificate, the snapshot user's and the cluster's
+// vault credentials and signing key by file.
 func SnapshotCommand(s *topology.Stack, cluster string, m topology.Member, etcd EtcdFiles, f SnapshotFiles, vaultURL string) []string {
 	return []string{f.Bin, "--region", s.Region, "--cluster", cluster, "--name", m.Name,
 		"--endpoint", fmt.Sprintf("https://%s:%d", m.Host.Address, s.Etcd.ClientPort),
 		"--etcd-ca", etcd.CA, "--etcd-cert", etcd.Cert, "--etcd-key", etcd.Key, "--etcd-credentials", f.EtcdCredentials,
 		"--vault", vaultURL, "--vault-ca", f.VaultCA, "--vault-credentials", f.VaultCredentials,
-		"--dir", f.Dir, "--every", s.Snapshots.Every,
+		"--signing-key", f.SigningKey, "--dir", f.Dir, "--every", s.Snapshots.Every,
 		"--metrics", fmt.Sprintf("%s:%d", m.Host.Address, s.Snapshots.MetricsPort)}
 }
 
@@ -70,18 +87,26 @@ func NewSnapshotJob(ctx *pulumi.Context, env *Env, a SnapshotJobArgs, opts ...pu
 	etcdCreds := pulumi.ToSecret(a.Password.ToStringOutput().ApplyT(func(p string) string {
 		return fmt.Sprintf("snapshot %s:%s\n", etcdauth.Snapshotter, p)
 	})).(pulumi.StringOutput)
-	vaultCreds := pulumi.ToSecret(a.Vault.StorerPassword.ToStringOutput().ApplyT(func(p string) string {
-		return fmt.Sprintf("vault %s:%s\n", a.Vault.Storer, p)
+	// The cluster's own storer and key only: a host of one cluster can
+	// neither write nor sign another's snapshots.
+	own, ok := a.Vault.Clusters[a.Cluster.Name]
+	if !ok || own.Storer == "" || own.StorerPassword == nil || own.SigningKey == nil {
+		return nil, fmt.Errorf("snapshots.vaultStack: %s has no storer or signing key for cluster %s", a.Vault.Stack, a.Cluster.Name)
+	}
+	vaultCreds := pulumi.ToSecret(own.StorerPassword.ToStringOutput().ApplyT(func(p string) string {
+		return fmt.Sprintf("vault %s:%s\n", own.Storer, p)
 	})).(pulumi.StringOutput)
+	signingKey := pulumi.ToSecret(own.SigningKey).(pulumi.StringOutput)
 	for _, m := range a.Members {
 		h := m.Host
 		conn := env.Connection(h)
 		mname := name + "-" + m.Name
 		f := SnapshotFiles{Bin: env.BinPath(h, "lockplane-snapshot"), EtcdCredentials: env.ConfPath(h, a.Cluster.Name+"/snapshot-etcd-credentials"),
 			VaultCA: env.ConfPath(h, a.Cluster.Name+"/vault-ca.crt"), VaultCredentials: env.ConfPath(h, a.Cluster.Name+"/snapshot-vault-credentials"),
-			Dir: h.HostPath("/var/lib/lockplane/snapshots/" + a.Cluster.Name)}
+			SigningKey: env.ConfPath(h, a.Cluster.Name+"/snapshot-signing-key.pem"), Dir: h.HostPath("/var/lib/lockplane/snapshots/" + a.Cluster.Name)}
 		deps, triggers, err := putConfig(ctx, conn, mname, []configFile{
 			{f.EtcdCredentials, etcdCreds, "0600"}, {f.VaultCA, a.Vault.CACertPem, "0644"}, {f.VaultCredentials, vaultCreds, "0600"},
+			{f.SigningKey, signingKey, "0600"},
 		}, in)
 		if err != nil {
 			return nil, err

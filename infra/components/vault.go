@@ -13,10 +13,11 @@ import (
 // VaultBuckets resource, never to a region.
 const VaultUser = "lockplane"
 
-// VaultStorer and VaultRestorer are a region's users of the vault: its
-// snapshot jobs store as the first, a restore reads as the second.
-func VaultStorer(region string) string   { return "snap-" + region }
-func VaultRestorer(region string) string { return "restore-" + region }
+// VaultStorer and VaultRestorer are a region's users of the vault: a
+// cluster's snapshot jobs store as the first (confined to the cluster's
+// prefix), a restore reads as the second.
+func VaultStorer(region, cluster string) string { return "snap-" + region + "-" + cluster }
+func VaultRestorer(region string) string        { return "restore-" + region }
 
 // Vault is a snapshot vault: one MinIO server on its own host (its own
 // stack, so it outlives the regions it keeps), serving S3 over TLS with a
@@ -32,10 +33,21 @@ type Vault struct {
 	Buckets *nodes.VaultBuckets
 }
 
-// VaultCredentials are one region's users of the vault.
+// VaultCredentials are one region's users of the vault: its restorer,
+// and by cluster the storer and signing key of its snapshot jobs.
 type VaultCredentials struct {
-	Storer, Restorer                 string
-	StorerPassword, RestorerPassword pulumi.StringOutput
+	Restorer         string
+	RestorerPassword pulumi.StringOutput
+	Clusters         map[string]VaultClusterCredentials
+}
+
+// VaultClusterCredentials are one cluster's: its storer (its prefix
+// only) and its snapshot signing key, the private half secret.
+type VaultClusterCredentials struct {
+	Storer         string
+	StorerPassword pulumi.StringOutput
+	SigningKey     pulumi.StringOutput
+	PublicKey      pulumi.StringOutput
 }
 
 // VaultArgs place the vault.
@@ -43,7 +55,7 @@ type VaultArgs struct {
 	Host     topology.Host
 	Port     int
 	KeepDays int
-	Regions  []string
+	Regions  []topology.VaultRegion
 }
 
 // NewVault installs MinIO on the vault host, runs it, and sets up each
@@ -67,21 +79,40 @@ func NewVault(ctx *pulumi.Context, env *Env, a VaultArgs, opts ...pulumi.Resourc
 		return nil, err
 	}
 	var regions []nodes.VaultRegion
+	password := func(user string) (pulumi.StringOutput, error) {
+		p, err := nodes.NewPassword(ctx, name+"-"+user+"-password", "vault", in)
+		if err != nil {
+			return pulumi.StringOutput{}, err
+		}
+		return pulumi.ToSecret(p.Password).(pulumi.StringOutput), nil
+	}
 	for _, r := range a.Regions {
-		c := VaultCredentials{Storer: VaultStorer(r), Restorer: VaultRestorer(r)}
-		for _, u := range []struct {
-			user string
-			into *pulumi.StringOutput
-		}{{c.Storer, &c.StorerPassword}, {c.Restorer, &c.RestorerPassword}} {
-			p, err := nodes.NewPassword(ctx, name+"-"+u.user+"-password", "vault", in)
+		c := VaultCredentials{Restorer: VaultRestorer(r.Region), Clusters: map[string]VaultClusterCredentials{}}
+		if c.RestorerPassword, err = password(c.Restorer); err != nil {
+			return nil, err
+		}
+		nr := nodes.VaultRegion{Region: r.Region, Restorer: c.Restorer, RestorerPassword: c.RestorerPassword}
+		for _, cl := range r.Clusters() {
+			cc := VaultClusterCredentials{Storer: VaultStorer(r.Region, cl)}
+			if cc.StorerPassword, err = password(cc.Storer); err != nil {
+				return nil, err
+			}
+			// Made here, in the vault's state, which no region host can
+			// write: the trust anchor a restore verifies snapshots by.
+			// Protected: a replacement (a renamed vault host, a
+			// --target-replace) would make a new key and leave every
+			// snapshot signed by the old one unrestorable; rotating is a
+			// deliberate act (docs/dr.md, "Rotating a signing key").
+			k, err := nodes.NewSnapshotSigningKey(ctx, name+"-"+r.Region+"-"+cl+"-signing-key", r.Region, cl, in, pulumi.Protect(true))
 			if err != nil {
 				return nil, err
 			}
-			*u.into = pulumi.ToSecret(p.Password).(pulumi.StringOutput)
+			cc.SigningKey, cc.PublicKey = pulumi.ToSecret(k.PrivateKeyPem).(pulumi.StringOutput), k.PublicKey
+			c.Clusters[cl] = cc
+			nr.Clusters = append(nr.Clusters, nodes.VaultClusterUser{Cluster: cl, Storer: cc.Storer, StorerPassword: cc.StorerPassword})
 		}
-		v.Regions[r] = c
-		regions = append(regions, nodes.VaultRegion{Region: r, Storer: c.Storer, StorerPassword: c.StorerPassword,
-			Restorer: c.Restorer, RestorerPassword: c.RestorerPassword})
+		v.Regions[r.Region] = c
+		regions = append(regions, nr)
 	}
 	if v.Buckets, err = nodes.NewVaultBuckets(ctx, name+"-buckets", nodes.VaultBucketsArgs{URL: v.URL, CA: v.CA,
 		RootUser: VaultUser, RootPassword: rootPassword, KeepDays: a.KeepDays, Regions: regions}, in, pulumi.DependsOn([]pulumi.Resource{svc})); err != nil {

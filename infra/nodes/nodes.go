@@ -93,6 +93,23 @@ type Password struct {
 	Password pulumi.StringOutput `pulumi:"password"`
 }
 
+// SnapshotSigningKey is one cluster's snapshot signing key, made once in
+// the vault stack: PrivateKeyPem (secret) for its snapshot jobs only,
+// PublicKey (text form) for every restore to verify by.
+type SnapshotSigningKey struct {
+	pulumi.CustomResourceState
+	PrivateKeyPem pulumi.StringOutput `pulumi:"privateKeyPem"`
+	PublicKey     pulumi.StringOutput `pulumi:"publicKey"`
+	KeyID         pulumi.StringOutput `pulumi:"keyId"`
+}
+
+// NewSnapshotSigningKey makes region's cluster's signing key once.
+func NewSnapshotSigningKey(ctx *pulumi.Context, name, region, cluster string, opts ...pulumi.ResourceOption) (*SnapshotSigningKey, error) {
+	var r SnapshotSigningKey
+	return &r, ctx.RegisterResource(prefix_+"SnapshotSigningKey", name, pulumi.Map{"region": pulumi.String(region), "cluster": pulumi.String(cluster)}, &r,
+		append(opts, pulumi.AdditionalSecretOutputs([]string{"privateKeyPem"}))...)
+}
+
 // NewPassword makes a password once; purpose names it.
 func NewPassword(ctx *pulumi.Context, name, purpose string, opts ...pulumi.ResourceOption) (*Password, error) {
 	var r Password
@@ -462,11 +479,18 @@ type VaultBuckets struct {
 }
 
 // VaultRegion is one region's users, as NewPassword makes their
-// passwords.
+// passwords: its restorer, and each cluster's storer.
 type VaultRegion struct {
-	Region                           string
-	Storer, Restorer                 string
-	StorerPassword, RestorerPassword pulumi.StringInput
+	Region           string
+	Restorer         string
+	RestorerPassword pulumi.StringInput
+	Clusters         []VaultClusterUser
+}
+
+// VaultClusterUser is one cluster's storer, confined to its prefix.
+type VaultClusterUser struct {
+	Cluster, Storer string
+	StorerPassword  pulumi.StringInput
 }
 
 // VaultBucketsArgs: MinIO's https URL and the CA of its certificate, the
@@ -484,8 +508,13 @@ type VaultBucketsArgs struct {
 func NewVaultBuckets(ctx *pulumi.Context, name string, a VaultBucketsArgs, opts ...pulumi.ResourceOption) (*VaultBuckets, error) {
 	regions := pulumi.Array{}
 	for _, r := range a.Regions {
-		regions = append(regions, pulumi.Map{"region": pulumi.String(r.Region), "storer": pulumi.String(r.Storer),
-			"storerPassword": r.StorerPassword, "restorer": pulumi.String(r.Restorer), "restorerPassword": r.RestorerPassword})
+		clusters := pulumi.Array{}
+		for _, c := range r.Clusters {
+			clusters = append(clusters, pulumi.Map{"cluster": pulumi.String(c.Cluster), "storer": pulumi.String(c.Storer),
+				"storerPassword": c.StorerPassword})
+		}
+		regions = append(regions, pulumi.Map{"region": pulumi.String(r.Region), "restorer": pulumi.String(r.Restorer),
+			"restorerPassword": r.RestorerPassword, "clusters": clusters})
 	}
 	var r VaultBuckets
 	return &r, ctx.RegisterResource(prefix_+"VaultBuckets", name, pulumi.Map{

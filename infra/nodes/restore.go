@@ -15,11 +15,14 @@ type SnapshotVault struct {
 	SecretKey pulumi.StringInput
 	Region    string
 	Cluster   string
+	// TrustedKeys are the cluster's snapshot signing public keys (the
+	// vault stack's): a snapshot not signed by one is refused.
+	TrustedKeys []string
 }
 
 func (v SnapshotVault) props() pulumi.Map {
 	m := pulumi.Map{"vaultUrl": pulumi.String(v.URL), "vaultAccessKey": v.AccessKey, "vaultSecretKey": pulumi.ToSecret(v.SecretKey),
-		"region": pulumi.String(v.Region), "cluster": pulumi.String(v.Cluster)}
+		"region": pulumi.String(v.Region), "cluster": pulumi.String(v.Cluster), "trustedKeys": pulumi.ToStringArray(v.TrustedKeys)}
 	if v.CACertPem != nil {
 		m["vaultCaCertPem"] = v.CACertPem
 	}
@@ -46,6 +49,12 @@ type VaultSnapshot struct {
 	Sha256           pulumi.StringOutput `pulumi:"sha256"`
 	Size             pulumi.IntOutput    `pulumi:"size"`
 	TakenAt          pulumi.StringOutput `pulumi:"takenAt"`
+	// KeyID is the signing key that vouched for the snapshot; Refused
+	// names each snapshot "latest" left out, as {name, reason, detail}:
+	// reason "untrusted" (not signed by the cluster's key: a forgery),
+	// "incomplete", "overwritten" or "unreadable".
+	KeyID   pulumi.StringOutput `pulumi:"keyId"`
+	Refused pulumi.ArrayOutput  `pulumi:"refused"`
 }
 
 // NewVaultSnapshot chooses snapshot ("latest" or a snapshot's name) of
@@ -145,6 +154,12 @@ type ShardRestore struct {
 	// it starts, every one below it compacted.
 	HeadRevision  pulumi.IntOutput `pulumi:"headRevision"`
 	RevisionsFrom pulumi.IntOutput `pulumi:"revisionsFrom"`
+	// KeyID is the signing key that vouched for the snapshot.
+	KeyID pulumi.StringOutput `pulumi:"keyId"`
+	// Chosen is the VaultSnapshot it restores (not an output): its
+	// Refused names what "latest" left out, which `up` must print for an
+	// in-place restore as for a DR stack's.
+	Chosen *VaultSnapshot
 }
 
 // ShardMember is one running member of the shard restored in place.
@@ -195,7 +210,7 @@ func NewShardRestore(ctx *pulumi.Context, name string, a ShardRestoreArgs, opts 
 			"dataDir": pulumi.String(m.DataDir), "service": svc})
 	}
 	props["members"] = ms
-	var r ShardRestore
+	r := ShardRestore{Chosen: a.Snapshot}
 	return &r, ctx.RegisterResource(prefix_+"ShardRestore", name, props, &r,
 		append(opts, pulumi.AdditionalSecretOutputs([]string{"vaultSecretKey", "keyPem", "token"}))...)
 }

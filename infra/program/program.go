@@ -126,7 +126,7 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 	}
 	vs := &vaults{read: read, got: map[string]*components.VaultAccess{}}
 	if s.Snapshots.Enabled() {
-		if env.Vault, err = vs.access(ctx, s.Region, "snapshots.vaultStack", s.Snapshots.VaultStack); err != nil {
+		if env.Vault, err = vs.access(ctx, s, "snapshots.vaultStack", s.Snapshots.VaultStack); err != nil {
 			return err
 		}
 	}
@@ -136,7 +136,7 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 		if env.EtcdRootPassword == nil {
 			return fmt.Errorf("restore: the restored clusters keep region %s's etcd users: set %s:etcdRootPassword (secret) to that region's root password", s.Region, Namespace)
 		}
-		if env.RestoreVault, err = vs.access(ctx, s.Region, "restore.vaultStack", s.Restore.VaultStack); err != nil {
+		if env.RestoreVault, err = vs.access(ctx, s, "restore.vaultStack", s.Restore.VaultStack); err != nil {
 			return err
 		}
 	}
@@ -185,6 +185,9 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 	}
 	if s.Restore.Enabled() {
 		exportRestore(ctx, region)
+		if f := s.Restore.EpochFloor; f > 0 {
+			ctx.Export("restoreEpochFloor", pulumi.Int(int(f)))
+		}
 	}
 	exportRestoreInPlace(ctx, region)
 	// Set by `lockplane promote` when the stack met its acquire gate.

@@ -60,6 +60,9 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 	case "lockplane:nodes:ShardRestore":
 		out["clusterId"] = resource.NewStringProperty("restored-" + a.Name)
 		out["restoredAt"] = resource.NewStringProperty("2026-12-04T12:00:00.5Z")
+	case "lockplane:nodes:SnapshotSigningKey":
+		out["privateKeyPem"] = resource.MakeSecret(resource.NewStringProperty("SIGNING KEY " + a.Name))
+		out["publicKey"] = resource.NewStringProperty("ed25519:PUBLIC-" + a.Name)
 	case "lockplane:nodes:EtcdAuthTokenKey":
 		// Secret as the provider declares it.
 		out["publicKeyPem"] = resource.NewStringProperty("PUBLIC KEY " + a.Name)
@@ -91,12 +94,18 @@ func (m *mocks) readVault(_ context.Context, stack string) (program.VaultOutputs
 	return out, nil
 }
 
-// localVault is the vault stack local-vault as deployed, keeping regions.
+// localVault is the vault stack local-vault as deployed, keeping regions,
+// each cluster of up to two entity shards with its storer and key.
 func localVault(regions ...string) program.VaultOutputs {
 	v := program.VaultOutputs{URL: "https://10.231.0.30:9000", CACertPem: "VAULT CA", Regions: map[string]program.VaultRegion{}}
 	for _, r := range regions {
-		v.Regions[r] = program.VaultRegion{Bucket: vault.Bucket(r), Storer: "snap-" + r, StorerPassword: "storer-password-" + r,
-			Restorer: "restore-" + r, RestorerPassword: "restorer-password-" + r}
+		vr := program.VaultRegion{Bucket: vault.Bucket(r), Restorer: "restore-" + r, RestorerPassword: "restorer-password-" + r,
+			Clusters: map[string]program.VaultCluster{}}
+		for _, c := range []string{"coord", "entity-0", "entity-1"} {
+			vr.Clusters[c] = program.VaultCluster{Storer: "snap-" + r + "-" + c, StorerPassword: "storer-password-" + r + "-" + c,
+				SigningKey: "SIGNING KEY " + r + "-" + c, PublicKey: "ed25519:PUB-" + r + "-" + c}
+		}
+		v.Regions[r] = vr
 	}
 	return v
 }

@@ -36,6 +36,10 @@ func TestADRStackRestoresEveryMemberBeforeItStarts(t *testing.T) {
 			!in["vaultSecretKey"].IsSecret() || in["region"].StringValue() != "local" || in["vaultUrl"].StringValue() != "https://10.231.0.30:9000" {
 			t.Errorf("%s: inputs %v", r.Name, in)
 		}
+		// Verified against its own cluster's key, from the vault stack.
+		if keys := strs(in["trustedKeys"]); len(keys) != 1 || keys[0] != "ed25519:PUB-local-"+in["cluster"].StringValue() {
+			t.Errorf("%s: trustedKeys %v, want cluster %s's public key only", r.Name, keys, in["cluster"].StringValue())
+		}
 	}
 	if len(snaps) != 2 || !clusters["coord"] || !clusters["entity-0"] {
 		t.Fatalf("VaultSnapshots for %v, want one for coord and one for entity-0", clusters)
@@ -74,6 +78,9 @@ func TestADRStackRestoresEveryMemberBeforeItStarts(t *testing.T) {
 			t.Errorf("%s: restore token %v, etcd's --initial-cluster-token %s", member, tok, flag(cmd, "--initial-cluster-token"))
 		}
 		cluster := in["cluster"].StringValue()
+		if keys := strs(in["trustedKeys"]); len(keys) != 1 || keys[0] != "ed25519:PUB-local-"+cluster {
+			t.Errorf("%s: trustedKeys %v, want cluster %s's public key only", member, keys, cluster)
+		}
 		if !strings.HasPrefix(in["snapshot"].StringValue(), cluster+"/") {
 			t.Errorf("%s: restores snapshot %v of another cluster", member, in["snapshot"])
 		}
@@ -128,6 +135,28 @@ func TestADRStackNeedsTheRegionsRootPasswordAndTakesPinnedSnapshots(t *testing.T
 	}
 }
 
+// restore.epochFloor, the operators' floor for the unseal, is an epoch,
+// and only a DR stack has one.
+func TestARestoresEpochFloorIsValidated(t *testing.T) {
+	if _, err := run(t, "local-dr", func(c map[string]string) {
+		drStack(c)
+		c["lockplane:restore"] = `{"vaultStack":"local-vault","from":"latest","epochFloor":4242}`
+	}); err != nil {
+		t.Fatalf("epochFloor 4242: %v", err)
+	}
+	for restore, want := range map[string]string{
+		`{"vaultStack":"local-vault","from":"latest","epochFloor":-1}`: "restore.epochFloor: -1 must be an epoch",
+		`{"epochFloor":7}`: "restore: set without restore.vaultStack",
+		// Beyond any epoch a token carries: no unseal could anchor on it.
+		`{"vaultStack":"local-vault","from":"latest","epochFloor":32667}`: "restore.epochFloor: 32667 must be an epoch from 0 to 32666",
+	} {
+		_, err := run(t, "local-dr", func(c map[string]string) { drStack(c); c["lockplane:restore"] = restore })
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", restore, err, want)
+		}
+	}
+}
+
 // A region stack restores nothing.
 func TestARegionStackRestoresNothing(t *testing.T) {
 	m, err := run(t, "local", localHosts)
@@ -168,6 +197,11 @@ func TestARegionRestoresAShardInPlace(t *testing.T) {
 		t.Fatalf("%d ShardRestores, %d EtcdRestores: want one ShardRestore, of entity-0", len(rs), len(m.of("lockplane:nodes:EtcdRestore")))
 	}
 	restore := rs[0]
+	for _, r := range []pulumi.MockResourceArgs{snaps[0], restore} {
+		if keys := strs(r.Inputs["trustedKeys"]); len(keys) != 1 || keys[0] != "ed25519:PUB-local-entity-0" {
+			t.Errorf("%s: trustedKeys %v, want entity-0's public key only", r.Name, keys)
+		}
+	}
 	if restore.Inputs["snapshot"].StringValue() != "entity-0/20261204T120000.000Z-r42-0123456789ab" || restore.Inputs["snapshotSha256"].StringValue() != "sha-"+snaps[0].Name {
 		t.Errorf("the restore takes %v (%v), not the VaultSnapshot's choice", restore.Inputs["snapshot"], restore.Inputs["snapshotSha256"])
 	}

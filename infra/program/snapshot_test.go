@@ -11,8 +11,9 @@ import (
 
 // Every cluster's snapshot job runs on its own member hosts and nowhere
 // else, signs in as the snapshot user (made by its cluster's EtcdAuth,
-// which it waits for) and stores as the region's storer, each credential
-// in a 0600 file whose content is secret.
+// which it waits for) and stores as its own cluster's storer, signing with
+// its own cluster's key: each credential and the key in a 0600 file whose
+// content is secret, on that cluster's member hosts only.
 func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 	m, err := run(t, "local", localHosts)
 	if err != nil {
@@ -31,7 +32,8 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 			cluster := strings.TrimPrefix(name, "lockplane-snapshot-")
 			if flag(cmd, "--region") != "local" || flag(cmd, "--cluster") != cluster || flag(cmd, "--vault") != "https://10.231.0.30:9000" ||
 				flag(cmd, "--every") != "1h" || !strings.HasPrefix(flag(cmd, "--endpoint"), "https://"+hostOf(r.Inputs["connection"])+":") ||
-				!strings.HasSuffix(flag(cmd, "--etcd-credentials"), "/"+cluster+"/snapshot-etcd-credentials") || flag(cmd, "--etcd-without-auth") != "" {
+				!strings.HasSuffix(flag(cmd, "--etcd-credentials"), "/"+cluster+"/snapshot-etcd-credentials") || flag(cmd, "--etcd-without-auth") != "" ||
+				!strings.HasSuffix(flag(cmd, "--signing-key"), "/"+cluster+"/snapshot-signing-key.pem") {
 				t.Errorf("%s: command %v", r.Name, cmd)
 			}
 			if !dependsOnSuffix(r, "-"+cluster+"-auth") {
@@ -47,15 +49,16 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 	lines := map[string]string{} // the snapshot user's line, by cluster (its first member)
 	for _, r := range m.of("lockplane:nodes:File") {
 		p := r.Inputs["path"].StringValue()
-		if !strings.HasSuffix(p, "/snapshot-etcd-credentials") && !strings.HasSuffix(p, "/snapshot-vault-credentials") {
+		if !strings.HasSuffix(p, "/snapshot-etcd-credentials") && !strings.HasSuffix(p, "/snapshot-vault-credentials") &&
+			!strings.HasSuffix(p, "/snapshot-signing-key.pem") {
 			continue
 		}
 		files++
 		// Only the cluster's own member hosts hold them.
 		host := hostOf(r.Inputs["connection"])
-		members := want["lockplane-snapshot-coord"]
+		members, cluster := want["lockplane-snapshot-coord"], "coord"
 		if strings.Contains(p, "/entity-0/") {
-			members = want["lockplane-snapshot-entity-0"]
+			members, cluster = want["lockplane-snapshot-entity-0"], "entity-0"
 		}
 		if !slices.Contains(members, host) {
 			t.Errorf("%s is on %s, not one of its cluster's member hosts %v", p, host, members)
@@ -71,12 +74,15 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 			}
 			lines[members[0]] = v
 		}
-		if strings.HasSuffix(p, "vault-credentials") && v != "vault snap-local:storer-password-local\n" {
-			t.Errorf("%s: %q is not the region's storer", p, v)
+		if strings.HasSuffix(p, "vault-credentials") && v != "vault snap-local-"+cluster+":storer-password-local-"+cluster+"\n" {
+			t.Errorf("%s: %q is not cluster %s's own storer", p, v, cluster)
+		}
+		if strings.HasSuffix(p, "signing-key.pem") && v != "SIGNING KEY local-"+cluster {
+			t.Errorf("%s: %q is not cluster %s's own signing key", p, v, cluster)
 		}
 	}
-	if files != 16 {
-		t.Errorf("%d credentials files, want 2 on each of 8 member hosts", files)
+	if files != 24 {
+		t.Errorf("%d credentials files, want 3 on each of 8 member hosts", files)
 	}
 	// Root of its own cluster only: each cluster's snapshot user has its
 	// own password.
@@ -116,7 +122,25 @@ func TestARegionTheVaultDoesNotKeepIsRefused(t *testing.T) {
 	euWest := localVault("eu-west")
 	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": euWest}}
 	_, err := runWith(t, m, "local", localHosts)
-	if err == nil || !strings.Contains(err.Error(), "keeps no snapshots of region local: add local to its lockplane:vault.regions") {
+	if err == nil || !strings.Contains(err.Error(), "keeps no snapshots of region local: add {region: local, shards: 1} to its lockplane:vault.regions") {
+		t.Fatalf("err %v", err)
+	}
+	if len(m.res) != 0 {
+		t.Fatalf("%d resources made for a refused region", len(m.res))
+	}
+}
+
+// A vault stack that keeps the region but not every one of its shards
+// (its vault.regions entry says fewer shards) refuses the region before
+// anything is made, naming the entry to set: a shard without its own
+// storer and key would go unsnapshotted, or restored against no key.
+func TestAShardTheVaultDoesNotKeepIsRefused(t *testing.T) {
+	v := localVault("local")
+	delete(v.Regions["local"].Clusters, "entity-0")
+	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": v}}
+	_, err := runWith(t, m, "local", localHosts)
+	if err == nil || !strings.Contains(err.Error(), "has no storer or snapshot signing key for cluster entity-0 of region local: "+
+		"set region local's entry in its lockplane:vault.regions to {region: local, shards: 1}") {
 		t.Fatalf("err %v", err)
 	}
 	if len(m.res) != 0 {
@@ -184,18 +208,22 @@ func TestARegionHoldsOnlyItsOwnVaultUsers(t *testing.T) {
 	for i, r := range m.res {
 		for _, props := range []resource.PropertyMap{r.Inputs, m.outs[i]} {
 			texts(resource.NewObjectProperty(props), func(s string) {
-				for _, other := range []string{eu.Storer, eu.StorerPassword, eu.Restorer, eu.RestorerPassword} {
+				others := []string{eu.Restorer, eu.RestorerPassword}
+				for _, c := range eu.Clusters {
+					others = append(others, c.Storer, c.StorerPassword, c.SigningKey, c.PublicKey)
+				}
+				for _, other := range others {
 					if strings.Contains(s, other) {
 						t.Errorf("%s %s holds region eu-west's %s", r.TypeToken, r.Name, other)
 					}
 				}
-				for _, mine := range []string{own.StorerPassword, own.RestorerPassword} {
+				for _, mine := range []string{own.Clusters["coord"].StorerPassword, own.Clusters["coord"].SigningKey, own.RestorerPassword} {
 					found[mine] = found[mine] || strings.Contains(s, mine)
 				}
 			})
 		}
 	}
-	if !found[own.StorerPassword] || !found[own.RestorerPassword] {
+	if !found[own.Clusters["coord"].StorerPassword] || !found[own.Clusters["coord"].SigningKey] || !found[own.RestorerPassword] {
 		t.Errorf("the region's own passwords found %v: the test looked in the wrong place", found)
 	}
 }
@@ -220,13 +248,14 @@ func texts(v resource.PropertyValue, f func(string)) {
 	}
 }
 
-// The vault stack: MinIO on its one host, a bucket and two users per
-// region, the root and users' passwords secret, and outputs a region
+// The vault stack: MinIO on its one host, a bucket per region, a restorer
+// per region and a storer and signing key per cluster, the root and
+// users' passwords and the private keys secret, and outputs a region
 // reads.
 func TestTheVaultStackKeepsEachRegion(t *testing.T) {
 	m, err := run(t, "local-vault", func(c map[string]string) {
 		localHosts(c)
-		c["lockplane:vault"] = `{"regions":["local","eu-west"]}`
+		c["lockplane:vault"] = `{"regions":[{"region":"local","shards":1},{"region":"eu-west","shards":2}]}`
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -246,10 +275,22 @@ func TestTheVaultStackKeepsEachRegion(t *testing.T) {
 	var users []string
 	for _, r := range in["regions"].SecretValue().Element.ArrayValue() {
 		o := r.ObjectValue()
-		users = append(users, o["region"].StringValue()+":"+o["storer"].StringValue()+","+o["restorer"].StringValue())
+		u := o["region"].StringValue() + ":" + o["restorer"].StringValue()
+		for _, c := range o["clusters"].ArrayValue() {
+			u += "," + c.ObjectValue()["cluster"].StringValue() + "=" + c.ObjectValue()["storer"].StringValue()
+		}
+		if _, ok := o["storer"]; ok {
+			t.Errorf("region %s has a region-wide storer", o["region"].StringValue())
+		}
+		users = append(users, u)
 	}
-	if !slices.Equal(users, []string{"local:snap-local,restore-local", "eu-west:snap-eu-west,restore-eu-west"}) {
+	if !slices.Equal(users, []string{"local:restore-local,coord=snap-local-coord,entity-0=snap-local-entity-0",
+		"eu-west:restore-eu-west,coord=snap-eu-west-coord,entity-0=snap-eu-west-entity-0,entity-1=snap-eu-west-entity-1"}) {
 		t.Fatalf("vault users %v", users)
+	}
+	keys := m.of("lockplane:nodes:SnapshotSigningKey")
+	if len(keys) != 5 {
+		t.Fatalf("%d signing keys, want one per cluster (5)", len(keys))
 	}
 	if !dependsOnSuffix(b[0], "vault-vault-1-service") {
 		t.Errorf("VaultBuckets does not wait for MinIO")
@@ -264,10 +305,13 @@ func TestTheVaultStackKeepsEachRegion(t *testing.T) {
 func TestAVaultStackIsValidated(t *testing.T) {
 	for _, c := range []struct{ vault, hosts, want string }{
 		{`{"regions":[]}`, "", "vault.regions: name at least one region"},
-		{`{"regions":["Local"]}`, "", `vault.regions[0]: "Local" must be a unique lower-case region name`},
-		{`{"regions":["local"],"keepDays":-1}`, "", "vault.keepDays: -1 must be at least 1"},
-		{`{"regions":["local"]}`, `[{"name":"vault-1","address":"10.231.0.30","roles":["vault","coord"],"root":"/"}]`, "must be [vault]: the vault's host is dedicated"},
-		{`{"regions":["local"]}`, `[]`, "hosts: 0 given; a vault stack has one host"},
+		{`{"regions":[{"region":"Local","shards":1}]}`, "", `vault.regions[0].region: "Local" must be a unique lower-case region name`},
+		{`{"regions":[{"region":"local"}]}`, "", `vault.regions[0].shards: 0 must be the region's lockplane:entity.shards`},
+		{`{"regions":["local"]}`, "", `"local": each region is now {region: local, shards: N}`},
+		{`{"regions":[{"region":"local","shards":1,"storer":"x"}]}`, "", `unknown field "storer"`},
+		{`{"regions":[{"region":"local","shards":1}],"keepDays":-1}`, "", "vault.keepDays: -1 must be at least 1"},
+		{`{"regions":[{"region":"local","shards":1}]}`, `[{"name":"vault-1","address":"10.231.0.30","roles":["vault","coord"],"root":"/"}]`, "must be [vault]: the vault's host is dedicated"},
+		{`{"regions":[{"region":"local","shards":1}]}`, `[]`, "hosts: 0 given; a vault stack has one host"},
 	} {
 		_, err := run(t, "local-vault", func(cfg map[string]string) {
 			localHosts(cfg)
@@ -298,5 +342,17 @@ func TestARegionsSnapshotsAreValidated(t *testing.T) {
 		if len(m.res) != 0 {
 			t.Errorf("snapshots %s: %d resources made", c.snapshots, len(m.res))
 		}
+	}
+}
+
+// The repository's vault stack file keeps the local region in the form
+// {region, shards}, with the local region's shards.
+func TestTheLocalVaultStackFileNamesTheLocalRegionsShards(t *testing.T) {
+	m, err := run(t, "local-vault", localHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.of("lockplane:nodes:SnapshotSigningKey")); n != 2 {
+		t.Fatalf("%d signing keys, want coord's and entity-0's", n)
 	}
 }

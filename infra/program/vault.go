@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockplane/lockplane/dr/vault"
 	"github.com/lockplane/lockplane/infra/components"
+	"github.com/lockplane/lockplane/infra/nodes"
 	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -62,25 +63,44 @@ func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 	if err != nil {
 		return err
 	}
-	regions := pulumi.Map{}
+	regions, keys := pulumi.Map{}, pulumi.Map{}
 	for r, c := range v.Regions {
-		regions[r] = pulumi.Map{"bucket": pulumi.String(vault.Bucket(r)), "storer": pulumi.String(c.Storer),
-			"storerPassword": c.StorerPassword, "restorer": pulumi.String(c.Restorer), "restorerPassword": c.RestorerPassword}
+		clusters, pubs := pulumi.Map{}, pulumi.Map{}
+		for cl, cc := range c.Clusters {
+			clusters[cl] = pulumi.Map{"storer": pulumi.String(cc.Storer), "storerPassword": cc.StorerPassword,
+				"signingKey": cc.SigningKey, "publicKey": cc.PublicKey}
+			pubs[cl] = cc.PublicKey
+		}
+		regions[r] = pulumi.Map{"bucket": pulumi.String(vault.Bucket(r)), "restorer": pulumi.String(c.Restorer),
+			"restorerPassword": c.RestorerPassword, "clusters": clusters}
+		keys[r] = pubs
 	}
 	ctx.Export("vaultUrl", pulumi.String(v.URL))
 	ctx.Export("vaultCaCertPem", v.CA.CertPem)
 	ctx.Export("vaultRegions", pulumi.ToSecret(regions))
+	// The public keys alone, readable without --show-secrets: what an
+	// operator compares a snapshot's key ID against.
+	ctx.Export("vaultPublicKeys", keys)
 	return nil
 }
 
 // VaultRegion is one region's entry in a vault stack's vaultRegions
-// output: its bucket and its two users.
+// output: its bucket, its restorer and each cluster's storer and key.
 type VaultRegion struct {
-	Bucket           string `json:"bucket"`
-	Storer           string `json:"storer"`
-	StorerPassword   string `json:"storerPassword"`
-	Restorer         string `json:"restorer"`
-	RestorerPassword string `json:"restorerPassword"`
+	Bucket           string                  `json:"bucket"`
+	Restorer         string                  `json:"restorer"`
+	RestorerPassword string                  `json:"restorerPassword"`
+	Clusters         map[string]VaultCluster `json:"clusters"`
+}
+
+// VaultCluster is one cluster's storer (its prefix only) and snapshot
+// signing key: the private key PEM (secret) and the public key's text
+// form, which every restore of the cluster verifies by.
+type VaultCluster struct {
+	Storer         string `json:"storer"`
+	StorerPassword string `json:"storerPassword"`
+	SigningKey     string `json:"signingKey"`
+	PublicKey      string `json:"publicKey"`
 }
 
 // VaultOutputs are a deployed vault stack's outputs, under the keys
@@ -105,14 +125,16 @@ type vaults struct {
 }
 
 // access is the region's access to the vault stack name, its users'
-// passwords secret: refused, before anything is made, without a reader
-// (a plain `pulumi up`), when that stack has not been deployed or when it
-// keeps no bucket for the region. field names the configuration that
-// named the stack.
-func (vs *vaults) access(ctx *pulumi.Context, region, field, name string) (*components.VaultAccess, error) {
+// passwords and signing keys secret: refused, before anything is made,
+// without a reader (a plain `pulumi up`), when that stack has not been
+// deployed, or when it keeps no bucket for the region or no storer and
+// signing key for one of its clusters. field names the configuration
+// that named the stack.
+func (vs *vaults) access(ctx *pulumi.Context, s *topology.Stack, field, name string) (*components.VaultAccess, error) {
 	if v := vs.got[name]; v != nil {
 		return v, nil
 	}
+	region := s.Region
 	if vs.read == nil {
 		return nil, fmt.Errorf("%s: %s: run `bin/lockplane up --stack %s`, which hands the region its own vault users (a stack reference would copy every region's users into this state)", field, name, ctx.Stack())
 	}
@@ -120,17 +142,28 @@ func (vs *vaults) access(ctx *pulumi.Context, region, field, name string) (*comp
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", field, name, err)
 	}
-	mine := out.Regions[region]
+	mine, ok := out.Regions[region]
+	entry := fmt.Sprintf("{region: %s, shards: %d}", region, s.Entity.Shards)
 	switch {
 	case out.URL == "" || out.CACertPem == "":
 		return nil, fmt.Errorf("%s: %s has no vaultUrl or vaultCaCertPem: run `lockplane up --stack %s` first", field, name, name)
-	case mine.Storer == "" || mine.StorerPassword == "" || mine.Restorer == "" || mine.RestorerPassword == "":
-		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", field, name, region, region, name)
+	case !ok || mine.Restorer == "" || mine.RestorerPassword == "":
+		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", field, name, region, entry, name)
 	}
 	secret := func(v string) pulumi.StringOutput { return pulumi.ToSecret(pulumi.String(v)).(pulumi.StringOutput) }
 	v := &components.VaultAccess{Stack: name, URL: out.URL, CACertPem: pulumi.String(out.CACertPem),
-		Storer: mine.Storer, StorerPassword: secret(mine.StorerPassword),
-		Restorer: mine.Restorer, RestorerPassword: secret(mine.RestorerPassword)}
+		Restorer: mine.Restorer, RestorerPassword: secret(mine.RestorerPassword), Clusters: map[string]components.VaultClusterAccess{}}
+	for _, cl := range topology.RegionClusters(s.Entity.Shards) {
+		c := mine.Clusters[cl]
+		if c.Storer == "" || c.StorerPassword == "" || c.SigningKey == "" || c.PublicKey == "" {
+			// A shard the vault does not know would go unsnapshotted, or
+			// restored against no key: name the field that covers it.
+			return nil, fmt.Errorf("%s: %s has no storer or snapshot signing key for cluster %s of region %s: set region %s's entry in its lockplane:vault.regions to %s and run `lockplane up --stack %s`",
+				field, name, cl, region, region, entry, name)
+		}
+		v.Clusters[cl] = components.VaultClusterAccess{Storer: c.Storer, StorerPassword: secret(c.StorerPassword),
+			SigningKey: secret(c.SigningKey), PublicKeys: []string{c.PublicKey}}
+	}
 	vs.got[name] = v
 	return v, nil
 }
@@ -138,40 +171,49 @@ func (vs *vaults) access(ctx *pulumi.Context, region, field, name string) (*comp
 // SnapshotAccess is the region's secret output snapshotAccess: what
 // `lockplane snapshot list|take` needs, from where `up` runs.
 type SnapshotAccess struct {
-	Region        string `json:"region"`
-	VaultStack    string `json:"vaultStack"`
-	VaultURL      string `json:"vaultUrl"`
-	VaultCA       string `json:"vaultCaCertPem"`
-	VaultUser     string `json:"vaultUser"`
-	VaultPassword string `json:"vaultPassword"`
-	EtcdCA        string `json:"etcdCaCertPem"`
-	EtcdCert      string `json:"etcdCertPem"`
-	EtcdKey       string `json:"etcdKeyPem"`
-	// Clusters are each cluster's members and snapshot user's password.
+	Region     string `json:"region"`
+	VaultStack string `json:"vaultStack"`
+	VaultURL   string `json:"vaultUrl"`
+	VaultCA    string `json:"vaultCaCertPem"`
+	EtcdCA     string `json:"etcdCaCertPem"`
+	EtcdCert   string `json:"etcdCertPem"`
+	EtcdKey    string `json:"etcdKeyPem"`
+	// Clusters are each cluster's members, snapshot user's password,
+	// vault storer and signing key, and the keys its snapshots verify by.
 	Clusters map[string]SnapshotCluster `json:"clusters"`
 }
 
-// SnapshotCluster is how `take` reaches one cluster.
+// SnapshotCluster is how `take` reaches one cluster and stores its
+// snapshot (as the cluster's own storer, signed with its key), and how
+// `list` checks its snapshots (TrustedKeys).
 type SnapshotCluster struct {
-	Endpoints []string `json:"endpoints"`
-	Password  string   `json:"snapshotPassword"`
+	Endpoints     []string `json:"endpoints"`
+	Password      string   `json:"snapshotPassword"`
+	VaultUser     string   `json:"vaultUser"`
+	VaultPassword string   `json:"vaultPassword"`
+	SigningKey    string   `json:"signingKey"`
+	TrustedKeys   []string `json:"trustedKeys"`
 }
 
 // exportSnapshotAccess exports the region's SnapshotAccess (secret): the
 // deployer's etcd certificate, the clusters' snapshot users' passwords
-// and the region's vault user, which the state holds already.
+// and each cluster's vault storer and signing key, which the state holds
+// already.
 func exportSnapshotAccess(ctx *pulumi.Context, s *topology.Stack, v *components.VaultAccess, r *components.Region) {
 	clusters := append([]*components.EtcdCluster{r.Coord}, r.Shards...)
-	in := []any{v.CACertPem, v.StorerPassword, r.EtcdCA.CertPem, r.Coord.Client.CertPem, r.Coord.Client.KeyPem}
+	in := []any{v.CACertPem, r.EtcdCA.CertPem, r.Coord.Client.CertPem, r.Coord.Client.KeyPem}
+	const fixed, each = 4, 3
 	for _, c := range clusters {
-		in = append(in, r.EtcdUsers.Snapshot[c.Name])
+		own := v.Clusters[c.Name]
+		in = append(in, r.EtcdUsers.Snapshot[c.Name], own.StorerPassword, own.SigningKey)
 	}
 	access := pulumi.All(in...).ApplyT(func(p []any) (string, error) {
 		a := SnapshotAccess{Region: s.Region, VaultStack: v.Stack, VaultURL: v.URL, VaultCA: p[0].(string),
-			VaultUser: v.Storer, VaultPassword: p[1].(string), EtcdCA: p[2].(string), EtcdCert: p[3].(string), EtcdKey: p[4].(string),
-			Clusters: map[string]SnapshotCluster{}}
+			EtcdCA: p[1].(string), EtcdCert: p[2].(string), EtcdKey: p[3].(string), Clusters: map[string]SnapshotCluster{}}
 		for i, c := range clusters {
-			a.Clusters[c.Name] = SnapshotCluster{Endpoints: c.Endpoints, Password: p[5+i].(string)}
+			q := p[fixed+each*i:]
+			a.Clusters[c.Name] = SnapshotCluster{Endpoints: c.Endpoints, Password: q[0].(string),
+				VaultUser: v.Clusters[c.Name].Storer, VaultPassword: q[1].(string), SigningKey: q[2].(string), TrustedKeys: v.Trusted(c.Name)}
 		}
 		b, err := json.Marshal(a)
 		return string(b), err
@@ -210,27 +252,40 @@ func hostEnv(s *topology.Stack) (*components.Env, error) {
 func exportRestore(ctx *pulumi.Context, r *components.Region) {
 	restored := pulumi.Map{}
 	for _, c := range append([]*components.EtcdCluster{r.Coord}, r.Shards...) {
-		restored[c.Name] = pulumi.Map{"manifest": c.Snapshot.Manifest, "revision": c.Snapshot.Revision, "epoch": c.Snapshot.Epoch,
-			"sourceClusterId": c.Snapshot.SourceClusterID, "clusterId": c.ClusterID, "highestAllocated": c.Snapshot.HighestAllocated,
-			"takenAt": c.Snapshot.TakenAt}
+		restored[c.Name] = restoredEntry(c.Snapshot, c.ClusterID)
 	}
 	ctx.Export("restored", restored)
 }
 
+// restoredEntry is one cluster's entry in the restored output.
+func restoredEntry(s *nodes.VaultSnapshot, clusterID pulumi.StringOutput) pulumi.Map {
+	return pulumi.Map{"manifest": s.Manifest, "revision": s.Revision, "epoch": s.Epoch,
+		"sourceClusterId": s.SourceClusterID, "clusterId": clusterID, "highestAllocated": s.HighestAllocated,
+		"takenAt": s.TakenAt, "keyId": s.KeyID, "refused": s.Refused}
+}
+
 // exportRestoreInPlace exports the shards restored in place, by shard:
 // the snapshot, the epoch record it holds (bound to the shard's old
-// cluster ID, so it is sealed), the new cluster ID, when, and where each
-// member's old data dir was moved. `lockplane up` prints the unseal.
+// cluster ID, so it is sealed), the new cluster ID, when, where each
+// member's old data dir was moved, and the snapshots "latest" refused.
+// `lockplane up` prints the unseal.
 func exportRestoreInPlace(ctx *pulumi.Context, r *components.Region) {
 	restored := pulumi.Map{}
 	for _, c := range r.Shards {
 		if p := c.InPlace; p != nil {
-			restored[c.Name] = pulumi.Map{"manifest": p.Manifest, "revision": p.Revision, "epoch": p.Epoch,
-				"sourceClusterId": p.SourceClusterID, "epochClusterId": p.EpochClusterID, "clusterId": p.ClusterID,
-				"restoredAt": p.RestoredAt, "replaced": p.Replaced}
+			restored[c.Name] = inPlaceEntry(p)
 		}
 	}
 	if len(restored) > 0 {
 		ctx.Export("restoredInPlace", restored)
 	}
+}
+
+// inPlaceEntry is one shard's entry in the restoredInPlace output. Its
+// refused is the chosen VaultSnapshot's: a forged snapshot "latest"
+// skipped is as much a warning here as in a DR stack.
+func inPlaceEntry(p *nodes.ShardRestore) pulumi.Map {
+	return pulumi.Map{"manifest": p.Manifest, "revision": p.Revision, "epoch": p.Epoch,
+		"sourceClusterId": p.SourceClusterID, "epochClusterId": p.EpochClusterID, "clusterId": p.ClusterID,
+		"restoredAt": p.RestoredAt, "replaced": p.Replaced, "keyId": p.KeyID, "refused": p.Chosen.Refused}
 }

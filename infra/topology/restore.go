@@ -3,6 +3,8 @@ package topology
 import (
 	"fmt"
 	"strings"
+
+	"github.com/lockplane/lockplane/services/client/token"
 )
 
 // Restore makes a stack a DR stack (docs/dr.md): every cluster of the
@@ -18,10 +20,20 @@ type Restore struct {
 	// Objects pins a cluster's snapshot by its manifest's object name
 	// (`lockplane snapshot list`), overriding From for that cluster.
 	Objects map[string]string `json:"objects,omitempty"`
+	// EpochFloor is an epoch the operators found the region had reached,
+	// from a source no region host can write (the newest
+	// records/epoch_advance/<cluster_id>/ object in the audit archive,
+	// docs/audit.md): the printed unseal's --above is at least it plus the
+	// margin, whatever the snapshots show. 0: the snapshots' alone.
+	EpochFloor int64 `json:"epochFloor,omitempty"`
 }
 
 // Enabled reports whether the stack restores its clusters.
 func (r Restore) Enabled() bool { return r.VaultStack != "" }
+
+// MaxEpochFloor is the highest restore.epochFloor: the unseal's --above
+// (the floor plus 100) must stay below token.MaxEpoch.
+const MaxEpochFloor = token.MaxEpoch - 1 - 100
 
 // Latest is Restore.From's one value.
 const Latest = "latest"
@@ -29,7 +41,7 @@ const Latest = "latest"
 func (s *Stack) validateRestore(bad func(string, ...any)) {
 	r := s.Restore
 	if !r.Enabled() {
-		if r.From != "" || len(r.Objects) > 0 {
+		if r.From != "" || len(r.Objects) > 0 || r.EpochFloor != 0 {
 			bad("restore: set without restore.vaultStack: name the vault's stack")
 		}
 		return
@@ -51,6 +63,13 @@ func (s *Stack) validateRestore(bad func(string, ...any)) {
 		if obj == "" {
 			bad("restore.objects.%s: the manifest's object name is required (lockplane snapshot list)", c)
 		}
+	}
+	// The unseal anchors coord at epochFloor plus its margin (100), and the
+	// epoch allocator refuses an anchor at or above the last epoch a token
+	// carries: a floor above that could never be unsealed.
+	if r.EpochFloor < 0 || r.EpochFloor > MaxEpochFloor {
+		bad("restore.epochFloor: %d must be an epoch from 0 to %d (a token carries epochs up to %d, and the unseal goes 100 above the floor): "+
+			"the highest the region reached, from its audit archive", r.EpochFloor, MaxEpochFloor, token.MaxEpoch)
 	}
 	if s.Coord.EpochAbove != 0 {
 		bad("coord.epochAbove: %d is for a coord cluster rebuilt empty; a restored one is anchored by the operators' advance (docs/dr.md)", s.Coord.EpochAbove)

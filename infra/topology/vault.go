@@ -1,10 +1,11 @@
 package topology
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"path"
-	"slices"
 	"time"
 )
 
@@ -67,12 +68,49 @@ type VaultStack struct {
 // Vault is the vault's service.
 type Vault struct {
 	// Regions are the regions whose snapshots it keeps: a bucket
-	// lockplane-snapshots-REGION each.
-	Regions []string `json:"regions"`
+	// lockplane-snapshots-REGION each, and per cluster of the region a
+	// storer confined to the cluster's prefix and a signing key.
+	Regions []VaultRegion `json:"regions"`
 	// Port is MinIO's S3 API on the vault host's address (9000).
 	Port int `json:"port,omitempty"`
 	// KeepDays is how long a snapshot (and a replaced version) is kept (30).
 	KeepDays int `json:"keepDays,omitempty"`
+}
+
+// VaultRegion is one region the vault keeps: its name and how many
+// entity shards it has (its stack's lockplane:entity.shards), which name
+// its clusters: each gets its own storer and snapshot signing key, so a
+// host of one cluster can neither write nor sign another's snapshots.
+type VaultRegion struct {
+	Region string `json:"region"`
+	Shards int    `json:"shards"`
+}
+
+// UnmarshalJSON reads {region, shards}, and names that form when given a
+// plain region name (the form before clusters had their own storers).
+func (r *VaultRegion) UnmarshalJSON(b []byte) error {
+	var old string
+	if json.Unmarshal(b, &old) == nil {
+		return fmt.Errorf("vault.regions: %q: each region is now {region: %s, shards: N}, N its stack's lockplane:entity.shards: "+
+			"the vault makes a storer and a snapshot signing key per cluster (docs/dr.md)", old, old)
+	}
+	type plain VaultRegion
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode((*plain)(r))
+}
+
+// Clusters are the region's clusters: coord, entity-0 ... entity-(Shards-1).
+func (r VaultRegion) Clusters() []string { return RegionClusters(r.Shards) }
+
+// RegionClusters are the cluster names of a region of shards entity
+// shards: coord first.
+func RegionClusters(shards int) []string {
+	out := []string{"coord"}
+	for i := 0; i < shards; i++ {
+		out = append(out, fmt.Sprintf("entity-%d", i))
+	}
+	return out
 }
 
 // Defaults fills what a vault stack may leave out.
@@ -98,9 +136,14 @@ func (v *VaultStack) Validate() (Host, error) {
 	if len(v.Vault.Regions) == 0 {
 		bad("vault.regions: name at least one region whose snapshots the vault keeps")
 	}
+	seen := map[string]bool{}
 	for i, r := range v.Vault.Regions {
-		if !name.MatchString(r) || slices.Index(v.Vault.Regions, r) != i {
-			bad("vault.regions[%d]: %q must be a unique lower-case region name", i, r)
+		if !name.MatchString(r.Region) || seen[r.Region] {
+			bad("vault.regions[%d].region: %q must be a unique lower-case region name", i, r.Region)
+		}
+		seen[r.Region] = true
+		if r.Shards < 1 || r.Shards > 64 {
+			bad("vault.regions[%d].shards: %d must be the region's lockplane:entity.shards (1 to 64)", i, r.Shards)
 		}
 	}
 	if v.Vault.Port < 1 || v.Vault.Port > 65535 {

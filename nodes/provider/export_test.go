@@ -12,7 +12,7 @@ func SetArchiverPolicy(f func(historyBucket, recordsBucket string, recordsYears 
 
 // SetVaultStorerPolicy replaces the vault storers' policy until the
 // returned func is called.
-func SetVaultStorerPolicy(f func(region string) []byte) (restore func()) {
+func SetVaultStorerPolicy(f func(region, cluster string) []byte) (restore func()) {
 	old := vaultStorerPolicy
 	vaultStorerPolicy = f
 	return func() { vaultStorerPolicy = old }

@@ -36,6 +36,8 @@ const Latest = "latest"
 type vaultRef struct {
 	URL, CACertPem, AccessKey, SecretKey string
 	Region, Cluster, Snapshot            string
+	// Trusted are the cluster's snapshot signing public keys, text form.
+	Trusted []string
 }
 
 func (v vaultRef) endpoint() s3Endpoint {
@@ -56,6 +58,9 @@ func (v vaultRef) check() error {
 	if err := vault.CheckName("cluster", v.Cluster); err != nil {
 		return err
 	}
+	if _, err := v.trusted(); err != nil {
+		return err
+	}
 	if v.Snapshot == Latest {
 		return nil
 	}
@@ -71,31 +76,107 @@ func (v vaultRef) check() error {
 	return nil
 }
 
-// open is the region's vault; it does not connect.
+// trusted are the cluster's keys a snapshot must be signed by: required,
+// so a restore given none fails closed instead of trusting any writer.
+func (v vaultRef) trusted() (vault.Keys, error) {
+	if len(v.Trusted) == 0 {
+		return nil, fmt.Errorf("trustedKeys: cluster %s's snapshot signing public keys (the vault stack's vaultRegions.%s.clusters.%s.publicKey) are required: "+
+			"a restore uses only snapshots signed by them (docs/dr.md)", v.Cluster, v.Region, v.Cluster)
+	}
+	keys, err := vault.ParseKeys(map[string][]string{v.Cluster: v.Trusted})
+	if err != nil {
+		return nil, fmt.Errorf("trustedKeys: %w", err)
+	}
+	return keys, nil
+}
+
+// open is the region's vault, trusting the cluster's keys only; it does
+// not connect.
 func (v vaultRef) open() (vault.Vault, error) {
+	keys, err := v.trusted()
+	if err != nil {
+		return vault.Vault{}, err
+	}
 	cli, err := v.endpoint().client()
 	if err != nil {
 		return vault.Vault{}, fmt.Errorf("vaultUrl, vaultCaCertPem: %w", err)
 	}
-	return vault.Vault{Client: cli, Region: v.Region, OpTimeout: vaultCall}, nil
+	return vault.Vault{Client: cli, Region: v.Region, OpTimeout: vaultCall, Trusted: keys}, nil
 }
 
-// resolve reads the manifest of the snapshot named, or of the newest.
-func (v vaultRef) resolve(ctx context.Context) (vault.Vault, snapshot.Manifest, error) {
-	vt, err := v.open()
-	if err != nil {
-		return vt, snapshot.Manifest{}, err
+// resolve reads the manifest of the snapshot named, or of the newest
+// signed by a trusted key; refused names the snapshots "latest" left out
+// (a forged one newer than the chosen among them). A named snapshot that
+// is not signed by a trusted key is refused by name.
+func (v vaultRef) resolve(ctx context.Context) (vt vault.Vault, m snapshot.Manifest, refused []error, err error) {
+	if vt, err = v.open(); err != nil {
+		return vt, m, nil, err
 	}
-	var m snapshot.Manifest
 	if v.Snapshot == Latest {
-		m, err = vt.Latest(ctx, v.Cluster)
+		m, refused, err = vt.Latest(ctx, v.Cluster)
 	} else {
 		m, err = vt.Find(ctx, v.Snapshot)
 	}
 	if err != nil {
-		return vt, m, fmt.Errorf("snapshot %s of %s/%s: %w", v.Snapshot, v.Region, v.Cluster, err)
+		return vt, m, refused, fmt.Errorf("snapshot %s of %s/%s: %w", v.Snapshot, v.Region, v.Cluster, err)
 	}
-	return vt, m, nil
+	return vt, m, refused, nil
+}
+
+// Why a snapshot was refused, as the refused output's reason: only
+// RefusedUntrusted says someone other than the cluster's snapshot job
+// wrote it (a forgery); the others are the vault's own wear.
+const (
+	// RefusedUntrusted: its manifest is not signed by a key of its
+	// cluster (vault.ErrUntrusted).
+	RefusedUntrusted = "untrusted"
+	// RefusedIncomplete: one of its two objects expired or is missing.
+	RefusedIncomplete = "incomplete"
+	// RefusedOverwritten: one of its objects was written again since it
+	// was stored (vault.ErrOverwritten); its first version, kept under
+	// object lock, is what a restore reads.
+	RefusedOverwritten = "overwritten"
+	// RefusedUnreadable: its manifest could not be read or does not
+	// describe its own object.
+	RefusedUnreadable = "unreadable"
+)
+
+// refusals are the refused snapshots as the resource's refused output:
+// each one's name, why (a Refused* reason) and the vault's error.
+func refusals(refused []error) []any {
+	out := []any{}
+	for _, e := range refused {
+		out = append(out, map[string]any{"name": refusedName(e), "reason": refusalReason(e), "detail": e.Error()})
+	}
+	return out
+}
+
+// refusalReason classifies a snapshot List skipped. Untrusted and
+// overwritten are told by the error itself; dr/vault has no sentinel for
+// a half-expired snapshot yet, so it is told by the message, and one not
+// recognised is "unreadable": only ErrUntrusted is called a forgery.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, vault.ErrUntrusted):
+		return RefusedUntrusted
+	case errors.Is(err, vault.ErrOverwritten):
+		return RefusedOverwritten
+	case strings.Contains(err.Error(), "has expired or is missing"):
+		return RefusedIncomplete
+	default:
+		return RefusedUnreadable
+	}
+}
+
+// refusedName is the snapshot a refusal names (its first word that is a
+// snapshot's name, without suffix); "" if none is.
+func refusedName(err error) string {
+	for _, w := range strings.Fields(err.Error()) {
+		if base, _, err := vault.ParseName(strings.Trim(w, ":,;()\"'")); err == nil {
+			return base
+		}
+	}
+	return ""
 }
 
 // fetch resolves the snapshot, refuses one whose digest is not sha256
@@ -103,7 +184,7 @@ func (v vaultRef) resolve(ctx context.Context) (vault.Vault, snapshot.Manifest, 
 // downloads it, checked against its manifest, into a new work directory
 // the caller removes.
 func (v vaultRef) fetch(ctx context.Context, sha256 string) (m snapshot.Manifest, work, file string, err error) {
-	vt, m, err := v.resolve(ctx)
+	vt, m, _, err := v.resolve(ctx)
 	if err != nil {
 		return m, "", "", err
 	}
@@ -138,6 +219,10 @@ func described(m snapshot.Manifest) map[string]any {
 	if m.HighestAllocated > 0 {
 		out["highestAllocated"] = int(m.HighestAllocated)
 	}
+	// Which key vouched for it: the unseal floor says where it came from.
+	if m.Signature != nil {
+		out["keyId"] = m.Signature.KeyID
+	}
 	return out
 }
 
@@ -163,11 +248,15 @@ type VaultSnapshotRef struct {
 	Region         string `json:"region"`
 	Cluster        string `json:"cluster"`
 	Snapshot       string `json:"snapshot"`
+	// TrustedKeys are the cluster's snapshot signing public keys (text
+	// form, the vault stack's outputs): a snapshot not signed by one is
+	// refused. Required.
+	TrustedKeys []string `json:"trustedKeys"`
 }
 
 func (in *VaultSnapshotRef) ref() vaultRef {
 	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
-		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot}
+		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot, Trusted: in.TrustedKeys}
 }
 
 // EtcdRestoreInputs make one etcd member's data directory on its host
@@ -337,11 +426,13 @@ func init() {
 	register("VaultSnapshot", spec[VaultSnapshotInputs]{
 		Validate: func(in *VaultSnapshotInputs) error { return in.ref().check() },
 		Create: func(ctx context.Context, _ *Env, in *VaultSnapshotInputs) (string, map[string]any, error) {
-			_, m, err := in.ref().resolve(ctx)
+			_, m, refused, err := in.ref().resolve(ctx)
 			if err != nil {
 				return "", nil, err
 			}
-			return manifestName(m), described(m), nil
+			out := described(m)
+			out["refused"] = refusals(refused)
+			return manifestName(m), out, nil
 		},
 		// The choice is never read again: a snapshot newer than the one
 		// chosen must not reach a member restored after another. One

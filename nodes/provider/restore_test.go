@@ -3,6 +3,7 @@ package provider_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -39,6 +40,9 @@ type restoreRig struct {
 	cli    *clientv3.Client
 	etcd   string
 	region string
+	// pub is the signing key's text form: r.v signs every snapshot with
+	// it, and a restore trusts it (trustedKeys) for every cluster.
+	pub string
 }
 
 var restoreHosts = []hosts.Spec{{Name: "r1", Address: "10.231.251.11"}, {Name: "r2", Address: "10.231.251.12"}, {Name: "r3", Address: "10.231.251.13"}}
@@ -60,7 +64,16 @@ func newRestoreRig(t *testing.T, ctx context.Context) *restoreRig {
 	}
 	r := &restoreRig{p: provider.New(), etcd: etcdBin, region: fmt.Sprintf("dr%d", time.Now().UnixNano()%1e9)}
 	r.mio = resourcetest.StartMinIO(t)
-	r.v = vault.Vault{Client: r.mio.Client(t), Region: r.region}
+	priv, pub, err := snapshot.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := snapshot.ParsePrivateKey([]byte(priv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pub = pub
+	r.v = vault.Vault{Client: r.mio.Client(t), Region: r.region, Signer: key, Trusted: vault.Keys{}}
 	if err := r.v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -103,15 +116,22 @@ func (r *restoreRig) snap(t *testing.T, ctx context.Context, name string) (snaps
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.trust(name)
 	if m, err = r.v.Put(ctx, m, file); err != nil {
 		t.Fatal(err)
 	}
 	return m, file
 }
 
+// trust makes the rig's key trusted for cluster when r.v reads.
+func (r *restoreRig) trust(cluster string) {
+	pub, _ := snapshot.ParsePublicKey(r.pub)
+	r.v.Trusted[cluster] = []ed25519.PublicKey{pub}
+}
+
 func (r *restoreRig) vaultInputs(cluster, snap string) map[string]any {
 	return map[string]any{"vaultUrl": "http://" + r.mio.Endpoint, "vaultAccessKey": resourcetest.MinIOUser,
-		"vaultSecretKey": resourcetest.MinIOPassword, "region": r.region, "cluster": cluster, "snapshot": snap}
+		"vaultSecretKey": resourcetest.MinIOPassword, "region": r.region, "cluster": cluster, "snapshot": snap, "trustedKeys": []any{r.pub}}
 }
 
 // peer is a standby host's etcd peer URL.
@@ -244,7 +264,7 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		// A newer snapshot, holding a key the first does not.
 		r.put(t, ctx, "/sys/after", "written after the first snapshot")
 		second, _ := r.snap(t, ctx, snapshot.CoordCluster)
-		if latest, err := r.v.Latest(ctx, snapshot.CoordCluster); err != nil || latest.Object != second.Object {
+		if latest, _, err := r.v.Latest(ctx, snapshot.CoordCluster); err != nil || latest.Object != second.Object {
 			t.Fatalf("latest is %s (%v), want the newer %s", latest.Object, err, second.Object)
 		}
 		// The program runs again (an up that failed half way): a refresh
@@ -461,14 +481,29 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "is not the snapshot") {
 			t.Fatalf("a restore of a tampered object: %v, want it refused", err)
 		}
-		// The manifest forged to match: only the digest chosen tells.
+		// The manifest forged to match, its signature no longer over it:
+		// refused as untrusted.
 		forged := other
 		forged.Object = chosen.Object
-		doc, _ := json.Marshal(forged)
-		replace(strings.TrimSuffix(chosen.Object, ".db")+".json", func() error {
-			_, err := mc.PutObject(ctx, bucket, strings.TrimSuffix(chosen.Object, ".db")+".json", bytes.NewReader(doc), int64(len(doc)), minio.PutObjectOptions{})
-			return err
-		})
+		putManifest := func(m snapshot.Manifest) {
+			doc, _ := json.Marshal(m)
+			replace(strings.TrimSuffix(chosen.Object, ".db")+".json", func() error {
+				_, err := mc.PutObject(ctx, bucket, strings.TrimSuffix(chosen.Object, ".db")+".json", bytes.NewReader(doc), int64(len(doc)), minio.PutObjectOptions{})
+				return err
+			})
+		}
+		putManifest(forged)
+		_, err = r.create(t, "EtcdRestore", "tamper", in)
+		if err == nil || !strings.Contains(err.Error(), "untrusted snapshot") {
+			t.Fatalf("a restore of a manifest whose signature is not over it: %v, want it refused", err)
+		}
+		// And signed again with the cluster's own key (a forger who holds
+		// it): only the digest chosen tells.
+		forged.Signature = nil
+		if err := forged.Sign(r.v.Signer); err != nil {
+			t.Fatal(err)
+		}
+		putManifest(forged)
 		_, err = r.create(t, "EtcdRestore", "tamper", in)
 		if err == nil || !strings.Contains(err.Error(), "not the "+chosen.SHA256+" chosen") {
 			t.Fatalf("a restore of a snapshot put under the chosen one's name: %v, want it refused", err)

@@ -165,6 +165,7 @@ func (s *shard) snapInVault(t *testing.T, ctx context.Context, name string) (sna
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.r.trust("entity-0")
 	if m, err = s.r.v.Put(ctx, m, file); err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,7 @@ func shardRestoreInputs(t *testing.T, key string) resource.PropertyMap {
 	}
 	in := resource.NewPropertyMapFromMap(map[string]any{"vaultUrl": "http://127.0.0.1:9000", "vaultAccessKey": "restore-r1",
 		"region": "r1", "cluster": "entity-0", "snapshot": "entity-0/20261201T000000.000Z-r7-aaaaaaaaaaaa",
+		"trustedKeys":    []any{"ed25519:" + strings.Repeat("A", 43) + "="},
 		"snapshotSha256": strings.Repeat("ab", 32), "endpoints": []any{"https://10.0.0.1:2379"},
 		"caCertPem": "CA", "certPem": "CERT", "revisionBump": 1000000000})
 	in["vaultSecretKey"] = resource.MakeSecret(resource.NewStringProperty("restorer-password"))

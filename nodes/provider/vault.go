@@ -14,13 +14,16 @@ import (
 
 // VaultBucketsInputs set up a snapshot vault's MinIO at deploy time, as
 // its root user: for each region it keeps, the versioned bucket with its
-// expiry rule (vault.Ensure, the one way it is made), a storer user (the
-// region's snapshot jobs) that may put and read snapshots of that bucket
-// only, and a restorer user (the DR stack) that may only read them.
-// Neither may delete a snapshot, shorten its retention or change the
-// bucket's rules. The bucket is object-locked, so a storer's overwrite
-// (S3 has no put-only-if-absent permission) leaves the first version in
-// place for KeepDays, and dr/vault refuses a snapshot written twice.
+// expiry rule (vault.Ensure, the one way it is made), per cluster of the
+// region a storer (that cluster's snapshot jobs) that may put and read
+// snapshots under the cluster's own prefix only, and a restorer (the DR
+// stack) that may only read them. None may delete a snapshot, shorten
+// its retention or change the bucket's rules. The bucket is
+// object-locked, so a storer's overwrite (S3 has no put-only-if-absent
+// permission) leaves the first version in place for KeepDays, and
+// dr/vault refuses a snapshot written twice. A storer confined to its
+// cluster cannot even place a forged snapshot of another cluster, and
+// every snapshot is signed by its cluster's key besides (docs/dr.md).
 type VaultBucketsInputs struct {
 	URL          string `json:"url"`
 	CACertPem    string `json:"caCertPem,omitempty"`
@@ -33,36 +36,52 @@ type VaultBucketsInputs struct {
 
 // VaultRegion is one region's bucket and users.
 type VaultRegion struct {
-	Region           string `json:"region"`
-	Storer           string `json:"storer"`
-	StorerPassword   string `json:"storerPassword"`
-	Restorer         string `json:"restorer"`
-	RestorerPassword string `json:"restorerPassword"`
+	Region           string         `json:"region"`
+	Restorer         string         `json:"restorer"`
+	RestorerPassword string         `json:"restorerPassword"`
+	Clusters         []VaultCluster `json:"clusters"`
+	// Storer is the region-wide storer of an older state, read from old
+	// inputs only so that an update removes it: a new one is refused.
+	Storer         string `json:"storer,omitempty"`
+	StorerPassword string `json:"storerPassword,omitempty"`
 }
 
-// VaultStorerPolicy lets a region's snapshot jobs put snapshots into its
-// bucket and read them back (vault.Put checks what it stored; List and
-// Latest tell the job what is there), and nothing else. Reads name the
-// version listed, which S3 allows only with s3:GetObjectVersion.
-func VaultStorerPolicy(region string) []byte {
-	return vaultPolicy(region, "s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:AbortMultipartUpload")
+// VaultCluster is one cluster's storer: the only vault user its snapshot
+// jobs are given.
+type VaultCluster struct {
+	Cluster        string `json:"cluster"`
+	Storer         string `json:"storer"`
+	StorerPassword string `json:"storerPassword"`
+}
+
+// VaultStorerPolicy lets one cluster's snapshot jobs put snapshots under
+// the cluster's prefix of its region's bucket and read them back
+// (vault.Put checks what it stored; List and Latest tell the job what is
+// there), and nothing else: a host of one cluster cannot place a
+// snapshot of another. Reads name the version listed, which S3 allows
+// only with s3:GetObjectVersion. Listing covers the bucket (S3 lists by
+// bucket); the objects it may read or write are its cluster's only.
+func VaultStorerPolicy(region, cluster string) []byte {
+	return vaultPolicy(region, cluster+"/*", "s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:AbortMultipartUpload")
 }
 
 // VaultRestorerPolicy lets a restore list and read a region's snapshots
 // (at the versions listed), and nothing else.
 func VaultRestorerPolicy(region string) []byte {
-	return vaultPolicy(region, "s3:GetObject", "s3:GetObjectVersion")
+	return vaultPolicy(region, "*", "s3:GetObject", "s3:GetObjectVersion")
 }
 
 // vaultStorerPolicy is the policy a storer is given; tests replace it.
 var vaultStorerPolicy = VaultStorerPolicy
 
-func vaultPolicy(region string, objectActions ...string) []byte {
+// vaultPolicy allows objectActions on the objects of region's bucket that
+// objects (a key pattern) matches, listing, and denies every erasure.
+func vaultPolicy(region, objects string, objectActions ...string) []byte {
 	bucket := "arn:aws:s3:::" + vault.Bucket(region)
 	doc := map[string]any{"Version": "2012-10-17", "Statement": []map[string]any{
 		// Versions: List names a snapshot written twice (an overwrite).
 		{"Effect": "Allow", "Action": []string{"s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketLocation"}, "Resource": []string{bucket}},
-		{"Effect": "Allow", "Action": objectActions, "Resource": []string{bucket + "/*"}},
+		{"Effect": "Allow", "Action": objectActions, "Resource": []string{bucket + "/" + objects}},
 		// Explicit, so no other policy given by mistake can add them.
 		{"Effect": "Deny", "Action": []string{"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:DeleteBucket",
 			"s3:PutLifecycleConfiguration", "s3:PutBucketVersioning", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy",
@@ -84,20 +103,42 @@ func (in *VaultBucketsInputs) validate() error {
 		return errors.New("regions: at least one is required")
 	}
 	users := map[string]string{in.RootUser: "rootUser"}
+	user := func(field, u, password string) error {
+		if len(u) < 3 || len(password) < 8 {
+			return fmt.Errorf("%s: a user of at least 3 characters with a password of at least 8 is required (MinIO's rule)", field)
+		}
+		if prev, dup := users[u]; dup {
+			return fmt.Errorf("%s: %s is also %s: each region's and cluster's users are its own", field, u, prev)
+		}
+		users[u] = field
+		return nil
+	}
 	for i, r := range in.Regions {
 		if err := vault.CheckName(fmt.Sprintf("regions[%d].region", i), r.Region); err != nil {
 			return err
 		}
-		for _, u := range []struct{ field, user, password string }{
-			{"storer", r.Storer, r.StorerPassword}, {"restorer", r.Restorer, r.RestorerPassword}} {
-			field := fmt.Sprintf("regions[%d].%s", i, u.field)
-			if len(u.user) < 3 || len(u.password) < 8 {
-				return fmt.Errorf("%s: a user of at least 3 characters with a password of at least 8 is required (MinIO's rule)", field)
+		if r.Storer != "" || r.StorerPassword != "" {
+			return fmt.Errorf("regions[%d].storer: a region-wide storer could write every cluster's snapshots: give each cluster its own in clusters", i)
+		}
+		if err := user(fmt.Sprintf("regions[%d].restorer", i), r.Restorer, r.RestorerPassword); err != nil {
+			return err
+		}
+		if len(r.Clusters) == 0 {
+			return fmt.Errorf("regions[%d].clusters: every cluster of region %s (coord, entity-0, ...) is required", i, r.Region)
+		}
+		seen := map[string]bool{}
+		for j, c := range r.Clusters {
+			field := fmt.Sprintf("regions[%d].clusters[%d]", i, j)
+			if err := vault.CheckName(field+".cluster", c.Cluster); err != nil {
+				return err
 			}
-			if prev, dup := users[u.user]; dup {
-				return fmt.Errorf("%s: %s is also %s: each region's users are its own", field, u.user, prev)
+			if seen[c.Cluster] {
+				return fmt.Errorf("%s.cluster: %s appears twice", field, c.Cluster)
 			}
-			users[u.user] = field
+			seen[c.Cluster] = true
+			if err := user(field+".storer", c.Storer, c.StorerPassword); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -126,8 +167,10 @@ func (in *VaultBucketsInputs) setUp(ctx context.Context) (map[string]any, error)
 		if err := v.Ensure(ctx); err != nil {
 			return nil, err
 		}
-		if err := setMinIOUser(ctx, adm, "vault storer", r.Storer, r.StorerPassword, vaultStorerPolicy(r.Region)); err != nil {
-			return nil, err
+		for _, c := range r.Clusters {
+			if err := setMinIOUser(ctx, adm, "vault storer", c.Storer, c.StorerPassword, vaultStorerPolicy(r.Region, c.Cluster)); err != nil {
+				return nil, err
+			}
 		}
 		if err := setMinIOUser(ctx, adm, "vault restorer", r.Restorer, r.RestorerPassword, VaultRestorerPolicy(r.Region)); err != nil {
 			return nil, err
@@ -152,11 +195,18 @@ func (in *VaultBucketsInputs) removeUsers(ctx context.Context, users []string) e
 	return nil
 }
 
-// users are every region's storer and restorer.
+// users are every region's restorer and clusters' storers (and an older
+// state's region-wide storer, so that an update removes it).
 func (in *VaultBucketsInputs) users() []string {
 	var out []string
 	for _, r := range in.Regions {
-		out = append(out, r.Storer, r.Restorer)
+		out = append(out, r.Restorer)
+		if r.Storer != "" {
+			out = append(out, r.Storer)
+		}
+		for _, c := range r.Clusters {
+			out = append(out, c.Storer)
+		}
 	}
 	return out
 }
@@ -168,7 +218,11 @@ func (in *VaultBucketsInputs) present(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	for _, r := range in.Regions {
-		for _, u := range []string{r.Storer, r.Restorer} {
+		users := []string{r.Restorer}
+		for _, c := range r.Clusters {
+			users = append(users, c.Storer)
+		}
+		for _, u := range users {
 			if ok, err := minioUserHasItsPolicy(ctx, adm, u); !ok || err != nil {
 				return false, err
 			}

@@ -17,18 +17,28 @@ import (
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 )
 
-// vaultInputs are a VaultBuckets resource of two fresh regions on the
-// test MinIO (plain http on loopback).
+// vaultInputs are a VaultBuckets resource of two fresh regions, each of
+// clusters coord and entity-0, on the test MinIO (plain http on loopback).
 func vaultInputs(mio *resourcetest.MinIO) (map[string]any, [2]string) {
 	n := fmt.Sprintf("%d", time.Now().UnixNano()%1e12)
 	regions := [2]string{"a" + n, "b" + n}
 	var rs []any
 	for _, r := range regions {
-		rs = append(rs, map[string]any{"region": r, "storer": "snap-" + r, "storerPassword": "storer-secret-" + r,
-			"restorer": "restore-" + r, "restorerPassword": "restorer-secret-" + r})
+		var cs []any
+		for _, c := range []string{"coord", "entity-0"} {
+			cs = append(cs, map[string]any{"cluster": c, "storer": storerOf(r, c), "storerPassword": "storer-secret-" + r + "-" + c})
+		}
+		rs = append(rs, map[string]any{"region": r, "restorer": "restore-" + r, "restorerPassword": "restorer-secret-" + r, "clusters": cs})
 	}
 	return map[string]any{"url": "http://" + mio.Endpoint, "rootUser": resourcetest.MinIOUser, "rootPassword": resourcetest.MinIOPassword,
 		"keepDays": 30, "regions": rs}, regions
+}
+
+// storerOf is cluster's storer in region, as the vault stack names it.
+func storerOf(region, cluster string) string { return "snap-" + region + "-" + cluster }
+
+func storerClient(t *testing.T, mio *resourcetest.MinIO, region, cluster string) *minio.Client {
+	return userClient(t, mio, storerOf(region, cluster), "storer-secret-"+region+"-"+cluster)
 }
 
 func userClient(t *testing.T, mio *resourcetest.MinIO, user, password string) *minio.Client {
@@ -41,12 +51,13 @@ func userClient(t *testing.T, mio *resourcetest.MinIO, user, password string) *m
 }
 
 // vaultRefusals tries what a region's users must not do and returns what
-// was let through: a storer erasing or re-ruling its own bucket, or
-// touching another region's; a restorer writing or erasing.
+// was let through: a cluster's storer erasing or re-ruling its bucket,
+// writing or reading another cluster's snapshots, or touching another
+// region's; a restorer writing or erasing.
 func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, regions [2]string) []string {
 	t.Helper()
 	a, b := regions[0], regions[1]
-	storer := userClient(t, mio, "snap-"+a, "storer-secret-"+a)
+	storer := storerClient(t, mio, a, "coord")
 	restorer := userClient(t, mio, "restore-"+a, "restorer-secret-"+a)
 	bucketA, bucketB := vault.Bucket(a), vault.Bucket(b)
 	put := func(c *minio.Client, bucket, name string) error {
@@ -54,8 +65,12 @@ func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, r
 		return err
 	}
 	// A snapshot of region b, put by its own storer, for a's storer to try.
-	if err := put(userClient(t, mio, "snap-"+b, "storer-secret-"+b), bucketB, "coord/theirs.db"); err != nil {
+	if err := put(storerClient(t, mio, b, "coord"), bucketB, "coord/theirs.db"); err != nil {
 		t.Fatalf("b's storer putting into its own bucket: %v", err)
+	}
+	// And one of a's entity-0, by its own storer.
+	if err := put(storerClient(t, mio, a, "entity-0"), bucketA, "entity-0/shard.db"); err != nil {
+		t.Fatalf("a's entity-0 storer putting under its own prefix: %v", err)
 	}
 	st, err := storer.StatObject(ctx, bucketA, "coord/mine.db", minio.StatObjectOptions{})
 	if err != nil {
@@ -73,6 +88,11 @@ func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, r
 	try("storer suspends versioning", storer.SuspendVersioning(ctx, bucketA))
 	try("storer sets a one-day expiry", storer.SetBucketLifecycle(ctx, bucketA, &lifecycle.Configuration{Rules: []lifecycle.Rule{{
 		ID: "x", Status: "Enabled", Expiration: lifecycle.Expiration{Days: 1}}}}))
+	try("coord's storer puts under entity-0's prefix", put(storer, bucketA, "entity-0/forged.db"))
+	try("coord's storer puts outside every cluster's prefix", put(storer, bucketA, "forged.db"))
+	_, err = storer.StatObject(ctx, bucketA, "entity-0/shard.db", minio.StatObjectOptions{})
+	try("coord's storer reads entity-0's snapshot", err)
+	try("entity-0's storer puts under coord's prefix", put(storerClient(t, mio, a, "entity-0"), bucketA, "coord/forged.db"))
 	try("storer puts into another region's bucket", put(storer, bucketB, "coord/forged.db"))
 	_, err = storer.StatObject(ctx, bucketB, "coord/theirs.db", minio.StatObjectOptions{})
 	try("storer reads another region's snapshot", err)
@@ -85,9 +105,10 @@ func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, r
 }
 
 // VaultBuckets makes each region's versioned bucket with its expiry rule,
-// a storer that can put and read back its own region's snapshots and
-// nothing else, and a restorer that can only read them. A broken variant
-// (a storer policy of s3:* on its bucket) fails the same check.
+// per cluster a storer that can put and read back its own cluster's
+// snapshots and nothing else (not another cluster's prefix, not another
+// region's bucket), and a restorer that can only read them. A broken
+// variant (a storer policy of s3:* on its bucket) fails the same check.
 func TestVaultBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
 	mio := resourcetest.StartMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -114,7 +135,7 @@ func TestVaultBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
 		}
 	}
 	a := regions[0]
-	storer := userClient(t, mio, "snap-"+a, "storer-secret-"+a)
+	storer := storerClient(t, mio, a, "coord")
 	if _, err := storer.PutObject(ctx, vault.Bucket(a), "coord/mine.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
 		t.Fatalf("the storer putting a snapshot: %v", err)
 	}
@@ -133,7 +154,7 @@ func TestVaultBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
 	}
 
 	// The broken variant: a storer with s3:* on its bucket.
-	defer provider.SetVaultStorerPolicy(func(region string) []byte {
+	defer provider.SetVaultStorerPolicy(func(region, _ string) []byte {
 		b := "arn:aws:s3:::" + vault.Bucket(region)
 		return []byte(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["` + b + `","` + b + `/*"]}]}`)
 	})()

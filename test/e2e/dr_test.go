@@ -3,7 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/dr/snapshot"
+	"github.com/lockplane/lockplane/dr/vault"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/operator/devidp"
 	"github.com/lockplane/lockplane/services/operator/login"
 	"github.com/lockplane/lockplane/test/hosts"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // rootPassword is the region's etcd root password in these tests: set on
@@ -139,15 +147,47 @@ func drill(t *testing.T, dir string, ops *operators, before []uint64, shardsBefo
 	pulumiConfig(t, dir, "local-dr", "lockplane:operators", ops.config())
 	t.Cleanup(func() { exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-dr").Run() })
 
+	// Someone with write access to the vault left a forged coord snapshot,
+	// newer than the genuine one and claiming a far lower epoch.
+	forged, genuine := forgeNewerCoordSnapshot(t, dir)
+
 	start := time.Now()
-	var up summary
+	var up struct {
+		summary
+		Refused []string `json:"refused"`
+	}
 	out := run(t, dir, "lockplane", "up", "--stack", "local-dr", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &up); err != nil || up.Result != "succeeded" || len(up.Unseal) != 4 {
 		t.Fatalf("up --stack local-dr: %s (%v)", out, err)
 	}
 	restored, _ := up.Outputs["restored"].(map[string]any)
 	upTook := time.Since(start)
-	t.Logf("DR up: %v in %s; restored %v", up.Changes, upTook.Round(time.Second), restored)
+	t.Logf("DR up: %v in %s; restored %v; refused %v", up.Changes, upTook.Round(time.Second), restored, up.Refused)
+
+	// The genuine snapshot was restored, the forged one refused by name,
+	// and the unseal floor is the genuine one's.
+	coord, _ := restored["coord"].(map[string]any)
+	if coord["manifest"] != genuine {
+		t.Fatalf("DR restored coord from %v, want the genuine %s, not the forged %s", coord["manifest"], genuine, forged)
+	}
+	// (A snapshot the destroyed region left half written is named too.)
+	named := false
+	for _, r := range up.Refused {
+		named = named || strings.HasPrefix(r, "coord: ") && strings.Contains(r, forged) && strings.Contains(r, snapshot.ErrBadSignature.Error())
+	}
+	if !named {
+		t.Fatalf("refused %q, want the forged %s named, its signature not coord's", up.Refused, forged)
+	}
+	var floor float64
+	for _, c := range restored {
+		m, _ := c.(map[string]any)
+		h, _ := m["highestAllocated"].(float64)
+		e, _ := m["epoch"].(float64)
+		floor = max(floor, h, e)
+	}
+	if !strings.Contains(up.Unseal[0], fmt.Sprintf("--above %d ", int64(floor)+100)) {
+		t.Fatalf("unseal %q: want --above %d, the genuine snapshots' highest epoch %v plus 100", up.Unseal[0], int64(floor)+100, floor)
+	}
 
 	// Sealed: no grant until the advance.
 	refusedSealed(t, dir, up.Profile, "demo/e2e/dr", "demo")
@@ -357,4 +397,82 @@ func refusedSealed(t *testing.T, dir, profile, key, class string) {
 		}
 	}
 	t.Fatalf("%s (class %s) was not refused SEALED within a minute; last answer: %s", key, class, got)
+}
+
+// vaultStackOutput is `pulumi stack output --show-secrets --json key` of
+// the vault stack local-vault: what its operator (and no region host)
+// can read.
+func vaultStackOutput(t *testing.T, dir, key string, into any) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(dir, "bin", "pulumi"), "stack", "output", "--stack", "local-vault", "--show-secrets", "--json", key, "--non-interactive")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PULUMI_BACKEND_URL=file://"+filepath.Join(dir, ".lockplane", "state"),
+		"PULUMI_HOME="+filepath.Join(dir, ".lockplane", "pulumi-home"), "PULUMI_CONFIG_PASSPHRASE=lockplane-local-stack",
+		"PULUMI_SKIP_UPDATE_CHECK=true", "PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pulumi stack output %s of local-vault: %v", key, err)
+	}
+	if err := json.Unmarshal(out, into); err != nil {
+		t.Fatalf("pulumi stack output %s of local-vault: %v", key, err)
+	}
+}
+
+// forgeNewerCoordSnapshot is the attack the vault must not let through:
+// a host of entity-0 (holding entity-0's signing key) with write access
+// to coord's prefix (coord's storer, as a region-wide storer once gave
+// every host) copies coord's newest snapshot under a newer name, with a
+// manifest claiming highest allocated epoch 1, signed with entity-0's
+// key. A DR up with "latest" that believed it would restore it and print
+// an unseal floor below every token the region issued. It returns the
+// forged snapshot's name and the genuine one's.
+func forgeNewerCoordSnapshot(t *testing.T, dir string) (forged, genuine string) {
+	t.Helper()
+	var url, ca string
+	var regions map[string]struct {
+		Clusters map[string]struct {
+			Storer, StorerPassword, SigningKey, PublicKey string
+		}
+	}
+	vaultStackOutput(t, dir, "vaultUrl", &url)
+	vaultStackOutput(t, dir, "vaultCaCertPem", &ca)
+	vaultStackOutput(t, dir, "vaultRegions", &regions)
+	coord, shard := regions["local"].Clusters["coord"], regions["local"].Clusters["entity-0"]
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(ca)) {
+		t.Fatal("vaultCaCertPem: no certificate")
+	}
+	host := strings.TrimPrefix(url, "https://")
+	cli, err := minio.New(host, &minio.Options{Creds: credentials.NewStaticV4(coord.Storer, coord.StorerPassword, ""), Secure: true,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted, err := vault.ParseKeys(map[string][]string{"coord": {coord.PublicKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := snapshot.ParsePrivateKey([]byte(shard.SigningKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vault.Vault{Client: cli, Region: "local", Trusted: trusted, Signer: signer}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, _, err := v.Latest(ctx, "coord")
+	if err != nil {
+		t.Fatalf("coord's newest snapshot: %v", err)
+	}
+	genuine = strings.TrimSuffix(m.Object, ".db")
+	file := filepath.Join(t.TempDir(), "coord.db")
+	if err := v.Fetch(ctx, m, file); err != nil {
+		t.Fatal(err)
+	}
+	f := m
+	f.Object, f.ObjectVersion, f.Signature = "", "", nil
+	f.TakenAt, f.HighestAllocated = m.TakenAt.Add(time.Minute), 1
+	if f, err = v.Put(ctx, f, file); err != nil {
+		t.Fatalf("put the forged snapshot as coord's storer: %v", err)
+	}
+	return strings.TrimSuffix(f.Object, ".db"), genuine
 }

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,6 +52,7 @@ type flags struct {
 	etcdCA, etcdCert, etcdKey, etcdCredentials   string
 	etcdWithoutAuth                              bool
 	vaultURL, vaultCA, vaultCredentials, metrics string
+	signingKey                                   string
 	every                                        time.Duration
 	once                                         bool
 }
@@ -73,6 +75,7 @@ func parse(args []string, stderr io.Writer) (flags, error) {
 	fs.StringVar(&f.vaultURL, "vault", "", "the vault's MinIO (S3) base URL, e.g. https://vault:9000")
 	fs.StringVar(&f.vaultCA, "vault-ca", "", "CA bundle that signed the vault's serving certificate (PEM), for an https --vault")
 	fs.StringVar(&f.vaultCredentials, "vault-credentials", "", "the vault user that puts this region's snapshots: "+credfile.Rule("vault")+" (the access key, then the secret key)")
+	fs.StringVar(&f.signingKey, "signing-key", "", "the cluster's snapshot signing key (PEM, PKCS #8 Ed25519, mode 0600): every manifest is signed with it, and a restore trusts no other")
 	fs.DurationVar(&f.every, "every", time.Hour, "the schedule: a snapshot every this long (1m to 168h)")
 	fs.StringVar(&f.metrics, "metrics", "", "address to serve Prometheus metrics on, e.g. 10.0.0.5:9470 (off when empty)")
 	fs.BoolVar(&f.once, "once", false, "take one snapshot now, store it and exit")
@@ -90,6 +93,8 @@ func parse(args []string, stderr io.Writer) (flags, error) {
 		return f, errors.New("--vault: the vault's base URL is required")
 	case f.vaultCredentials == "":
 		return f, errors.New("--vault-credentials: required: " + credfile.Rule("vault"))
+	case f.signingKey == "":
+		return f, errors.New("--signing-key: the cluster's snapshot signing key file is required: a restore trusts only signed snapshots")
 	case f.etcdCredentials != "" && f.etcdWithoutAuth:
 		return f, errors.New("--etcd-credentials and --etcd-without-auth: choose one")
 	case f.etcdCredentials == "" && !f.etcdWithoutAuth:
@@ -183,7 +188,32 @@ func openVault(f flags) (vault.Vault, error) {
 	if err != nil {
 		return vault.Vault{}, err
 	}
-	return vault.Vault{Client: cli, Region: f.region}, nil
+	key, err := readSigningKey(f.signingKey)
+	if err != nil {
+		return vault.Vault{}, err
+	}
+	return vault.Vault{Client: cli, Region: f.region, Signer: key}, nil
+}
+
+// readSigningKey reads the key at path, refusing one others may read:
+// whoever reads it can sign snapshots a restore would trust.
+func readSigningKey(path string) (ed25519.PrivateKey, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--signing-key: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("--signing-key: %s is mode %04o: it must be readable by its owner only (0600)", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--signing-key: %w", err)
+	}
+	key, err := snapshot.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("--signing-key: %s: %w", path, err)
+	}
+	return key, nil
 }
 
 // metrics are the job's, labelled by cluster only.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,11 +34,31 @@ func credentialsFile(t *testing.T, line string) string {
 	return p
 }
 
+// signingKeyFile writes a new signing key, mode 0600, and returns its
+// path and public key.
+func signingKeyFile(t *testing.T) (string, ed25519.PublicKey) {
+	t.Helper()
+	priv, pub, err := snapshot.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "signing-key.pem")
+	if err := os.WriteFile(p, []byte(priv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := snapshot.ParsePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, k
+}
+
 // Every refusal names its flag and the rule, before anything is reached.
 func TestBadFlagsAreRefusedByName(t *testing.T) {
 	vaultCreds := credentialsFile(t, "vault a:b")
+	key, _ := signingKeyFile(t)
 	good := []string{"--region", "eu-west", "--cluster", "coord", "--endpoint", "https://10.0.0.5:2379", "--etcd-ca", vaultCreds,
-		"--vault", "https://vault:9000", "--vault-credentials", vaultCreds, "--etcd-without-auth=true"}
+		"--vault", "https://vault:9000", "--vault-credentials", vaultCreds, "--signing-key", key, "--etcd-without-auth=true"}
 	with := func(kv ...string) []string {
 		out := append([]string(nil), good...)
 		for i := 0; i < len(kv); i += 2 {
@@ -69,6 +90,7 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 		{with("--etcd-without-auth", "false", "--etcd-credentials", vaultCreds, "--endpoint", "http://10.0.0.5:2379", "--etcd-ca", ""), "password in clear"},
 		{with("--dir", ""), "--dir: a directory"},
 		{with("--vault", ""), "--vault: the vault's base URL is required"},
+		{with("--signing-key", ""), "--signing-key: the cluster's snapshot signing key file is required"},
 		{with("--every", "10s"), "--every: 10s must be between 1m and 168h"},
 		{with("--etcd-credentials", vaultCreds), "--etcd-credentials and --etcd-without-auth: choose one"},
 		{good[: len(good)-1 : len(good)-1], "--etcd-credentials FILE is required"},
@@ -81,6 +103,23 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 	}
 	if _, err := parse(good, &bytes.Buffer{}); err != nil {
 		t.Errorf("good flags: %v", err)
+	}
+}
+
+// A signing key others may read, or that is no Ed25519 key, is refused by
+// name: whoever reads it can sign snapshots a restore would trust.
+func TestSigningKeyFileIsCheckedByName(t *testing.T) {
+	key, _ := signingKeyFile(t)
+	if _, err := readSigningKey(key); err != nil {
+		t.Fatalf("a 0600 key: %v", err)
+	}
+	os.Chmod(key, 0o644)
+	if _, err := readSigningKey(key); err == nil || !strings.Contains(err.Error(), "--signing-key") || !strings.Contains(err.Error(), "0600") {
+		t.Errorf("a 0644 key: %v, want refused naming --signing-key and 0600", err)
+	}
+	notKey := credentialsFile(t, "vault a:b")
+	if _, err := readSigningKey(notKey); err == nil || !strings.Contains(err.Error(), "PRIVATE KEY") {
+		t.Errorf("a file that is no key: %v, want refused naming the PEM block wanted", err)
 	}
 }
 
@@ -106,13 +145,14 @@ func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	mio := resourcetest.StartMinIO(t)
-	v := vault.Vault{Client: mio.Client(t), Region: "once"}
+	key, pub := signingKeyFile(t)
+	v := vault.Vault{Client: mio.Client(t), Region: "once", Trusted: vault.Keys{snapshot.CoordCluster: {pub}}}
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"--region", "once", "--cluster", snapshot.CoordCluster, "--endpoint", c.Endpoints()[0],
 		"--vault", "http://" + mio.Endpoint, "--vault-credentials", credentialsFile(t, "vault "+resourcetest.MinIOUser+":"+resourcetest.MinIOPassword),
-		"--dir", t.TempDir(), "--once"}
+		"--signing-key", key, "--dir", t.TempDir(), "--once"}
 
 	// The arbiter's user may not take a snapshot: etcd refuses it.
 	arbiter := credentialsFile(t, "snapshot "+etcdauth.Arbiter+":"+spec.Credentials()[etcdauth.Arbiter])
@@ -130,11 +170,11 @@ func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
 	if err := run(ctx, append(args, "--etcd-credentials", snap), &stdout, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := v.Latest(ctx, snapshot.CoordCluster)
-	if err != nil {
-		t.Fatal(err)
+	m, refused, err := v.Latest(ctx, snapshot.CoordCluster)
+	if err != nil || len(refused) > 0 {
+		t.Fatal(err, refused)
 	}
-	if m.Epoch == nil || m.Epoch.Epoch != 5 || m.HighestAllocated != 5 || !strings.Contains(stdout.String(), m.Object) {
+	if m.Signature == nil || m.Epoch == nil || m.Epoch.Epoch != 5 || m.HighestAllocated != 5 || !strings.Contains(stdout.String(), m.Object) {
 		t.Fatalf("stored %+v, printed %q: want epoch 5 and the object named", m, stdout.String())
 	}
 }

@@ -227,6 +227,12 @@ type summary struct {
 	Unseal []string `json:"unseal,omitempty"`
 	// Verify, after the unseal, checks the region and prints the RTO.
 	Verify string `json:"verify,omitempty"`
+	// Refused, after a DR stack's or an in-place restore's up, are the
+	// snapshots the restore left out, each "cluster: why"; RefusedReasons
+	// the same with each one's name and reason ("untrusted" is a forgery;
+	// "incomplete", "overwritten", "unreadable" the vault's wear).
+	Refused        []string  `json:"refused,omitempty"`
+	RefusedReasons []refusal `json:"refused_reasons,omitempty"`
 }
 
 func (s summary) print(asJSON bool) {
@@ -314,8 +320,11 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 			}
 			if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
 				var floor int64
-				if out.Unseal, floor, err = unsealCommands(out.Profile, operatorPeople(res.Outputs), restored); err != nil {
+				if out.Unseal, floor, err = unsealCommands(out.Profile, operatorPeople(res.Outputs), restored, typedFloor(res.Outputs)); err != nil {
 					return summary{}, err
+				}
+				if cs, err := restoredClusters(restored); err == nil {
+					out.Refused, out.RefusedReasons = refusedSnapshots(cs), refusals(cs)
 				}
 				if err := recordRestore(root, f.stack, f.began, floor, restored); err != nil {
 					fmt.Fprintf(os.Stderr, "warning: the restore is not recorded, so dr verify cannot check it: %v\n", err)
@@ -336,6 +345,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 					return summary{}, err
 				}
 				out.Unseal = append(out.Unseal, cmds...)
+				out.Refused, out.RefusedReasons = append(out.Refused, refusedSnapshots(done)...), append(out.RefusedReasons, refusals(done)...)
 				if len(done) > 0 {
 					if err := recordInPlace(root, f.stack, f.began, done); err != nil {
 						fmt.Fprintf(os.Stderr, "warning: the restore is not recorded, so dr verify cannot check it: %v\n", err)
@@ -355,7 +365,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 					}
 				}
 				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
-					printRestored(os.Stdout, f.stack, out.Profile, operatorPeople(res.Outputs), restored)
+					printRestored(os.Stdout, f.stack, out.Profile, operatorPeople(res.Outputs), restored, typedFloor(res.Outputs))
 				}
 				if v, ok := res.Outputs["snapshotVault"]; ok {
 					fmt.Printf("snapshots into %v (lockplane snapshot list --stack %s)\n", v.Value, f.stack)
@@ -411,6 +421,9 @@ func refreshCmd() *cobra.Command {
 func destroyCmd() *cobra.Command {
 	c := stackVerb("destroy", "Stop and remove everything the stack made on its hosts", "",
 		func(ctx context.Context, s auto.Stack, root string, f *stackFlags) (summary, error) {
+			if err := releaseSigningKeys(ctx, s); err != nil {
+				return summary{}, err
+			}
 			res, err := s.Destroy(ctx, optdestroy.ProgressStreams(f.progress()))
 			if err != nil {
 				return summary{}, err

@@ -84,8 +84,9 @@ func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess,
 }
 
 // run is a verb's RunE: act gets the region's access, the private
-// directory of its TLS files (removed afterwards) and its vault.
-func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAccess, dir string, v vault.Vault) error) func(*cobra.Command, []string) error {
+// directory of its TLS files (removed afterwards) and, by cluster, the
+// vault as that cluster's storer.
+func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAccess, dir string, v clusterVaults) error) func(*cobra.Command, []string) error {
 	return func(*cobra.Command, []string) error {
 		if err := f.check(); err != nil {
 			return err
@@ -97,22 +98,40 @@ func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAc
 			return err
 		}
 		defer os.RemoveAll(dir)
-		v, err := openVault(acc, dir)
-		if err != nil {
-			return err
-		}
-		return act(ctx, acc, dir, v)
+		return act(ctx, acc, dir, clusterVaults{acc: acc, dir: dir})
 	}
 }
 
-// openVault is the region's vault, as its storer.
-func openVault(acc program.SnapshotAccess, dir string) (vault.Vault, error) {
-	cli, err := s3client.Endpoint{URL: acc.VaultURL, URLFlag: "snapshotAccess.vaultUrl", CA: filepath.Join(dir, "vault-ca.pem"),
-		CAFlag: "snapshotAccess.vaultCaCertPem", User: credfile.Account{User: acc.VaultUser, Password: acc.VaultPassword}}.Client()
+// clusterVaults open the region's vault as one cluster's storer.
+type clusterVaults struct {
+	acc program.SnapshotAccess
+	dir string
+}
+
+// open is the vault as cluster's storer (which may write under its own
+// prefix only), trusting only cluster's signing keys (the vault stack's);
+// with its signing key too when sign is set (take).
+func (cv clusterVaults) open(cluster string, sign bool) (vault.Vault, error) {
+	c := cv.acc.Clusters[cluster]
+	if c.VaultUser == "" || c.VaultPassword == "" || len(c.TrustedKeys) == 0 {
+		return vault.Vault{}, fmt.Errorf("snapshotAccess.clusters.%s: no vault user or trusted keys: run `lockplane up` of the region, which hands each cluster its own (docs/dr.md)", cluster)
+	}
+	keys, err := vault.ParseKeys(map[string][]string{cluster: c.TrustedKeys})
+	if err != nil {
+		return vault.Vault{}, fmt.Errorf("snapshotAccess.clusters.%s.%w", cluster, err)
+	}
+	cli, err := s3client.Endpoint{URL: cv.acc.VaultURL, URLFlag: "snapshotAccess.vaultUrl", CA: filepath.Join(cv.dir, "vault-ca.pem"),
+		CAFlag: "snapshotAccess.vaultCaCertPem", User: credfile.Account{User: c.VaultUser, Password: c.VaultPassword}}.Client()
 	if err != nil {
 		return vault.Vault{}, err
 	}
-	return vault.Vault{Client: cli, Region: acc.Region}, nil
+	v := vault.Vault{Client: cli, Region: cv.acc.Region, Trusted: keys}
+	if sign {
+		if v.Signer, err = snapshot.ParsePrivateKey([]byte(c.SigningKey)); err != nil {
+			return vault.Vault{}, fmt.Errorf("snapshotAccess.clusters.%s.signingKey: %w", cluster, err)
+		}
+	}
+	return v, nil
 }
 
 // clusters are the clusters asked for, in order: coord first.
@@ -128,10 +147,14 @@ func (f *snapshotFlags) clusters(acc program.SnapshotAccess) []string {
 func snapshotListCmd() *cobra.Command {
 	f := &snapshotFlags{}
 	c := &cobra.Command{Use: "list", Short: "List the region's snapshots in its vault, newest last", Args: cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, v vault.Vault) error {
+		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, cv clusterVaults) error {
 			var all []snapshot.Manifest
 			var skipped []string
 			for _, cl := range f.clusters(acc) {
+				v, err := cv.open(cl, false)
+				if err != nil {
+					return err
+				}
 				ms, bad, err := v.List(ctx, cl)
 				if err != nil {
 					return err
@@ -170,7 +193,8 @@ type snapshotList struct {
 	Vault     string              `json:"vault"`
 	Bucket    string              `json:"bucket"`
 	Snapshots []snapshot.Manifest `json:"snapshots"`
-	// Skipped are objects that are not whole, verified snapshots.
+	// Skipped are objects that are not whole, verified snapshots signed
+	// by their cluster's key: a restore refuses them (named, with why).
 	Skipped []string `json:"skipped,omitempty"`
 }
 
@@ -186,18 +210,24 @@ func printSnapshots(w io.Writer, acc program.SnapshotAccess, ms []snapshot.Manif
 		fmt.Fprintln(w, "no snapshots yet")
 	} else {
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CLUSTER\tTAKEN\tREVISION\tEPOCH\tSIZE\tOBJECT")
+		fmt.Fprintln(tw, "CLUSTER\tTAKEN\tREVISION\tEPOCH\tSIZE\tKEY\tOBJECT")
 		for _, m := range ms {
 			ep := "-"
 			if m.Epoch != nil {
 				ep = strconv.FormatUint(uint64(m.Epoch.Epoch), 10)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", m.Cluster, m.TakenAt.UTC().Format(time.RFC3339), m.Revision, ep, m.Size, m.Object)
+			key := "-"
+			if m.Signature != nil {
+				key = m.Signature.KeyID
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", m.Cluster, m.TakenAt.UTC().Format(time.RFC3339), m.Revision, ep, m.Size, key, m.Object)
 		}
 		tw.Flush()
 	}
 	for _, s := range skipped {
-		fmt.Fprintln(w, "skipped:", s)
+		// A refused snapshot is never restored; one not signed by its
+		// cluster's key was written by someone who is not its snapshot job.
+		fmt.Fprintln(w, "REFUSED (a restore will not use it):", s)
 	}
 	return nil
 }
@@ -208,7 +238,7 @@ func snapshotTakeCmd() *cobra.Command {
 		Long: `take snapshots each cluster (or --cluster) from the first of its members that
 answers, as etcd's snapshot user, verifies it and stores it in the vault beside
 the scheduled ones. Run it before a risky change.`,
-		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, v vault.Vault) error {
+		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, cv clusterVaults) error {
 			tlsCfg, err := tlsfiles.Files{CA: filepath.Join(dir, "etcd-ca.pem"), CAFlag: "snapshotAccess.etcdCaCertPem",
 				Cert: filepath.Join(dir, "etcd.pem"), Key: filepath.Join(dir, "etcd-key.pem"), CertFlag: "snapshotAccess.etcdCertPem", KeyFlag: "snapshotAccess.etcdKeyPem"}.Client()
 			if err != nil {
@@ -216,6 +246,11 @@ the scheduled ones. Run it before a risky change.`,
 			}
 			var taken []snapshot.Manifest
 			for _, cl := range f.clusters(acc) {
+				// As the cluster's own storer, signed with its own key.
+				v, err := cv.open(cl, true)
+				if err != nil {
+					return err
+				}
 				m, err := takeFromAMember(ctx, f.progress(), acc, cl, tlsCfg, filepath.Join(dir, cl+".db"))
 				if err != nil {
 					return err

@@ -15,7 +15,7 @@ func TestUnsealAdvancesCoordFirstAboveEverySnapshotsEpoch(t *testing.T) {
 		"coord":    cluster("coord/y.json", 2, 7),
 		"entity-0": cluster("entity-0/z.json", 5, 0),
 	}
-	cmds, floor, err := unsealCommands("p.json", []string{"alice", "bob"}, restored)
+	cmds, floor, err := unsealCommands("p.json", []string{"alice", "bob"}, restored, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestUnsealLinesRunAsPeopleNotTheSharedOperator(t *testing.T) {
 		{nil, "YOU", "ANOTHER", "replace YOU and ANOTHER"},
 		{[]string{"carol"}, "carol", "ANOTHER", "replace YOU and ANOTHER"},
 	} {
-		cmds, _, err := unsealCommands("p.json", c.people, restored)
+		cmds, _, err := unsealCommands("p.json", c.people, restored, 0)
 		if err != nil || len(cmds) != 4 {
 			t.Fatalf("people %v: %q (%v)", c.people, cmds, err)
 		}
@@ -68,7 +68,7 @@ func TestUnsealLinesRunAsPeopleNotTheSharedOperator(t *testing.T) {
 			}
 		}
 		var w strings.Builder
-		printRestored(&w, "dr", "p.json", c.people, restored)
+		printRestored(&w, "dr", "p.json", c.people, restored, 0)
 		if !strings.Contains(w.String(), c.note) || strings.Contains(w.String(), "--identity operator") {
 			t.Fatalf("people %v: printed\n%s\nwant the note %q", c.people, w.String(), c.note)
 		}
@@ -77,7 +77,7 @@ func TestUnsealLinesRunAsPeopleNotTheSharedOperator(t *testing.T) {
 
 func cluster(manifest string, epoch, highest float64) map[string]any {
 	return map[string]any{"manifest": manifest, "epoch": epoch, "highestAllocated": highest, "revision": 7.0,
-		"sourceClusterId": "aa", "clusterId": "bb"}
+		"sourceClusterId": "aa", "clusterId": "bb", "keyId": "k-" + manifest}
 }
 
 // A restored output without an epoch is refused, not read as epoch 0
@@ -85,7 +85,7 @@ func cluster(manifest string, epoch, highest float64) map[string]any {
 func TestUnsealRefusesARestoredOutputWithoutAnEpoch(t *testing.T) {
 	c := cluster("coord/y.json", 2, 7)
 	delete(c, "epoch")
-	if _, _, err := unsealCommands("", nil, map[string]any{"coord": c}); err == nil || !strings.Contains(err.Error(), "lacks [epoch]") {
+	if _, _, err := unsealCommands("", nil, map[string]any{"coord": c}, 0); err == nil || !strings.Contains(err.Error(), "lacks [epoch]") {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -133,5 +133,57 @@ func TestAnInPlaceRestoreIsUnsealedUntilItIsRecorded(t *testing.T) {
 	}
 	if cmds, _, _ := unseal(at.Add(2*time.Hour), map[string]string{"entity-0": "older"}); len(cmds) != 2 {
 		t.Fatalf("an up whose record is of an older restore: %q, want the advance", cmds)
+	}
+}
+
+// The unseal floor comes only from snapshots verified against the vault
+// stack's signing keys, and the printed text names which snapshot and
+// key it came from; snapshots the restore refused are named as a
+// warning. A restored output without a keyId (a snapshot not verified)
+// gives no floor at all.
+func TestTheUnsealFloorComesFromVerifiedSnapshotsAndSaysWhich(t *testing.T) {
+	coord := cluster("coord/y", 2, 7)
+	coord["refused"] = []any{"vault: untrusted snapshot coord/20991231T000000.000Z-r9-aaaaaaaaaaaa: it is not signed: refusing it"}
+	restored := map[string]any{"coord": coord, "entity-0": cluster("entity-0/z", 5, 0)}
+	var w strings.Builder
+	printRestored(&w, "local-dr", "p.json", []string{"alice", "bob"}, restored, 0)
+	out := w.String()
+	for _, want := range []string{
+		"WARNING: the vault holds 1 snapshot(s) the restore REFUSED",
+		"coord: vault: untrusted snapshot coord/20991231T000000.000Z-r9-aaaaaaaaaaaa: it is not signed",
+		"--above 107 comes from the snapshots alone: it is the highest epoch the restored snapshots show (7: the highest allocated epoch of coord's coord/y, whose manifest key k-coord/y",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("printed:\n%s\nwant %q", out, want)
+		}
+	}
+	cs, _ := restoredClusters(restored)
+	if got := refusedSnapshots(cs); len(got) != 1 || !strings.HasPrefix(got[0], "coord: vault: untrusted snapshot") {
+		t.Errorf("refused %q", got)
+	}
+	delete(restored["entity-0"].(map[string]any), "keyId")
+	if _, _, err := unsealCommands("", nil, restored, 0); err == nil || !strings.Contains(err.Error(), "not verified against the vault stack's snapshot signing keys") {
+		t.Fatalf("an unverified snapshot's floor: err %v", err)
+	}
+}
+
+// A floor the operators type (restore.epochFloor, e.g. the audit
+// archive's newest epoch advance) raises --above when it is higher than
+// the snapshots', and the text names which one won.
+func TestAnOperatorsEpochFloorRaisesTheUnsealAndIsNamed(t *testing.T) {
+	restored := map[string]any{"coord": cluster("coord/y", 2, 7), "entity-0": cluster("entity-0/z", 5, 0)}
+	cmds, floor, err := unsealCommands("", []string{"alice", "bob"}, restored, 500)
+	if err != nil || floor != 500 || !strings.Contains(cmds[0], "--above 600 ") {
+		t.Fatalf("typed 500: floor %d, %q (%v); want --above 600", floor, cmds, err)
+	}
+	var w strings.Builder
+	printRestored(&w, "local-dr", "", []string{"alice", "bob"}, restored, 500)
+	if !strings.Contains(w.String(), "--above 600 is restore.epochFloor (500), the operators' floor, plus 100: it is above the highest epoch the restored snapshots show (7") {
+		t.Errorf("printed:\n%s", w.String())
+	}
+	w.Reset()
+	printRestored(&w, "local-dr", "", []string{"alice", "bob"}, restored, 3)
+	if !strings.Contains(w.String(), "--above 107 is the highest epoch the restored snapshots show (7") || !strings.Contains(w.String(), "restore.epochFloor (3) is not above it") {
+		t.Errorf("printed:\n%s", w.String())
 	}
 }

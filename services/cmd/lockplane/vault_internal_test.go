@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,9 @@ func TestTheVaultReaderReadsTheVaultStacksOutputs(t *testing.T) {
 		pctx.Export("vaultUrl", pulumi.String("https://10.231.0.30:9000"))
 		pctx.Export("vaultCaCertPem", pulumi.String("VAULT CA"))
 		pctx.Export("vaultRegions", pulumi.ToSecret(pulumi.Map{"local": pulumi.Map{"bucket": pulumi.String("lockplane-snapshots-local"),
-			"storer": pulumi.String("snap-local"), "storerPassword": pulumi.String("sp"),
-			"restorer": pulumi.String("restore-local"), "restorerPassword": pulumi.String("rp")}}))
+			"restorer": pulumi.String("restore-local"), "restorerPassword": pulumi.String("rp"),
+			"clusters": pulumi.Map{"coord": pulumi.Map{"storer": pulumi.String("snap-local-coord"), "storerPassword": pulumi.String("sp"),
+				"signingKey": pulumi.String("PRIVATE"), "publicKey": pulumi.String("ed25519:PUB")}}}}))
 		return nil
 	}
 	s, err := auto.UpsertStackInlineSource(ctx, "test-vault", "lockplane", vault, opts...)
@@ -57,8 +59,9 @@ func TestTheVaultReaderReadsTheVaultStacksOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := program.VaultRegion{Bucket: "lockplane-snapshots-local", Storer: "snap-local", StorerPassword: "sp", Restorer: "restore-local", RestorerPassword: "rp"}
-	if got.URL != "https://10.231.0.30:9000" || got.CACertPem != "VAULT CA" || len(got.Regions) != 1 || got.Regions["local"] != want {
+	want := program.VaultRegion{Bucket: "lockplane-snapshots-local", Restorer: "restore-local", RestorerPassword: "rp",
+		Clusters: map[string]program.VaultCluster{"coord": {Storer: "snap-local-coord", StorerPassword: "sp", SigningKey: "PRIVATE", PublicKey: "ed25519:PUB"}}}
+	if got.URL != "https://10.231.0.30:9000" || got.CACertPem != "VAULT CA" || len(got.Regions) != 1 || !reflect.DeepEqual(got.Regions["local"], want) {
 		t.Fatalf("read %+v", got)
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, opts...)

@@ -1,0 +1,26 @@
+package program_test
+
+import "testing"
+
+// Every cluster's snapshot signing key is protected: a replacement (a
+// renamed vault host, a --target-replace) would make a new key and leave
+// every snapshot signed by the old one unrestorable, so the engine
+// refuses it; a rotation is deliberate (docs/dr.md).
+func TestTheVaultsSigningKeysAreProtected(t *testing.T) {
+	m, err := run(t, "local-vault", func(c map[string]string) {
+		localHosts(c)
+		c["lockplane:vault"] = `{"regions":[{"region":"local","shards":1}]}`
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := m.of("lockplane:nodes:SnapshotSigningKey")
+	if len(keys) != 2 {
+		t.Fatalf("%d SnapshotSigningKeys, want coord's and entity-0's", len(keys))
+	}
+	for _, k := range keys {
+		if k.RegisterRPC == nil || !k.RegisterRPC.GetProtect() {
+			t.Errorf("%s is not protected", k.Name)
+		}
+	}
+}
