@@ -96,7 +96,7 @@ func TestTheAdminPathsStayInsideTheAdminRole(t *testing.T) {
 		}
 	}
 	adminClusters := shardmap.Clusters{Coord: recorded{recs["coord"], clusters["coord"]}, Shards: shards}
-	m, err := shardmap.Add(ctx, adminClusters, "s2", nil)
+	m, err := shardmap.Add(ctx, adminClusters, "s2", "test: the admin role may move ranges", nil)
 	if err != nil {
 		t.Fatalf("shard add as the admin: %v", err)
 	}

@@ -3,6 +3,7 @@ package shardmap
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -98,8 +99,14 @@ func Init(ctx context.Context, c Clusters, shards []string, progress func(Step))
 //  4. the map without Adding (v+2) is stored and every shard stamped v+2.
 //
 // An interrupted Add resumes where it stopped when run again for the same
-// shard. ctx bounds the wait for holders.
-func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map, error) {
+// shard, up to stamping every shard with the final map when that was
+// stored already. ctx bounds the wait for holders. why (who decided it,
+// who approved it, and their reason) goes into the new shard's epoch
+// record, which the audit archive locks away as the move's evidence.
+// marks are put in the Txn that stores the final map (step 4): the caller's
+// proof that this run, and no other, stored it. An add of another shard in
+// progress is ErrOtherAdd.
+func Add(ctx context.Context, c Clusters, name, why string, progress func(Step), marks ...Mark) (Map, error) {
 	dest, err := c.shard(name)
 	if err != nil {
 		return Map{}, err
@@ -113,9 +120,12 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	case !found:
 		return Map{}, errors.New("shardmap: add: no map stored; run init first")
 	case slices.Contains(cur.Shards, name):
-		return cur, fmt.Errorf("shardmap: add: shard %s is already in map version %d", name, cur.Version)
+		// Stored by an earlier run (or another add): what may be left is
+		// stamping, without which a shard refuses grants routed by it.
+		report(progress, "stored", fmt.Sprintf("map version %d over %s already holds %s", cur.Version, strings.Join(cur.Shards, ", "), name))
+		return cur, stampAll(ctx, c, cur, progress)
 	case cur.Adding != "" && cur.Adding != name:
-		return cur, fmt.Errorf("shardmap: add: shard %s is being added (map version %d); finish that first", cur.Adding, cur.Version)
+		return cur, fmt.Errorf("%w (%s, map version %d); finish that first", ErrOtherAdd, cur.Adding, cur.Version)
 	}
 	adding := cur
 	if cur.Adding == "" {
@@ -169,7 +179,7 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	}
 	if !found || dst.Epoch <= floor {
 		ch := epoch.Change{Cluster: name, Floor: floor, MapVersion: adding.Version, Placement: placement,
-			Reason: fmt.Sprintf("receives ranges under map version %d", adding.Version+1), Quiet: epoch.Quiet(class.MaxTTL)}
+			Reason: fmt.Sprintf("receives ranges under map version %d: %s", adding.Version+1, why), Quiet: epoch.Quiet(class.MaxTTL)}
 		if found {
 			ch.Expected = dst.Epoch
 		}
@@ -184,14 +194,31 @@ func Add(ctx context.Context, c Clusters, name string, progress func(Step)) (Map
 	}
 	report(progress, "advanced", fmt.Sprintf("%s is at epoch %d, above every source (highest %d)", name, dst.Epoch, floor))
 	next := adding.Next()
+	raw, _ := json.Marshal(next)
+	var also []clientv3.Op
+	for _, mk := range marks {
+		also = append(also, clientv3.OpPut(mk.Key, string(raw), clientv3.WithLease(mk.Lease)))
+	}
 	octx, cancel = c.op(ctx)
-	err = Store(octx, c.Coord, adding.Version, next)
+	err = Store(octx, c.Coord, adding.Version, next, also...)
 	cancel()
 	if err != nil {
 		return Map{}, fmt.Errorf("shardmap: add: %w", err)
 	}
 	report(progress, "stored", fmt.Sprintf("map version %d over %s", next.Version, strings.Join(next.Shards, ", ")))
 	return next, stampAll(ctx, c, next, progress)
+}
+
+// ErrOtherAdd means another shard is being added: Add adds one at a time.
+var ErrOtherAdd = errors.New("shardmap: add: another shard is being added")
+
+// Mark is a record Add puts in the Txn that stores the final map, so that
+// whoever asked for the add can tell later that this run stored it: another
+// add of the same shard leaves no mark of theirs. Its value is the final
+// map as stored (Decode reads it); on Lease when not zero.
+type Mark struct {
+	Key   string
+	Lease clientv3.LeaseID
 }
 
 // drain waits until no hold on shard s belongs to a range that is moving

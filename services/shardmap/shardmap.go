@@ -162,8 +162,8 @@ func Decode(raw []byte) (Map, error) {
 var ErrConflict = errors.New("shardmap: the stored map changed")
 
 // Store writes next if the stored map is still at version prev (0: none
-// stored yet).
-func Store(ctx context.Context, kv clientv3.KV, prev int64, next Map) error {
+// stored yet). also are put in the same Txn, only if next is stored.
+func Store(ctx context.Context, kv clientv3.KV, prev int64, next Map, also ...clientv3.Op) error {
 	if err := next.Validate(); err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func Store(ctx context.Context, kv clientv3.KV, prev int64, next Map) error {
 		cur, _ := json.Marshal(old)
 		cmp = clientv3.Compare(clientv3.Value(Key), "=", string(cur))
 	}
-	resp, err := kv.Txn(ctx).If(cmp).Then(clientv3.OpPut(Key, string(raw))).Commit()
+	resp, err := kv.Txn(ctx).If(cmp).Then(append([]clientv3.Op{clientv3.OpPut(Key, string(raw))}, also...)...).Commit()
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func main() {
 	flag.StringVar(&f.etcdCredentials, "etcd-credentials", "", "the etcd users of every cluster (coord and each --shard): "+credfile.Rule(etcdRoles...)+
 		"; the lock path, the Admin API and the audit tailers sign in as their own user, so etcd refuses each outside its key space; this or --etcd-without-auth is required")
 	flag.BoolVar(&f.etcdWithoutAuth, "etcd-without-auth", false, "use the clusters without etcd users (authentication off): for trials and tests only; logged at start and exported as lockplane_etcd_auth_off")
-	flag.BoolVar(&f.onePersonEpochAdvance, "allow-one-person-epoch-advance", false, "without --oidc-issuer, let one SPIFFE operator advance an epoch alone (lockctl epoch advance --direct): for trials only; with sign-in configured it is always two-person")
+	flag.BoolVar(&f.onePersonEpochAdvance, "allow-one-person-epoch-advance", false, "without --oidc-issuer, let one SPIFFE operator make the one-person calls that advance an epoch and delete holds: AdvanceEpoch (lockctl epoch advance --direct) and AddShard (lockctl shards add): for trials only; with sign-in configured both are always two-person")
 	f.svid.Register(flag.CommandLine)
 	flag.StringVar(&f.cluster, "cluster", "coord", "cluster name in metrics")
 	f.operatorPrefix = admin.OperatorRoot + "/"

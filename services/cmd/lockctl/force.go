@@ -10,10 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
+	"unicode/utf8"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/operator/login"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/metadata"
@@ -161,6 +162,9 @@ func approveCmd(g *globals, kind string) *cobra.Command {
 				if ea := r.GetEpochAdvance(); ea != nil {
 					printAdvance(ea)
 				}
+				if sa := r.GetShardAdd(); sa != nil {
+					printShardAdded(sa)
+				}
 				return nil
 			})
 		},
@@ -168,8 +172,11 @@ func approveCmd(g *globals, kind string) *cobra.Command {
 }
 
 func commandOf(kind string) string {
-	if kind == "epoch_advance" {
+	switch kind {
+	case "epoch_advance":
 		return "lockctl epoch"
+	case "shard_add":
+		return "lockctl shards"
 	}
 	return "lockctl force-release"
 }
@@ -260,24 +267,72 @@ func what(a *adminv1.Action) string {
 	if ad := a.GetAdvance(); ad != nil {
 		return fmt.Sprintf("advance %s from epoch %d", ad.GetCluster(), ad.GetExpectedEpoch())
 	}
+	if sa := a.GetShardAdd(); sa != nil {
+		return "add shard " + sa.GetShard()
+	}
 	return a.GetKind()
 }
 
-// printable is s with every control character (C0, DEL, C1) and
-// bidirectional override escaped as Go would quote it: text from another
-// operator (a reason, a name) must not move the cursor, rewrite lines or
-// reorder what the approver reads, hiding a warning.
+// printable is s with every character of the arbiter's operator-text
+// rule (admin.HiddenRune: control characters, newline included, format
+// characters, line and paragraph separators, private-use, unassigned and
+// other invisible characters) and every combining mark past
+// admin.MaxCombiningRun in a row escaped as Go would quote it (\u or \U
+// where Go would print it as is), and any byte that is not UTF-8 as \xNN:
+// text from another operator (a reason, a name) must not move the cursor,
+// rewrite lines, hide itself or reorder what the approver reads, hiding a
+// warning.
 func printable(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsControl(r) || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
+	marks := 0
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if admin.CombiningMark(r) {
+			marks++
+		} else {
+			marks = 0
 		}
-		b.WriteRune(r)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case admin.HiddenRune(r) || marks > admin.MaxCombiningRun:
+			b.WriteString(escaped(r))
+		default:
+			b.WriteRune(r)
+		}
+		s = s[n:]
 	}
 	return b.String()
+}
+
+// escaped is r as Go quotes it, or as \u or \U where Go would print it
+// as is (a default-ignorable letter, a variation selector, a mark).
+func escaped(r rune) string {
+	q := strconv.QuoteRune(r)
+	if q = q[1 : len(q)-1]; q != string(r) {
+		return q
+	}
+	if r > 0xffff {
+		return fmt.Sprintf(`\U%08x`, r)
+	}
+	return fmt.Sprintf(`\u%04x`, r)
+}
+
+// continued starts each line of multi-line operator text after the first
+// in lockctl's detail views: indented and marked, it cannot pass for a
+// line of lockctl's own ("state  approved", "WARNING: ..."); in a
+// tabwriter the tab keeps it under the text's first line.
+const continued = "\n\t    | "
+
+// printableLines is printable(s) with its newlines kept as line breaks,
+// each line after the first starting with continued: for a reason shown
+// on lines of its own.
+func printableLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, continued)
 }
 
 func operatorName(o *adminv1.Operator) string {
@@ -314,6 +369,12 @@ func printAction(w io.Writer, a *adminv1.Action) {
 		fmt.Fprintf(tw, "enforcement\t%s\n", enf)
 		fmt.Fprintf(tw, "held since\t%s (revision %d)\n", h.GetSince().AsTime().Format(time.RFC3339), h.GetRevision())
 	}
+	if sa := a.GetShardAdd(); sa != nil {
+		fmt.Fprintf(tw, "add shard\t%s\n", printable(sa.GetShard()))
+		if res := a.GetShardAddResult(); res != nil {
+			fmt.Fprintf(tw, "map stored\tversion %d over %s\n", res.GetVersion(), printable(strings.Join(res.GetShards(), ", ")))
+		}
+	}
 	if ad := a.GetAdvance(); ad != nil {
 		fmt.Fprintf(tw, "cluster\t%s\n", ad.GetCluster())
 		fmt.Fprintf(tw, "expected epoch\t%d\n", ad.GetExpectedEpoch())
@@ -327,12 +388,12 @@ func printAction(w io.Writer, a *adminv1.Action) {
 	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "requested by\t%s (%s %s)\n", printable(operatorName(a.GetRequester())), printable(a.GetRequester().GetIssuer()), printable(a.GetRequester().GetSubject()))
-	fmt.Fprintf(tw, "reason\t%s\n", printable(a.GetReason()))
+	fmt.Fprintf(tw, "reason\t%s\n", printableLines(a.GetReason()))
 	state := a.GetState()
 	if a.GetDecidedBy() != nil {
 		state += " by " + printable(operatorName(a.GetDecidedBy()))
 		if a.GetDecisionReason() != "" {
-			state += ": " + printable(a.GetDecisionReason())
+			state += ": " + printableLines(a.GetDecisionReason())
 		}
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)

@@ -336,7 +336,7 @@ func TestShardsShowAndAddWithProgress(t *testing.T) {
 	if err := cmd(env, "shards", "add", "c").Run(); exitCode(err) != 1 {
 		t.Fatalf("a workload added a shard: exit %d", exitCode(err))
 	}
-	out, err = cmd(env, "--identity", "alice", "shards", "add", "c", "-o", "json").Output()
+	out, err = cmd(env, "--identity", "alice", "shards", "add", "c", "--reason", "more room", "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("shards add: %v\n%s", err, out)
 	}

@@ -170,7 +170,7 @@ func TestTheLogTellsEpochAdvancesAndShardMoves(t *testing.T) {
 	}
 	// Shard b joins the map: map versions 2 (adding) and 3 on coord.
 	before, _, _ := epoch.Read(ctx, env.ShardEtcd["a"])
-	stream, err := admin.AddShard(ctx, &adminv1.AddShardRequest{Shard: "b"})
+	stream, err := admin.AddShard(ctx, &adminv1.AddShardRequest{Shard: "b", Reason: "test: add b"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestAnAddedShardTakesItsSourcesPlacement(t *testing.T) {
 	env := sharded(t, []string{"a", "b"}, []string{"a"})
 	ctx := ctxT(t, time.Minute)
 	admin := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn())
-	stream, err := admin.AddShard(ctx, &adminv1.AddShardRequest{Shard: "b"})
+	stream, err := admin.AddShard(ctx, &adminv1.AddShardRequest{Shard: "b", Reason: "test: add b"})
 	if err != nil {
 		t.Fatal(err)
 	}

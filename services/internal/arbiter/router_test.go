@@ -265,7 +265,7 @@ func TestAddingAShardWaitsForHoldersAndTokensGrowAcrossTheMove(t *testing.T) {
 		_, err = denied.Recv()
 	}
 	wantReason(t, err, lockv1.ErrorReason_PERMISSION_DENIED)
-	stream, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn()).AddShard(ctx, &adminv1.AddShardRequest{Shard: "c"})
+	stream, err := adminv1.NewAdminServiceClient(devenvtest.Client(t, env, "alice").Conn()).AddShard(ctx, &adminv1.AddShardRequest{Shard: "c", Reason: "test: add c"})
 	if err != nil {
 		t.Fatal(err)
 	}

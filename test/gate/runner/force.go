@@ -68,16 +68,11 @@ func (h *history) forceRelease(ctx context.Context) func() error {
 // hold changed since (ACTION_STALE) is recorded as refused; either way
 // another hold is tried.
 func (h *history) force(ctx context.Context) error {
-	alice, closeA, err := h.ops.admin(h.profiles[0], requester)
+	alice, bob, done, err := h.ops.pair(h.profiles)
 	if err != nil {
 		return err
 	}
-	defer closeA()
-	bob, closeB, err := h.ops.admin(h.profiles[1], approver)
-	if err != nil {
-		return err
-	}
-	defer closeB()
+	defer done()
 	var last error
 	for deadline := time.Now().Add(forceTries); time.Now().Before(deadline) && ctx.Err() == nil; sleep(ctx, 50*time.Millisecond) {
 		hk, ok, err := h.youngHold(ctx)

@@ -6,16 +6,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/operator/devidp"
 	"github.com/lockplane/lockplane/services/operator/login"
 	ghistory "github.com/lockplane/lockplane/test/gate/history"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // The two operators of every history: alice requests, bob approves. Each
@@ -154,6 +158,22 @@ func (o *operators) admin(profilePath, name string) (adminv1.AdminServiceClient,
 	return adminv1.NewAdminServiceClient(c.Conn()), func() { c.Close(context.Background()) }, nil
 }
 
+// pair dials the two operators of a two-person action: alice (the
+// requester) through the first profile's arbiter, bob (the approver)
+// through the second's. done closes both.
+func (o *operators) pair(profiles []string) (alice, bob adminv1.AdminServiceClient, done func(), err error) {
+	alice, closeA, err := o.admin(profiles[0], requester)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	bob, closeB, err := o.admin(profiles[1], approver)
+	if err != nil {
+		closeA()
+		return nil, nil, nil, err
+	}
+	return alice, bob, func() { closeA(); closeB() }, nil
+}
+
 // record appends an operators' op to their history.
 func (o *operators) record(op ghistory.Op) {
 	op.Client = ghistory.Operators
@@ -164,16 +184,11 @@ func (o *operators) record(op ghistory.Op) {
 // requests it through one arbiter, bob approves it through the other.
 // It returns the new epoch.
 func (h *history) twoPersonAdvance(ctx context.Context, req *adminv1.AdvanceEpochRequest) (uint32, error) {
-	alice, closeA, err := h.ops.admin(h.profiles[0], requester)
+	alice, bob, done, err := h.ops.pair(h.profiles)
 	if err != nil {
 		return 0, err
 	}
-	defer closeA()
-	bob, closeB, err := h.ops.admin(h.profiles[1], approver)
-	if err != nil {
-		return 0, err
-	}
-	defer closeB()
+	defer done()
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	r, err := alice.RequestEpochAdvance(h.ops.as(rctx, requester), &adminv1.RequestEpochAdvanceRequest{Advance: req})
 	cancel()
@@ -189,4 +204,77 @@ func (h *history) twoPersonAdvance(ctx context.Context, req *adminv1.AdvanceEpoc
 		return 0, fmt.Errorf("approve request %s: %w", r.GetAction().GetId(), err)
 	}
 	return resp.GetEpochAdvance().GetEpoch(), nil
+}
+
+// twoPersonShardAdd adds shard to the map as operators must once sign-in
+// is on: alice requests it through one arbiter, bob approves it through
+// the other, and the approval runs the move (its epoch advance included).
+func (h *history) twoPersonShardAdd(ctx context.Context, shard string) error {
+	alice, bob, done, err := h.ops.pair(h.profiles)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := h.impoliteShardAdd(ctx, shard); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	r, err := alice.RequestShardAdd(h.ops.as(rctx, requester), &adminv1.RequestShardAddRequest{
+		Add: &adminv1.AddShardRequest{Shard: shard, Reason: "gate: shard-add"}})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
+	// The requester approving her own request moves nothing.
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = alice.ApproveAction(h.ops.as(sctx, requester), &adminv1.ApproveActionRequest{Id: r.GetAction().GetId()})
+	cancel()
+	if err == nil {
+		return fmt.Errorf("request %s: approved by its own requester", r.GetAction().GetId())
+	}
+	// The approval waits for the moving ranges' holders under a deadline
+	// of its own in the arbiter, which may outlast a call: a call that
+	// ends first (its own deadline, the arbiter's "approve again to
+	// resume", or the request still executing) is approved again, within
+	// the history's deadline.
+	id := r.GetAction().GetId()
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := bob.ApproveAction(h.ops.as(actx, approver), &adminv1.ApproveActionRequest{Id: id})
+		cancel()
+		_, meta := reason.Info(err)
+		switch {
+		case err == nil, meta["cause"] == "action_approved":
+			// Approved now, or by an earlier call whose answer was lost.
+			return nil
+		case meta["cause"] != "action_executing" && status.Code(err) != codes.DeadlineExceeded:
+			return fmt.Errorf("approve request %s: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("approve request %s: not settled within the history: %w", id, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// impoliteShardAdd is one operator adding the shard alone, with an
+// operator SVID and no sign-in: the arbiters verify sign-in, so it must be
+// refused before anything moves (two_person_required).
+func (h *history) impoliteShardAdd(ctx context.Context, shard string) error {
+	c, err := operatorClient(h.profiles[0])
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := adminv1.NewAdminServiceClient(c.Conn()).AddShard(actx, &adminv1.AddShardRequest{Shard: shard, Reason: "gate: one person"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "two") {
+		return fmt.Errorf("a one-person AddShard without sign-in was not refused as two-person: %v", err)
+	}
+	return nil
 }

@@ -463,9 +463,10 @@ func (f Fault) replaces() bool { return f == ShardWipe || f == Restore }
 func (f Fault) adds() bool { return f == ShardAdd || f == ShardWipe || f == ShardRoll }
 
 // operators reports whether the fault needs the operators signed in: an
-// epoch advance or a force-release, each two-person.
+// epoch advance, a force-release or a shard add, each two-person.
 func (f Fault) operators() bool {
-	return f == EpochDelete || f == ShardWipe || f == ForceRelease || f == Restore || f == LiveAdvance
+	// A shard add is two operators' too (RequestShardAdd, ApproveAction).
+	return f == EpochDelete || f == ShardWipe || f == ForceRelease || f == Restore || f == LiveAdvance || f == ShardAdd || f == ShardRoll
 }
 
 // duration is the traffic time of a history of f: shard-roll's restart
@@ -601,7 +602,7 @@ func (h *history) inject(ctx context.Context) func() error {
 		c.signal(syscall.SIGSTOP)
 		return func() error { c.signal(syscall.SIGCONT); return nil }
 	case ShardAdd:
-		wait := h.sh.add(ctx, h.profiles[0])
+		wait := h.sh.add(ctx, h.twoPersonShardAdd)
 		return func() error { wait(); return nil }
 	case EpochDelete:
 		return h.deleteEpoch(ctx)
@@ -657,7 +658,7 @@ func (h *history) deleteEpoch(ctx context.Context) func() error {
 // until a change stamps it; after that, whatever epoch it holds is served.
 func (h *history) wipeShard(ctx context.Context) func() error {
 	return h.replaceShard(ctx, "wipe", h.sh.clusters[shardFrom].Wipe, func() error {
-		h.sh.add(ctx, h.profiles[0])()
+		h.sh.add(ctx, h.twoPersonShardAdd)()
 		if err := h.sh.err(); err != nil {
 			return err
 		}
@@ -694,7 +695,7 @@ func (h *history) replaceShard(ctx context.Context, what string, replace func(co
 // arbiter of a client holding one there without that shard (a rolling
 // restart with the old shard list), then with it again.
 func (h *history) roll(ctx context.Context) func() error {
-	added := h.sh.add(ctx, h.profiles[0])
+	added := h.sh.add(ctx, h.twoPersonShardAdd)
 	rolled := make(chan struct{})
 	var (
 		victim   int

@@ -2,15 +2,12 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/lockplane/lockplane/test/gate/cluster"
@@ -134,31 +131,13 @@ func (sh *shards) flags(names ...string) []string {
 	return out
 }
 
-// add starts adding the second shard through an arbiter's AddShard, as an
-// operator does, and returns what waits for it to finish.
-func (sh *shards) add(ctx context.Context, profilePath string) func() {
+// add starts adding the second shard as operators do, through run (the
+// two-person request and approval, history.twoPersonShardAdd), and returns
+// what waits for it to finish.
+func (sh *shards) add(ctx context.Context, run func(context.Context, string) error) func() {
 	go func() {
 		defer close(sh.done)
-		err := func() error {
-			c, err := operatorClient(profilePath)
-			if err != nil {
-				return err
-			}
-			defer c.Close(context.Background())
-			actx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			stream, err := adminv1.NewAdminServiceClient(c.Conn()).AddShard(actx, &adminv1.AddShardRequest{Shard: shardAdded})
-			if err != nil {
-				return err
-			}
-			for {
-				if _, err := stream.Recv(); errors.Is(err, io.EOF) {
-					return nil
-				} else if err != nil {
-					return err
-				}
-			}
-		}()
+		err := run(ctx, shardAdded)
 		var added uint32
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

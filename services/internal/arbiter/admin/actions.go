@@ -30,14 +30,16 @@ import (
 // Two-person actions (ADR-20, ADR-03). One operator requests, a different
 // one approves; both are signed in (operator.go). A request is a record
 // on the coord cluster under records.ActionPrefix, on a lease of
-// Config.ActionTTL, so an unanswered request is forgotten by etcd itself. Force-release and
-// epoch advance share this storage and these steps; only what approval
-// carries out differs (approveForce, approveAdvance).
+// Config.ActionTTL, so an unanswered request is forgotten by etcd itself. Force-release,
+// epoch advance and shard add share this storage and these steps; only
+// what approval carries out differs (approveForce, approveAdvance,
+// approveShardAdd in shardadd.go).
 
 // The kinds and states of an action.
 const (
 	kindForceRelease = "force_release"
 	kindEpochAdvance = "epoch_advance"
+	kindShardAdd     = "shard_add"
 
 	statePending = "pending"
 	// stateExecuting: claimed by an approval that is carrying it out, or
@@ -55,26 +57,24 @@ const (
 // actionIDLen is the length of an action's ID: 10 random bytes in hex.
 const actionIDLen = 20
 
-// maxReason bounds a reason's length, kept in records and the archive.
-const maxReason = 1024
-
 // actionRecord is the stored request. Never a token: a hold is named by
 // key, revision and value (the hold record, which holds none).
 type actionRecord struct {
-	ID             string       `json:"id"`
-	Kind           string       `json:"kind"`
-	State          string       `json:"state"`
-	Requester      Operator     `json:"requester"`
-	Reason         string       `json:"reason"`
-	RequestedAt    time.Time    `json:"requested_at"`
-	ExpiresAt      time.Time    `json:"expires_at"`
-	Hold           *holdFact    `json:"hold,omitempty"`
-	RevokeSession  bool         `json:"revoke_session,omitempty"`
-	SessionHolds   []holdFact   `json:"session_holds,omitempty"`
-	Advance        *advanceArgs `json:"advance,omitempty"`
-	DecidedBy      *Operator    `json:"decided_by,omitempty"`
-	DecisionReason string       `json:"decision_reason,omitempty"`
-	DecidedAt      time.Time    `json:"decided_at,omitzero"`
+	ID             string        `json:"id"`
+	Kind           string        `json:"kind"`
+	State          string        `json:"state"`
+	Requester      Operator      `json:"requester"`
+	Reason         string        `json:"reason"`
+	RequestedAt    time.Time     `json:"requested_at"`
+	ExpiresAt      time.Time     `json:"expires_at"`
+	Hold           *holdFact     `json:"hold,omitempty"`
+	RevokeSession  bool          `json:"revoke_session,omitempty"`
+	SessionHolds   []holdFact    `json:"session_holds,omitempty"`
+	Advance        *advanceArgs  `json:"advance,omitempty"`
+	ShardAdd       *shardAddArgs `json:"shard_add,omitempty"`
+	DecidedBy      *Operator     `json:"decided_by,omitempty"`
+	DecisionReason string        `json:"decision_reason,omitempty"`
+	DecidedAt      time.Time     `json:"decided_at,omitzero"`
 	// ClaimedAt is when an approval claimed it (executing): reconcile
 	// puts a claim older than claimBound with nothing done back to pending.
 	ClaimedAt time.Time     `json:"claimed_at,omitzero"`
@@ -91,6 +91,9 @@ type actionResult struct {
 	Released       []string `json:"released,omitempty"`
 	SessionRevoked bool     `json:"session_revoked,omitempty"`
 	Epoch          uint32   `json:"epoch,omitempty"`
+	// MapVersion and Shards are the map a shard add stored.
+	MapVersion int64    `json:"map_version,omitempty"`
+	Shards     []string `json:"shards,omitempty"`
 }
 
 // holdFact is a hold as it was at request time: what the operators are
@@ -212,28 +215,6 @@ const maxTxnOps = 128
 // MaxRevokedHolds is the most holds a revoke_session force-release ends:
 // its Txn compares the force record and each hold's revision and value.
 const MaxRevokedHolds = (maxTxnOps - 1) / 2
-
-func requireReason(r string) error {
-	switch {
-	case strings.TrimSpace(r) == "":
-		return refuse.InvalidArgument("reason", "is required: why, for the approver and the audit record")
-	case len(r) > maxReason:
-		return refuse.InvalidArgument("reason", fmt.Sprintf("is %d bytes; at most %d", len(r), maxReason))
-	}
-	// A reason is printed to the other operator's terminal: a control
-	// character could move the cursor, rewrite lines or hide a warning.
-	for i, c := range r {
-		if isControl(c) {
-			return refuse.InvalidArgument("reason", fmt.Sprintf("must not hold control characters (C0, DEL, C1) other than newline: U+%04X at byte %d", c, i))
-		}
-	}
-	return nil
-}
-
-// isControl reports a C0 or C1 control character or DEL, newline aside.
-func isControl(c rune) bool {
-	return c != '\n' && (c < 0x20 || c == 0x7f || c >= 0x80 && c <= 0x9f)
-}
 
 // store gives rec an ID and puts it, pending, on a lease of ActionTTL on
 // the coord cluster.
@@ -469,7 +450,7 @@ func (s *Server) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRe
 	if s.actionClaimedHook(rec.ID) {
 		return nil, status.Error(codes.Aborted, "the approval stopped after its claim (test hook)")
 	}
-	wctx, cancel := s.workCtx(ctx)
+	wctx, cancel := s.workCtx(ctx, rec.Kind)
 	defer cancel()
 	out := &adminv1.ApproveActionResponse{}
 	var res *actionResult
@@ -482,6 +463,10 @@ func (s *Server) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRe
 	case kindEpochAdvance:
 		if out.EpochAdvance, err = s.approveAdvance(wctx, rec, op); err == nil {
 			res = &actionResult{Revision: out.EpochAdvance.GetRevision(), Epoch: out.EpochAdvance.GetEpoch()}
+		}
+	case kindShardAdd:
+		if out.ShardAdd, err = s.approveShardAdd(wctx, rec, op); err == nil {
+			res = &actionResult{MapVersion: out.ShardAdd.GetVersion(), Shards: out.ShardAdd.GetShards()}
 		}
 	default:
 		err = refuse.With(codes.Internal, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "request "+rec.ID+" is of unknown kind "+rec.Kind)
@@ -497,7 +482,8 @@ func (s *Server) ApproveAction(ctx context.Context, req *adminv1.ApproveActionRe
 	case precondition(err):
 		next.State, next.DecisionReason = stateFailed, reasonText(err)
 	default:
-		// Read back: nothing was done. Pending again, to be approved again.
+		// Read back: nothing was done (or, a shard add, only steps that a
+		// second run resumes). Pending again, to be approved again.
 		next = before
 	}
 	if _, derr := s.decide(wctx, next, claimed); derr != nil {
@@ -523,21 +509,30 @@ func (s *Server) workTimeout() time.Duration {
 	return time.Duration(10+len(s.shards)) * s.cfg.Bound.Timeout
 }
 
+// workTimeoutOf is workTimeout for an action of kind; a shard add waits
+// for holders first (shardAddWait) and keeps workTimeout for the rest.
+func (s *Server) workTimeoutOf(kind string) time.Duration {
+	if kind == kindShardAdd {
+		return shardAddWait(s) + s.workTimeout()
+	}
+	return s.workTimeout()
+}
+
 // workCtx is ctx without its cancellation and with a fresh budget of
-// workTimeout: an approval that has claimed its request runs to a known
-// outcome even if its caller goes, or its own budget went on verifying
-// the operator's token.
-func (s *Server) workCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := s.workTimeout()
+// workTimeoutOf(kind): an approval that has claimed its request runs to a
+// known outcome even if its caller goes, or its own budget went on
+// verifying the operator's token.
+func (s *Server) workCtx(ctx context.Context, kind string) (context.Context, context.CancelFunc) {
+	d := s.workTimeoutOf(kind)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	return etcdcall.WithBudget(wctx, time.Now().Add(d)), cancel
 }
 
-// claimBound is how old a claim may be before reconcile, finding nothing
-// done, puts the request back to pending: past the approval's own
-// deadline (workTimeout) and one more call, its approver has stopped. A
-// var so that tests need not wait that long.
-var claimBound = func(s *Server) time.Duration { return s.workTimeout() + s.cfg.Bound.Timeout }
+// claimBound is how old a claim of an action of kind may be before
+// reconcile, finding nothing done, puts the request back to pending: past
+// the approval's own deadline (workTimeoutOf) and one more call, its
+// approver has stopped. A var so that tests need not wait that long.
+var claimBound = func(s *Server, kind string) time.Duration { return s.workTimeoutOf(kind) + s.cfg.Bound.Timeout }
 
 // reconcile settles a request left executing, by an approval that stopped
 // between its claim and recording the outcome, from what is in etcd: the
@@ -562,7 +557,7 @@ func (s *Server) reconcile(ctx context.Context, rec actionRecord, rev int64) (ac
 	switch {
 	case done:
 		next.State, next.Result = stateApproved, res
-	case time.Since(rec.ClaimedAt) > claimBound(s):
+	case time.Since(rec.ClaimedAt) > claimBound(s, rec.Kind):
 		next.State, next.DecidedBy, next.DecidedAt, next.ClaimedAt = statePending, nil, time.Time{}, time.Time{}
 	default:
 		return rec, rev
@@ -609,10 +604,12 @@ func (s *Server) outcome(ctx context.Context, rec actionRecord) (*actionResult, 
 		if err != nil {
 			return nil, false, s.cfg.Bound.Failure(ctx, err)
 		}
-		if !found || !strings.Contains(st.Reason, advanceMark(rec.ID)) {
+		if !found || !advancedBy(st.Reason, rec.ID) {
 			return nil, false, nil
 		}
 		return &actionResult{Revision: st.ModRevision, Epoch: st.Epoch}, true, nil
+	case kindShardAdd:
+		return s.shardAddDone(ctx, rec)
 	}
 	return nil, false, fmt.Errorf("request %s is of unknown kind %s", rec.ID, rec.Kind)
 }
@@ -650,6 +647,26 @@ func reasonText(err error) string {
 // advanceMark is how an epoch record's reason names the request that
 // advanced it (approveAdvance's "by", in advanceEpoch's reason).
 func advanceMark(id string) string { return ", request " + id + " at " }
+
+// advancedBy reports whether an epoch record's reason was written by
+// request id's advance. advanceEpoch writes the requester's reason first
+// and its own tail last: " (by ..., request ID at TIME)". Only that tail
+// is the server's, so the mark counts only there: a reason quoting another
+// request's mark cannot make it read back as carried out (issue 32).
+func advancedBy(reason, id string) bool {
+	head, ok := strings.CutSuffix(reason, ")")
+	if !ok {
+		return false
+	}
+	i := strings.LastIndex(head, " at ")
+	if i < 0 {
+		return false
+	}
+	if _, err := time.Parse(time.RFC3339, head[i+len(" at "):]); err != nil {
+		return false
+	}
+	return strings.HasSuffix(head[:i+len(" at ")], advanceMark(id))
+}
 
 // approveAdvance runs an approved epoch advance. Whatever its error, the
 // epoch record is read back: an advance that committed though its answer
@@ -894,9 +911,9 @@ func (s *Server) ListActions(ctx context.Context, req *adminv1.ListActionsReques
 		return nil, err
 	}
 	switch req.GetKind() {
-	case "", kindForceRelease, kindEpochAdvance:
+	case "", kindForceRelease, kindEpochAdvance, kindShardAdd:
 	default:
-		return nil, refuse.InvalidArgument("kind", "must be force_release, epoch_advance or empty")
+		return nil, refuse.InvalidArgument("kind", "must be force_release, epoch_advance, shard_add or empty")
 	}
 	octx, cancel := s.cfg.Bound.Ctx(ctx)
 	defer cancel()
@@ -907,6 +924,9 @@ func (s *Server) ListActions(ctx context.Context, req *adminv1.ListActionsReques
 	out := &adminv1.ListActionsResponse{}
 	for _, kv := range resp.Kvs {
 		var rec actionRecord
+		if validActionID(strings.TrimPrefix(string(kv.Key), records.ActionPrefix)) != nil {
+			continue // a request's own record, as a shard add's map mark
+		}
 		if json.Unmarshal(kv.Value, &rec) != nil || req.GetKind() != "" && rec.Kind != req.GetKind() {
 			continue
 		}
@@ -957,6 +977,13 @@ func (rec actionRecord) proto() *adminv1.Action {
 			out.Advance.Above = proto.Uint32(*rec.Advance.Above)
 		}
 		out.Warnings = append(out.Warnings, fmt.Sprintf("advancing cluster %s's epoch deletes every hold and waiter on it", rec.Advance.Cluster))
+	}
+	if rec.ShardAdd != nil {
+		out.ShardAdd = rec.ShardAdd.proto()
+		out.Warnings = append(out.Warnings, fmt.Sprintf(shardAddWarning, rec.ShardAdd.Shard, rec.ShardAdd.Shard))
+		if rec.State == stateApproved && rec.Result != nil {
+			out.ShardAddResult = &adminv1.ShardAddResult{Version: rec.Result.MapVersion, Shards: rec.Result.Shards}
+		}
 	}
 	return out
 }

@@ -42,6 +42,15 @@ func BreakClaimCompare() (restore func()) {
 // reconcile, finding nothing done, puts it back to pending.
 func SetClaimBound(d time.Duration) (restore func()) {
 	orig := claimBound
-	claimBound = func(*Server) time.Duration { return d }
+	claimBound = func(*Server, string) time.Duration { return d }
 	return func() { claimBound = orig }
+}
+
+// SetShardAddWait sets how long an approved shard add waits for the
+// moving ranges' holders (and runs its steps) before it stops, leaving
+// the request pending to be approved again.
+func SetShardAddWait(d time.Duration) (restore func()) {
+	orig := shardAddWait
+	shardAddWait = func(*Server) time.Duration { return d }
+	return func() { shardAddWait = orig }
 }

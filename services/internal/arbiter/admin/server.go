@@ -1,6 +1,7 @@
 // Package admin serves lockplane.admin.v1 for an arbiter: status, the
 // epoch advance (direct, and two-person with force-release: actions.go),
-// the shard map and shard add, the audit queries, and operators' sign-in
+// the shard map and shard add (shardadd.go; two-person like the advance),
+// the operators' text rule (operatortext.go), the audit queries, and operators' sign-in
 // (operator.go, oidc.go). It reaches the lock core
 // (services/internal/arbiter), which wires it, only through the Cluster
 // and ShardTable interfaces declared here, and is told the settings it
@@ -65,7 +66,8 @@ type Config struct {
 	// Operators verifies operators' ID tokens; the two-person actions are
 	// refused, saying so, when it is nil.
 	Operators OperatorVerifier
-	// OnePersonEpochAdvance lets a single SPIFFE operator advance an epoch
+	// OnePersonEpochAdvance lets a single SPIFFE operator make the calls
+	// that advance an epoch and delete holds, AdvanceEpoch and AddShard,
 	// while Operators is nil.
 	OnePersonEpochAdvance bool
 	// EpochQuiet is epoch.Change.Quiet for an advance of a live cluster: the registry's longest TTL plus a second (arbiter.EpochQuiet).
@@ -259,8 +261,10 @@ func (s *Server) AdvanceEpoch(ctx context.Context, req *adminv1.AdvanceEpochRequ
 				"(no OpenID Connect verifier): configure it (--oidc-issuer), or, for a trial, start the arbiter with "+
 				"--allow-one-person-epoch-advance", "cause", "no_operator_verifier")
 	}
-	if req.GetReason() == "" {
-		return nil, refuse.InvalidArgument("reason", "is required: why the epoch is being advanced")
+	// The same rule as the two-person path's: the reason goes into the
+	// epoch record, the log and the archive.
+	if err := requireReason(req.GetReason()); err != nil {
+		return nil, err
 	}
 	s.log().Warn("single-person epoch advance: no operator sign-in is configured", "by", caller.String())
 	return s.advanceEpoch(ctx, caller.String(), req)
@@ -411,41 +415,6 @@ func (s *Server) ShardMap(ctx context.Context, _ *adminv1.ShardMapRequest) (*adm
 	}
 	m := s.table.Current()
 	return &adminv1.ShardMapResponse{Version: m.Version, Shards: m.Shards, Adding: m.Adding, Configured: s.shardNames()}, nil
-}
-
-// AddShard implements adminv1.AdminServiceServer.
-func (s *Server) AddShard(req *adminv1.AddShardRequest, stream adminv1.AdminService_AddShardServer) error {
-	ctx := stream.Context()
-	caller, err := caller.Of(ctx)
-	if err != nil {
-		return refuse.With(codes.Unauthenticated, lockv1.ErrorReason_PERMISSION_DENIED, err.Error())
-	}
-	if !s.cfg.IsOperator(caller) {
-		return refuse.With(codes.PermissionDenied, lockv1.ErrorReason_PERMISSION_DENIED, "only operators may change the shard map")
-	}
-	switch {
-	case s.table == nil || len(s.shards) == 0:
-		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
-			"this arbiter serves no entity shards: configure them (--shard NAME=ENDPOINTS) first")
-	case req.GetShard() == "":
-		return refuse.InvalidArgument("shard", "is required: the name of a shard this arbiter has a client for")
-	case s.shards[req.GetShard()] == nil:
-		return refuse.InvalidArgument("shard", fmt.Sprintf("%q is not one of this arbiter's shards (%v): give every arbiter its endpoints first", req.GetShard(), s.shardNames()))
-	}
-	s.log().Info("adding shard", "shard", req.GetShard(), "by", caller.String())
-	m, err := shardmap.Add(ctx, s.table.Clusters(), req.GetShard(), func(st shardmap.Step) {
-		s.log().Info("add shard", "shard", req.GetShard(), "phase", st.Phase, "detail", st.Detail)
-		stream.Send(&adminv1.AddShardResponse{Phase: st.Phase, Detail: st.Detail})
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return refuse.With(codes.DeadlineExceeded, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
-				"the add was interrupted; call AddShard again for the same shard to resume: "+err.Error())
-		}
-		return refuse.With(codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_UNSPECIFIED, err.Error())
-	}
-	s.table.Set(m)
-	return nil
 }
 
 // cluster is the arbiter of the named cluster: "" or the coord cluster's

@@ -223,6 +223,95 @@ func (x *RequestEpochAdvanceRequest) GetAdvance() *AdvanceEpochRequest {
 	return nil
 }
 
+type RequestShardAddResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        *Action                `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestShardAddResponse) Reset() {
+	*x = RequestShardAddResponse{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestShardAddResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestShardAddResponse) ProtoMessage() {}
+
+func (x *RequestShardAddResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestShardAddResponse.ProtoReflect.Descriptor instead.
+func (*RequestShardAddResponse) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RequestShardAddResponse) GetAction() *Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+type RequestShardAddRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What AddShard would be called with; reason is required.
+	Add           *AddShardRequest `protobuf:"bytes,1,opt,name=add,proto3" json:"add,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestShardAddRequest) Reset() {
+	*x = RequestShardAddRequest{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestShardAddRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestShardAddRequest) ProtoMessage() {}
+
+func (x *RequestShardAddRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestShardAddRequest.ProtoReflect.Descriptor instead.
+func (*RequestShardAddRequest) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RequestShardAddRequest) GetAdd() *AddShardRequest {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
 // Operator is a person signed in through OpenID Connect.
 type Operator struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -236,7 +325,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +337,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +350,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Operator) GetIssuer() string {
@@ -313,7 +402,7 @@ type HoldFacts struct {
 
 func (x *HoldFacts) Reset() {
 	*x = HoldFacts{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +414,7 @@ func (x *HoldFacts) String() string {
 func (*HoldFacts) ProtoMessage() {}
 
 func (x *HoldFacts) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +427,7 @@ func (x *HoldFacts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldFacts.ProtoReflect.Descriptor instead.
 func (*HoldFacts) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HoldFacts) GetKey() string {
@@ -416,7 +505,7 @@ func (x *HoldFacts) GetSince() *timestamppb.Timestamp {
 type Action struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// force_release or epoch_advance.
+	// force_release, epoch_advance or shard_add. New kinds may be added.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// pending; executing (claimed by an approval carrying it out, or
 	// that stopped before recording the outcome: reading it again settles
@@ -443,14 +532,18 @@ type Action struct {
 	DecidedAt      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
 	// Plain-language warnings to read before approving, e.g. that an
 	// advisory class may see two writers at once once the hold ends.
-	Warnings      []string `protobuf:"bytes,15,rep,name=warnings,proto3" json:"warnings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Warnings []string `protobuf:"bytes,15,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// A shard add: its arguments.
+	ShardAdd *AddShardRequest `protobuf:"bytes,16,opt,name=shard_add,json=shardAdd,proto3" json:"shard_add,omitempty"`
+	// A shard add that was carried out: the map it stored (no steps).
+	ShardAddResult *ShardAddResult `protobuf:"bytes,17,opt,name=shard_add_result,json=shardAddResult,proto3" json:"shard_add_result,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +555,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +568,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Action) GetId() string {
@@ -583,6 +676,20 @@ func (x *Action) GetWarnings() []string {
 	return nil
 }
 
+func (x *Action) GetShardAdd() *AddShardRequest {
+	if x != nil {
+		return x.ShardAdd
+	}
+	return nil
+}
+
+func (x *Action) GetShardAddResult() *ShardAddResult {
+	if x != nil {
+		return x.ShardAddResult
+	}
+	return nil
+}
+
 type ApproveActionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -592,7 +699,7 @@ type ApproveActionRequest struct {
 
 func (x *ApproveActionRequest) Reset() {
 	*x = ApproveActionRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +711,7 @@ func (x *ApproveActionRequest) String() string {
 func (*ApproveActionRequest) ProtoMessage() {}
 
 func (x *ApproveActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +724,7 @@ func (x *ApproveActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveActionRequest.ProtoReflect.Descriptor instead.
 func (*ApproveActionRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApproveActionRequest) GetId() string {
@@ -634,14 +741,16 @@ type ApproveActionResponse struct {
 	// Set for a force-release.
 	ForceRelease *ForceReleaseResult `protobuf:"bytes,2,opt,name=force_release,json=forceRelease,proto3" json:"force_release,omitempty"`
 	// Set for an epoch advance.
-	EpochAdvance  *AdvanceEpochResponse `protobuf:"bytes,3,opt,name=epoch_advance,json=epochAdvance,proto3" json:"epoch_advance,omitempty"`
+	EpochAdvance *AdvanceEpochResponse `protobuf:"bytes,3,opt,name=epoch_advance,json=epochAdvance,proto3" json:"epoch_advance,omitempty"`
+	// Set for a shard add.
+	ShardAdd      *ShardAddResult `protobuf:"bytes,4,opt,name=shard_add,json=shardAdd,proto3" json:"shard_add,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApproveActionResponse) Reset() {
 	*x = ApproveActionResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +762,7 @@ func (x *ApproveActionResponse) String() string {
 func (*ApproveActionResponse) ProtoMessage() {}
 
 func (x *ApproveActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +775,7 @@ func (x *ApproveActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveActionResponse.ProtoReflect.Descriptor instead.
 func (*ApproveActionResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApproveActionResponse) GetAction() *Action {
@@ -690,6 +799,77 @@ func (x *ApproveActionResponse) GetEpochAdvance() *AdvanceEpochResponse {
 	return nil
 }
 
+func (x *ApproveActionResponse) GetShardAdd() *ShardAddResult {
+	if x != nil {
+		return x.ShardAdd
+	}
+	return nil
+}
+
+// ShardAddResult is what a shard add approved through ApproveAction did.
+type ShardAddResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The map it stored: its version and shards, the new one included.
+	Version int64    `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Shards  []string `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	// The steps this approval ran, as AddShard streams them; empty when the
+	// add was read back as already made.
+	Steps         []*AddShardResponse `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardAddResult) Reset() {
+	*x = ShardAddResult{}
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardAddResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardAddResult) ProtoMessage() {}
+
+func (x *ShardAddResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardAddResult.ProtoReflect.Descriptor instead.
+func (*ShardAddResult) Descriptor() ([]byte, []int) {
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ShardAddResult) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ShardAddResult) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *ShardAddResult) GetSteps() []*AddShardResponse {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 type ForceReleaseResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The keys whose holds ended.
@@ -706,7 +886,7 @@ type ForceReleaseResult struct {
 
 func (x *ForceReleaseResult) Reset() {
 	*x = ForceReleaseResult{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +898,7 @@ func (x *ForceReleaseResult) String() string {
 func (*ForceReleaseResult) ProtoMessage() {}
 
 func (x *ForceReleaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +911,7 @@ func (x *ForceReleaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResult.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResult) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForceReleaseResult) GetReleased() []string {
@@ -771,7 +951,7 @@ type DenyActionResponse struct {
 
 func (x *DenyActionResponse) Reset() {
 	*x = DenyActionResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +963,7 @@ func (x *DenyActionResponse) String() string {
 func (*DenyActionResponse) ProtoMessage() {}
 
 func (x *DenyActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +976,7 @@ func (x *DenyActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyActionResponse.ProtoReflect.Descriptor instead.
 func (*DenyActionResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DenyActionResponse) GetAction() *Action {
@@ -816,7 +996,7 @@ type DenyActionRequest struct {
 
 func (x *DenyActionRequest) Reset() {
 	*x = DenyActionRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1008,7 @@ func (x *DenyActionRequest) String() string {
 func (*DenyActionRequest) ProtoMessage() {}
 
 func (x *DenyActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1021,7 @@ func (x *DenyActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyActionRequest.ProtoReflect.Descriptor instead.
 func (*DenyActionRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DenyActionRequest) GetId() string {
@@ -860,7 +1040,7 @@ func (x *DenyActionRequest) GetReason() string {
 
 type ListActionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// force_release or epoch_advance; every kind when empty.
+	// force_release, epoch_advance or shard_add; every kind when empty.
 	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -868,7 +1048,7 @@ type ListActionsRequest struct {
 
 func (x *ListActionsRequest) Reset() {
 	*x = ListActionsRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1060,7 @@ func (x *ListActionsRequest) String() string {
 func (*ListActionsRequest) ProtoMessage() {}
 
 func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1073,7 @@ func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActionsRequest.ProtoReflect.Descriptor instead.
 func (*ListActionsRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListActionsRequest) GetKind() string {
@@ -912,7 +1092,7 @@ type ListActionsResponse struct {
 
 func (x *ListActionsResponse) Reset() {
 	*x = ListActionsResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1104,7 @@ func (x *ListActionsResponse) String() string {
 func (*ListActionsResponse) ProtoMessage() {}
 
 func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1117,7 @@ func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActionsResponse.ProtoReflect.Descriptor instead.
 func (*ListActionsResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListActionsResponse) GetActions() []*Action {
@@ -956,7 +1136,7 @@ type GetActionResponse struct {
 
 func (x *GetActionResponse) Reset() {
 	*x = GetActionResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1148,7 @@ func (x *GetActionResponse) String() string {
 func (*GetActionResponse) ProtoMessage() {}
 
 func (x *GetActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1161,7 @@ func (x *GetActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActionResponse.ProtoReflect.Descriptor instead.
 func (*GetActionResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetActionResponse) GetAction() *Action {
@@ -1000,7 +1180,7 @@ type GetActionRequest struct {
 
 func (x *GetActionRequest) Reset() {
 	*x = GetActionRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1192,7 @@ func (x *GetActionRequest) String() string {
 func (*GetActionRequest) ProtoMessage() {}
 
 func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1205,7 @@ func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActionRequest.ProtoReflect.Descriptor instead.
 func (*GetActionRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetActionRequest) GetId() string {
@@ -1047,7 +1227,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1239,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1252,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportRequest) GetKind() string {
@@ -1108,7 +1288,7 @@ type RegisterRow struct {
 
 func (x *RegisterRow) Reset() {
 	*x = RegisterRow{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1300,7 @@ func (x *RegisterRow) String() string {
 func (*RegisterRow) ProtoMessage() {}
 
 func (x *RegisterRow) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1313,7 @@ func (x *RegisterRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRow.ProtoReflect.Descriptor instead.
 func (*RegisterRow) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterRow) GetClass() string {
@@ -1210,7 +1390,7 @@ type ContentionRow struct {
 
 func (x *ContentionRow) Reset() {
 	*x = ContentionRow{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1402,7 @@ func (x *ContentionRow) String() string {
 func (*ContentionRow) ProtoMessage() {}
 
 func (x *ContentionRow) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1415,7 @@ func (x *ContentionRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentionRow.ProtoReflect.Descriptor instead.
 func (*ContentionRow) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ContentionRow) GetNamespace() string {
@@ -1350,7 +1530,7 @@ type CostRow struct {
 
 func (x *CostRow) Reset() {
 	*x = CostRow{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1542,7 @@ func (x *CostRow) String() string {
 func (*CostRow) ProtoMessage() {}
 
 func (x *CostRow) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1555,7 @@ func (x *CostRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CostRow.ProtoReflect.Descriptor instead.
 func (*CostRow) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CostRow) GetIdentity() string {
@@ -1424,7 +1604,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1616,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1629,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportResponse) GetRegister() []*RegisterRow {
@@ -1493,7 +1673,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1685,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1698,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AuditRequest) GetKey() string {
@@ -1601,7 +1781,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1793,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1806,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AuditEvent) GetClusterId() string {
@@ -1759,7 +1939,7 @@ type AuditResponse struct {
 
 func (x *AuditResponse) Reset() {
 	*x = AuditResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1951,7 @@ func (x *AuditResponse) String() string {
 func (*AuditResponse) ProtoMessage() {}
 
 func (x *AuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1964,7 @@ func (x *AuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
 func (*AuditResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AuditResponse) GetEvents() []*AuditEvent {
@@ -1813,7 +1993,7 @@ type AuditExpiriesRequest struct {
 
 func (x *AuditExpiriesRequest) Reset() {
 	*x = AuditExpiriesRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2005,7 @@ func (x *AuditExpiriesRequest) String() string {
 func (*AuditExpiriesRequest) ProtoMessage() {}
 
 func (x *AuditExpiriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2018,7 @@ func (x *AuditExpiriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditExpiriesRequest.ProtoReflect.Descriptor instead.
 func (*AuditExpiriesRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AuditExpiriesRequest) GetSince() *timestamppb.Timestamp {
@@ -1866,7 +2046,7 @@ type ExpiryCount struct {
 
 func (x *ExpiryCount) Reset() {
 	*x = ExpiryCount{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2058,7 @@ func (x *ExpiryCount) String() string {
 func (*ExpiryCount) ProtoMessage() {}
 
 func (x *ExpiryCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2071,7 @@ func (x *ExpiryCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpiryCount.ProtoReflect.Descriptor instead.
 func (*ExpiryCount) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExpiryCount) GetNamespace() string {
@@ -1926,7 +2106,7 @@ type AuditExpiriesResponse struct {
 
 func (x *AuditExpiriesResponse) Reset() {
 	*x = AuditExpiriesResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2118,7 @@ func (x *AuditExpiriesResponse) String() string {
 func (*AuditExpiriesResponse) ProtoMessage() {}
 
 func (x *AuditExpiriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2131,7 @@ func (x *AuditExpiriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditExpiriesResponse.ProtoReflect.Descriptor instead.
 func (*AuditExpiriesResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AuditExpiriesResponse) GetCounts() []*ExpiryCount {
@@ -1983,7 +2163,7 @@ type ShardMapRequest struct {
 
 func (x *ShardMapRequest) Reset() {
 	*x = ShardMapRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2175,7 @@ func (x *ShardMapRequest) String() string {
 func (*ShardMapRequest) ProtoMessage() {}
 
 func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2188,7 @@ func (x *ShardMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapRequest.ProtoReflect.Descriptor instead.
 func (*ShardMapRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 type ShardMapResponse struct {
@@ -2025,7 +2205,7 @@ type ShardMapResponse struct {
 
 func (x *ShardMapResponse) Reset() {
 	*x = ShardMapResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2217,7 @@ func (x *ShardMapResponse) String() string {
 func (*ShardMapResponse) ProtoMessage() {}
 
 func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2230,7 @@ func (x *ShardMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapResponse.ProtoReflect.Descriptor instead.
 func (*ShardMapResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShardMapResponse) GetVersion() int64 {
@@ -2082,15 +2262,20 @@ func (x *ShardMapResponse) GetConfigured() []string {
 }
 
 type AddShardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Why the shard is added: required for RequestShardAdd; optional on
+	// AddShard, where it is logged. Operator text: at most 1024 bytes, no
+	// control characters but newline, no Unicode format characters or line
+	// or paragraph separators.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddShardRequest) Reset() {
 	*x = AddShardRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2287,7 @@ func (x *AddShardRequest) String() string {
 func (*AddShardRequest) ProtoMessage() {}
 
 func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,12 +2300,19 @@ func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
 func (*AddShardRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AddShardRequest) GetShard() string {
 	if x != nil {
 		return x.Shard
+	}
+	return ""
+}
+
+func (x *AddShardRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -2136,7 +2328,7 @@ type AddShardResponse struct {
 
 func (x *AddShardResponse) Reset() {
 	*x = AddShardResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2340,7 @@ func (x *AddShardResponse) String() string {
 func (*AddShardResponse) ProtoMessage() {}
 
 func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2353,7 @@ func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
 func (*AddShardResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AddShardResponse) GetPhase() string {
@@ -2189,7 +2381,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2393,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2406,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatusRequest) GetCluster() string {
@@ -2261,7 +2453,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2465,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2478,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -2396,7 +2588,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2600,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2613,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Member) GetId() string {
@@ -2476,7 +2668,8 @@ func (x *Member) GetIsLearner() bool {
 type AdvanceEpochRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ExpectedEpoch uint32                 `protobuf:"varint,1,opt,name=expected_epoch,json=expectedEpoch,proto3" json:"expected_epoch,omitempty"`
-	// Why the epoch is being advanced; kept in the epoch record.
+	// Why the epoch is being advanced; kept in the epoch record. Required;
+	// operator text, under AddShardRequest.reason's rule.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The cluster to advance: "" for the coord cluster, or an entity shard's
 	// name. A shard moves above the highest epoch it is recorded to have
@@ -2495,7 +2688,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2700,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2713,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AdvanceEpochRequest) GetExpectedEpoch() uint32 {
@@ -2566,7 +2759,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2771,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_lockplane_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2784,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_lockplane_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -2650,7 +2843,11 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x1bRequestEpochAdvanceResponse\x122\n" +
 	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\"_\n" +
 	"\x1aRequestEpochAdvanceRequest\x12A\n" +
-	"\aadvance\x18\x01 \x01(\v2'.lockplane.admin.v1.AdvanceEpochRequestR\aadvance\"P\n" +
+	"\aadvance\x18\x01 \x01(\v2'.lockplane.admin.v1.AdvanceEpochRequestR\aadvance\"M\n" +
+	"\x17RequestShardAddResponse\x122\n" +
+	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\"O\n" +
+	"\x16RequestShardAddRequest\x125\n" +
+	"\x03add\x18\x01 \x01(\v2#.lockplane.admin.v1.AddShardRequestR\x03add\"P\n" +
 	"\bOperator\x12\x16\n" +
 	"\x06issuer\x18\x01 \x01(\tR\x06issuer\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\tR\asubject\x12\x12\n" +
@@ -2666,7 +2863,7 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x06fenced\x18\b \x01(\bR\x06fenced\x12\x1a\n" +
 	"\brevision\x18\t \x01(\x03R\brevision\x120\n" +
 	"\x05since\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xae\x05\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xbe\x06\n" +
 	"\x06Action\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -2686,13 +2883,20 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fdecision_reason\x18\r \x01(\tR\x0edecisionReason\x129\n" +
 	"\n" +
 	"decided_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1a\n" +
-	"\bwarnings\x18\x0f \x03(\tR\bwarnings\"&\n" +
+	"\bwarnings\x18\x0f \x03(\tR\bwarnings\x12@\n" +
+	"\tshard_add\x18\x10 \x01(\v2#.lockplane.admin.v1.AddShardRequestR\bshardAdd\x12L\n" +
+	"\x10shard_add_result\x18\x11 \x01(\v2\".lockplane.admin.v1.ShardAddResultR\x0eshardAddResult\"&\n" +
 	"\x14ApproveActionRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xe7\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xa8\x02\n" +
 	"\x15ApproveActionResponse\x122\n" +
 	"\x06action\x18\x01 \x01(\v2\x1a.lockplane.admin.v1.ActionR\x06action\x12K\n" +
 	"\rforce_release\x18\x02 \x01(\v2&.lockplane.admin.v1.ForceReleaseResultR\fforceRelease\x12M\n" +
-	"\repoch_advance\x18\x03 \x01(\v2(.lockplane.admin.v1.AdvanceEpochResponseR\fepochAdvance\"\x8d\x01\n" +
+	"\repoch_advance\x18\x03 \x01(\v2(.lockplane.admin.v1.AdvanceEpochResponseR\fepochAdvance\x12?\n" +
+	"\tshard_add\x18\x04 \x01(\v2\".lockplane.admin.v1.ShardAddResultR\bshardAdd\"~\n" +
+	"\x0eShardAddResult\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
+	"\x06shards\x18\x02 \x03(\tR\x06shards\x12:\n" +
+	"\x05steps\x18\x03 \x03(\v2$.lockplane.admin.v1.AddShardResponseR\x05steps\"\x8d\x01\n" +
 	"\x12ForceReleaseResult\x12\x1a\n" +
 	"\breleased\x18\x01 \x03(\tR\breleased\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
@@ -2800,9 +3004,10 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\x06adding\x18\x03 \x01(\tR\x06adding\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x04 \x03(\tR\n" +
-	"configured\"'\n" +
+	"configured\"?\n" +
 	"\x0fAddShardRequest\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\tR\x05shard\"@\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"@\n" +
 	"\x10AddShardResponse\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\")\n" +
@@ -2848,7 +3053,8 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
 	"\rdeleted_holds\x18\x03 \x01(\x03R\fdeletedHolds\x12'\n" +
 	"\x0fdeleted_waiters\x18\x04 \x01(\x03R\x0edeletedWaiters\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision2\xe4\t\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision2\xd0\n" +
+	"\n" +
 	"\fAdminService\x12O\n" +
 	"\x06Status\x12!.lockplane.admin.v1.StatusRequest\x1a\".lockplane.admin.v1.StatusResponse\x12a\n" +
 	"\fAdvanceEpoch\x12'.lockplane.admin.v1.AdvanceEpochRequest\x1a(.lockplane.admin.v1.AdvanceEpochResponse\x12U\n" +
@@ -2858,7 +3064,8 @@ const file_lockplane_admin_v1_admin_proto_rawDesc = "" +
 	"\rAuditExpiries\x12(.lockplane.admin.v1.AuditExpiriesRequest\x1a).lockplane.admin.v1.AuditExpiriesResponse\x12O\n" +
 	"\x06Report\x12!.lockplane.admin.v1.ReportRequest\x1a\".lockplane.admin.v1.ReportResponse\x12v\n" +
 	"\x13RequestForceRelease\x12..lockplane.admin.v1.RequestForceReleaseRequest\x1a/.lockplane.admin.v1.RequestForceReleaseResponse\x12v\n" +
-	"\x13RequestEpochAdvance\x12..lockplane.admin.v1.RequestEpochAdvanceRequest\x1a/.lockplane.admin.v1.RequestEpochAdvanceResponse\x12d\n" +
+	"\x13RequestEpochAdvance\x12..lockplane.admin.v1.RequestEpochAdvanceRequest\x1a/.lockplane.admin.v1.RequestEpochAdvanceResponse\x12j\n" +
+	"\x0fRequestShardAdd\x12*.lockplane.admin.v1.RequestShardAddRequest\x1a+.lockplane.admin.v1.RequestShardAddResponse\x12d\n" +
 	"\rApproveAction\x12(.lockplane.admin.v1.ApproveActionRequest\x1a).lockplane.admin.v1.ApproveActionResponse\x12[\n" +
 	"\n" +
 	"DenyAction\x12%.lockplane.admin.v1.DenyActionRequest\x1a&.lockplane.admin.v1.DenyActionResponse\x12^\n" +
@@ -2877,108 +3084,119 @@ func file_lockplane_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lockplane_admin_v1_admin_proto_rawDescData
 }
 
-var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_lockplane_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_lockplane_admin_v1_admin_proto_goTypes = []any{
 	(*RequestForceReleaseResponse)(nil), // 0: lockplane.admin.v1.RequestForceReleaseResponse
 	(*RequestForceReleaseRequest)(nil),  // 1: lockplane.admin.v1.RequestForceReleaseRequest
 	(*RequestEpochAdvanceResponse)(nil), // 2: lockplane.admin.v1.RequestEpochAdvanceResponse
 	(*RequestEpochAdvanceRequest)(nil),  // 3: lockplane.admin.v1.RequestEpochAdvanceRequest
-	(*Operator)(nil),                    // 4: lockplane.admin.v1.Operator
-	(*HoldFacts)(nil),                   // 5: lockplane.admin.v1.HoldFacts
-	(*Action)(nil),                      // 6: lockplane.admin.v1.Action
-	(*ApproveActionRequest)(nil),        // 7: lockplane.admin.v1.ApproveActionRequest
-	(*ApproveActionResponse)(nil),       // 8: lockplane.admin.v1.ApproveActionResponse
-	(*ForceReleaseResult)(nil),          // 9: lockplane.admin.v1.ForceReleaseResult
-	(*DenyActionResponse)(nil),          // 10: lockplane.admin.v1.DenyActionResponse
-	(*DenyActionRequest)(nil),           // 11: lockplane.admin.v1.DenyActionRequest
-	(*ListActionsRequest)(nil),          // 12: lockplane.admin.v1.ListActionsRequest
-	(*ListActionsResponse)(nil),         // 13: lockplane.admin.v1.ListActionsResponse
-	(*GetActionResponse)(nil),           // 14: lockplane.admin.v1.GetActionResponse
-	(*GetActionRequest)(nil),            // 15: lockplane.admin.v1.GetActionRequest
-	(*ReportRequest)(nil),               // 16: lockplane.admin.v1.ReportRequest
-	(*RegisterRow)(nil),                 // 17: lockplane.admin.v1.RegisterRow
-	(*ContentionRow)(nil),               // 18: lockplane.admin.v1.ContentionRow
-	(*CostRow)(nil),                     // 19: lockplane.admin.v1.CostRow
-	(*ReportResponse)(nil),              // 20: lockplane.admin.v1.ReportResponse
-	(*AuditRequest)(nil),                // 21: lockplane.admin.v1.AuditRequest
-	(*AuditEvent)(nil),                  // 22: lockplane.admin.v1.AuditEvent
-	(*AuditResponse)(nil),               // 23: lockplane.admin.v1.AuditResponse
-	(*AuditExpiriesRequest)(nil),        // 24: lockplane.admin.v1.AuditExpiriesRequest
-	(*ExpiryCount)(nil),                 // 25: lockplane.admin.v1.ExpiryCount
-	(*AuditExpiriesResponse)(nil),       // 26: lockplane.admin.v1.AuditExpiriesResponse
-	(*ShardMapRequest)(nil),             // 27: lockplane.admin.v1.ShardMapRequest
-	(*ShardMapResponse)(nil),            // 28: lockplane.admin.v1.ShardMapResponse
-	(*AddShardRequest)(nil),             // 29: lockplane.admin.v1.AddShardRequest
-	(*AddShardResponse)(nil),            // 30: lockplane.admin.v1.AddShardResponse
-	(*StatusRequest)(nil),               // 31: lockplane.admin.v1.StatusRequest
-	(*StatusResponse)(nil),              // 32: lockplane.admin.v1.StatusResponse
-	(*Member)(nil),                      // 33: lockplane.admin.v1.Member
-	(*AdvanceEpochRequest)(nil),         // 34: lockplane.admin.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 35: lockplane.admin.v1.AdvanceEpochResponse
-	(*timestamppb.Timestamp)(nil),       // 36: google.protobuf.Timestamp
+	(*RequestShardAddResponse)(nil),     // 4: lockplane.admin.v1.RequestShardAddResponse
+	(*RequestShardAddRequest)(nil),      // 5: lockplane.admin.v1.RequestShardAddRequest
+	(*Operator)(nil),                    // 6: lockplane.admin.v1.Operator
+	(*HoldFacts)(nil),                   // 7: lockplane.admin.v1.HoldFacts
+	(*Action)(nil),                      // 8: lockplane.admin.v1.Action
+	(*ApproveActionRequest)(nil),        // 9: lockplane.admin.v1.ApproveActionRequest
+	(*ApproveActionResponse)(nil),       // 10: lockplane.admin.v1.ApproveActionResponse
+	(*ShardAddResult)(nil),              // 11: lockplane.admin.v1.ShardAddResult
+	(*ForceReleaseResult)(nil),          // 12: lockplane.admin.v1.ForceReleaseResult
+	(*DenyActionResponse)(nil),          // 13: lockplane.admin.v1.DenyActionResponse
+	(*DenyActionRequest)(nil),           // 14: lockplane.admin.v1.DenyActionRequest
+	(*ListActionsRequest)(nil),          // 15: lockplane.admin.v1.ListActionsRequest
+	(*ListActionsResponse)(nil),         // 16: lockplane.admin.v1.ListActionsResponse
+	(*GetActionResponse)(nil),           // 17: lockplane.admin.v1.GetActionResponse
+	(*GetActionRequest)(nil),            // 18: lockplane.admin.v1.GetActionRequest
+	(*ReportRequest)(nil),               // 19: lockplane.admin.v1.ReportRequest
+	(*RegisterRow)(nil),                 // 20: lockplane.admin.v1.RegisterRow
+	(*ContentionRow)(nil),               // 21: lockplane.admin.v1.ContentionRow
+	(*CostRow)(nil),                     // 22: lockplane.admin.v1.CostRow
+	(*ReportResponse)(nil),              // 23: lockplane.admin.v1.ReportResponse
+	(*AuditRequest)(nil),                // 24: lockplane.admin.v1.AuditRequest
+	(*AuditEvent)(nil),                  // 25: lockplane.admin.v1.AuditEvent
+	(*AuditResponse)(nil),               // 26: lockplane.admin.v1.AuditResponse
+	(*AuditExpiriesRequest)(nil),        // 27: lockplane.admin.v1.AuditExpiriesRequest
+	(*ExpiryCount)(nil),                 // 28: lockplane.admin.v1.ExpiryCount
+	(*AuditExpiriesResponse)(nil),       // 29: lockplane.admin.v1.AuditExpiriesResponse
+	(*ShardMapRequest)(nil),             // 30: lockplane.admin.v1.ShardMapRequest
+	(*ShardMapResponse)(nil),            // 31: lockplane.admin.v1.ShardMapResponse
+	(*AddShardRequest)(nil),             // 32: lockplane.admin.v1.AddShardRequest
+	(*AddShardResponse)(nil),            // 33: lockplane.admin.v1.AddShardResponse
+	(*StatusRequest)(nil),               // 34: lockplane.admin.v1.StatusRequest
+	(*StatusResponse)(nil),              // 35: lockplane.admin.v1.StatusResponse
+	(*Member)(nil),                      // 36: lockplane.admin.v1.Member
+	(*AdvanceEpochRequest)(nil),         // 37: lockplane.admin.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 38: lockplane.admin.v1.AdvanceEpochResponse
+	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
 }
 var file_lockplane_admin_v1_admin_proto_depIdxs = []int32{
-	6,  // 0: lockplane.admin.v1.RequestForceReleaseResponse.action:type_name -> lockplane.admin.v1.Action
-	6,  // 1: lockplane.admin.v1.RequestEpochAdvanceResponse.action:type_name -> lockplane.admin.v1.Action
-	34, // 2: lockplane.admin.v1.RequestEpochAdvanceRequest.advance:type_name -> lockplane.admin.v1.AdvanceEpochRequest
-	36, // 3: lockplane.admin.v1.HoldFacts.since:type_name -> google.protobuf.Timestamp
-	4,  // 4: lockplane.admin.v1.Action.requester:type_name -> lockplane.admin.v1.Operator
-	36, // 5: lockplane.admin.v1.Action.requested_at:type_name -> google.protobuf.Timestamp
-	36, // 6: lockplane.admin.v1.Action.expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: lockplane.admin.v1.Action.hold:type_name -> lockplane.admin.v1.HoldFacts
-	5,  // 8: lockplane.admin.v1.Action.session_holds:type_name -> lockplane.admin.v1.HoldFacts
-	34, // 9: lockplane.admin.v1.Action.advance:type_name -> lockplane.admin.v1.AdvanceEpochRequest
-	4,  // 10: lockplane.admin.v1.Action.decided_by:type_name -> lockplane.admin.v1.Operator
-	36, // 11: lockplane.admin.v1.Action.decided_at:type_name -> google.protobuf.Timestamp
-	6,  // 12: lockplane.admin.v1.ApproveActionResponse.action:type_name -> lockplane.admin.v1.Action
-	9,  // 13: lockplane.admin.v1.ApproveActionResponse.force_release:type_name -> lockplane.admin.v1.ForceReleaseResult
-	35, // 14: lockplane.admin.v1.ApproveActionResponse.epoch_advance:type_name -> lockplane.admin.v1.AdvanceEpochResponse
-	6,  // 15: lockplane.admin.v1.DenyActionResponse.action:type_name -> lockplane.admin.v1.Action
-	6,  // 16: lockplane.admin.v1.ListActionsResponse.actions:type_name -> lockplane.admin.v1.Action
-	6,  // 17: lockplane.admin.v1.GetActionResponse.action:type_name -> lockplane.admin.v1.Action
-	36, // 18: lockplane.admin.v1.ReportRequest.since:type_name -> google.protobuf.Timestamp
-	36, // 19: lockplane.admin.v1.RegisterRow.waiver_expires:type_name -> google.protobuf.Timestamp
-	17, // 20: lockplane.admin.v1.ReportResponse.register:type_name -> lockplane.admin.v1.RegisterRow
-	18, // 21: lockplane.admin.v1.ReportResponse.contention:type_name -> lockplane.admin.v1.ContentionRow
-	19, // 22: lockplane.admin.v1.ReportResponse.cost:type_name -> lockplane.admin.v1.CostRow
-	36, // 23: lockplane.admin.v1.AuditRequest.since:type_name -> google.protobuf.Timestamp
-	36, // 24: lockplane.admin.v1.AuditEvent.at:type_name -> google.protobuf.Timestamp
-	22, // 25: lockplane.admin.v1.AuditResponse.events:type_name -> lockplane.admin.v1.AuditEvent
-	36, // 26: lockplane.admin.v1.AuditExpiriesRequest.since:type_name -> google.protobuf.Timestamp
-	25, // 27: lockplane.admin.v1.AuditExpiriesResponse.counts:type_name -> lockplane.admin.v1.ExpiryCount
-	22, // 28: lockplane.admin.v1.AuditExpiriesResponse.events:type_name -> lockplane.admin.v1.AuditEvent
-	33, // 29: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
-	31, // 30: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
-	34, // 31: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
-	27, // 32: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
-	29, // 33: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
-	21, // 34: lockplane.admin.v1.AdminService.Audit:input_type -> lockplane.admin.v1.AuditRequest
-	24, // 35: lockplane.admin.v1.AdminService.AuditExpiries:input_type -> lockplane.admin.v1.AuditExpiriesRequest
-	16, // 36: lockplane.admin.v1.AdminService.Report:input_type -> lockplane.admin.v1.ReportRequest
-	1,  // 37: lockplane.admin.v1.AdminService.RequestForceRelease:input_type -> lockplane.admin.v1.RequestForceReleaseRequest
-	3,  // 38: lockplane.admin.v1.AdminService.RequestEpochAdvance:input_type -> lockplane.admin.v1.RequestEpochAdvanceRequest
-	7,  // 39: lockplane.admin.v1.AdminService.ApproveAction:input_type -> lockplane.admin.v1.ApproveActionRequest
-	11, // 40: lockplane.admin.v1.AdminService.DenyAction:input_type -> lockplane.admin.v1.DenyActionRequest
-	12, // 41: lockplane.admin.v1.AdminService.ListActions:input_type -> lockplane.admin.v1.ListActionsRequest
-	15, // 42: lockplane.admin.v1.AdminService.GetAction:input_type -> lockplane.admin.v1.GetActionRequest
-	32, // 43: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
-	35, // 44: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
-	28, // 45: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
-	30, // 46: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
-	23, // 47: lockplane.admin.v1.AdminService.Audit:output_type -> lockplane.admin.v1.AuditResponse
-	26, // 48: lockplane.admin.v1.AdminService.AuditExpiries:output_type -> lockplane.admin.v1.AuditExpiriesResponse
-	20, // 49: lockplane.admin.v1.AdminService.Report:output_type -> lockplane.admin.v1.ReportResponse
-	0,  // 50: lockplane.admin.v1.AdminService.RequestForceRelease:output_type -> lockplane.admin.v1.RequestForceReleaseResponse
-	2,  // 51: lockplane.admin.v1.AdminService.RequestEpochAdvance:output_type -> lockplane.admin.v1.RequestEpochAdvanceResponse
-	8,  // 52: lockplane.admin.v1.AdminService.ApproveAction:output_type -> lockplane.admin.v1.ApproveActionResponse
-	10, // 53: lockplane.admin.v1.AdminService.DenyAction:output_type -> lockplane.admin.v1.DenyActionResponse
-	13, // 54: lockplane.admin.v1.AdminService.ListActions:output_type -> lockplane.admin.v1.ListActionsResponse
-	14, // 55: lockplane.admin.v1.AdminService.GetAction:output_type -> lockplane.admin.v1.GetActionResponse
-	43, // [43:56] is the sub-list for method output_type
-	30, // [30:43] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	8,  // 0: lockplane.admin.v1.RequestForceReleaseResponse.action:type_name -> lockplane.admin.v1.Action
+	8,  // 1: lockplane.admin.v1.RequestEpochAdvanceResponse.action:type_name -> lockplane.admin.v1.Action
+	37, // 2: lockplane.admin.v1.RequestEpochAdvanceRequest.advance:type_name -> lockplane.admin.v1.AdvanceEpochRequest
+	8,  // 3: lockplane.admin.v1.RequestShardAddResponse.action:type_name -> lockplane.admin.v1.Action
+	32, // 4: lockplane.admin.v1.RequestShardAddRequest.add:type_name -> lockplane.admin.v1.AddShardRequest
+	39, // 5: lockplane.admin.v1.HoldFacts.since:type_name -> google.protobuf.Timestamp
+	6,  // 6: lockplane.admin.v1.Action.requester:type_name -> lockplane.admin.v1.Operator
+	39, // 7: lockplane.admin.v1.Action.requested_at:type_name -> google.protobuf.Timestamp
+	39, // 8: lockplane.admin.v1.Action.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 9: lockplane.admin.v1.Action.hold:type_name -> lockplane.admin.v1.HoldFacts
+	7,  // 10: lockplane.admin.v1.Action.session_holds:type_name -> lockplane.admin.v1.HoldFacts
+	37, // 11: lockplane.admin.v1.Action.advance:type_name -> lockplane.admin.v1.AdvanceEpochRequest
+	6,  // 12: lockplane.admin.v1.Action.decided_by:type_name -> lockplane.admin.v1.Operator
+	39, // 13: lockplane.admin.v1.Action.decided_at:type_name -> google.protobuf.Timestamp
+	32, // 14: lockplane.admin.v1.Action.shard_add:type_name -> lockplane.admin.v1.AddShardRequest
+	11, // 15: lockplane.admin.v1.Action.shard_add_result:type_name -> lockplane.admin.v1.ShardAddResult
+	8,  // 16: lockplane.admin.v1.ApproveActionResponse.action:type_name -> lockplane.admin.v1.Action
+	12, // 17: lockplane.admin.v1.ApproveActionResponse.force_release:type_name -> lockplane.admin.v1.ForceReleaseResult
+	38, // 18: lockplane.admin.v1.ApproveActionResponse.epoch_advance:type_name -> lockplane.admin.v1.AdvanceEpochResponse
+	11, // 19: lockplane.admin.v1.ApproveActionResponse.shard_add:type_name -> lockplane.admin.v1.ShardAddResult
+	33, // 20: lockplane.admin.v1.ShardAddResult.steps:type_name -> lockplane.admin.v1.AddShardResponse
+	8,  // 21: lockplane.admin.v1.DenyActionResponse.action:type_name -> lockplane.admin.v1.Action
+	8,  // 22: lockplane.admin.v1.ListActionsResponse.actions:type_name -> lockplane.admin.v1.Action
+	8,  // 23: lockplane.admin.v1.GetActionResponse.action:type_name -> lockplane.admin.v1.Action
+	39, // 24: lockplane.admin.v1.ReportRequest.since:type_name -> google.protobuf.Timestamp
+	39, // 25: lockplane.admin.v1.RegisterRow.waiver_expires:type_name -> google.protobuf.Timestamp
+	20, // 26: lockplane.admin.v1.ReportResponse.register:type_name -> lockplane.admin.v1.RegisterRow
+	21, // 27: lockplane.admin.v1.ReportResponse.contention:type_name -> lockplane.admin.v1.ContentionRow
+	22, // 28: lockplane.admin.v1.ReportResponse.cost:type_name -> lockplane.admin.v1.CostRow
+	39, // 29: lockplane.admin.v1.AuditRequest.since:type_name -> google.protobuf.Timestamp
+	39, // 30: lockplane.admin.v1.AuditEvent.at:type_name -> google.protobuf.Timestamp
+	25, // 31: lockplane.admin.v1.AuditResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	39, // 32: lockplane.admin.v1.AuditExpiriesRequest.since:type_name -> google.protobuf.Timestamp
+	28, // 33: lockplane.admin.v1.AuditExpiriesResponse.counts:type_name -> lockplane.admin.v1.ExpiryCount
+	25, // 34: lockplane.admin.v1.AuditExpiriesResponse.events:type_name -> lockplane.admin.v1.AuditEvent
+	36, // 35: lockplane.admin.v1.StatusResponse.members:type_name -> lockplane.admin.v1.Member
+	34, // 36: lockplane.admin.v1.AdminService.Status:input_type -> lockplane.admin.v1.StatusRequest
+	37, // 37: lockplane.admin.v1.AdminService.AdvanceEpoch:input_type -> lockplane.admin.v1.AdvanceEpochRequest
+	30, // 38: lockplane.admin.v1.AdminService.ShardMap:input_type -> lockplane.admin.v1.ShardMapRequest
+	32, // 39: lockplane.admin.v1.AdminService.AddShard:input_type -> lockplane.admin.v1.AddShardRequest
+	24, // 40: lockplane.admin.v1.AdminService.Audit:input_type -> lockplane.admin.v1.AuditRequest
+	27, // 41: lockplane.admin.v1.AdminService.AuditExpiries:input_type -> lockplane.admin.v1.AuditExpiriesRequest
+	19, // 42: lockplane.admin.v1.AdminService.Report:input_type -> lockplane.admin.v1.ReportRequest
+	1,  // 43: lockplane.admin.v1.AdminService.RequestForceRelease:input_type -> lockplane.admin.v1.RequestForceReleaseRequest
+	3,  // 44: lockplane.admin.v1.AdminService.RequestEpochAdvance:input_type -> lockplane.admin.v1.RequestEpochAdvanceRequest
+	5,  // 45: lockplane.admin.v1.AdminService.RequestShardAdd:input_type -> lockplane.admin.v1.RequestShardAddRequest
+	9,  // 46: lockplane.admin.v1.AdminService.ApproveAction:input_type -> lockplane.admin.v1.ApproveActionRequest
+	14, // 47: lockplane.admin.v1.AdminService.DenyAction:input_type -> lockplane.admin.v1.DenyActionRequest
+	15, // 48: lockplane.admin.v1.AdminService.ListActions:input_type -> lockplane.admin.v1.ListActionsRequest
+	18, // 49: lockplane.admin.v1.AdminService.GetAction:input_type -> lockplane.admin.v1.GetActionRequest
+	35, // 50: lockplane.admin.v1.AdminService.Status:output_type -> lockplane.admin.v1.StatusResponse
+	38, // 51: lockplane.admin.v1.AdminService.AdvanceEpoch:output_type -> lockplane.admin.v1.AdvanceEpochResponse
+	31, // 52: lockplane.admin.v1.AdminService.ShardMap:output_type -> lockplane.admin.v1.ShardMapResponse
+	33, // 53: lockplane.admin.v1.AdminService.AddShard:output_type -> lockplane.admin.v1.AddShardResponse
+	26, // 54: lockplane.admin.v1.AdminService.Audit:output_type -> lockplane.admin.v1.AuditResponse
+	29, // 55: lockplane.admin.v1.AdminService.AuditExpiries:output_type -> lockplane.admin.v1.AuditExpiriesResponse
+	23, // 56: lockplane.admin.v1.AdminService.Report:output_type -> lockplane.admin.v1.ReportResponse
+	0,  // 57: lockplane.admin.v1.AdminService.RequestForceRelease:output_type -> lockplane.admin.v1.RequestForceReleaseResponse
+	2,  // 58: lockplane.admin.v1.AdminService.RequestEpochAdvance:output_type -> lockplane.admin.v1.RequestEpochAdvanceResponse
+	4,  // 59: lockplane.admin.v1.AdminService.RequestShardAdd:output_type -> lockplane.admin.v1.RequestShardAddResponse
+	10, // 60: lockplane.admin.v1.AdminService.ApproveAction:output_type -> lockplane.admin.v1.ApproveActionResponse
+	13, // 61: lockplane.admin.v1.AdminService.DenyAction:output_type -> lockplane.admin.v1.DenyActionResponse
+	16, // 62: lockplane.admin.v1.AdminService.ListActions:output_type -> lockplane.admin.v1.ListActionsResponse
+	17, // 63: lockplane.admin.v1.AdminService.GetAction:output_type -> lockplane.admin.v1.GetActionResponse
+	50, // [50:64] is the sub-list for method output_type
+	36, // [36:50] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_lockplane_admin_v1_admin_proto_init() }
@@ -2986,14 +3204,14 @@ func file_lockplane_admin_v1_admin_proto_init() {
 	if File_lockplane_admin_v1_admin_proto != nil {
 		return
 	}
-	file_lockplane_admin_v1_admin_proto_msgTypes[34].OneofWrappers = []any{}
+	file_lockplane_admin_v1_admin_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockplane_admin_v1_admin_proto_rawDesc), len(file_lockplane_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

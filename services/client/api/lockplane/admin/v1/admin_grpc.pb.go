@@ -32,6 +32,7 @@ const (
 	AdminService_Report_FullMethodName              = "/lockplane.admin.v1.AdminService/Report"
 	AdminService_RequestForceRelease_FullMethodName = "/lockplane.admin.v1.AdminService/RequestForceRelease"
 	AdminService_RequestEpochAdvance_FullMethodName = "/lockplane.admin.v1.AdminService/RequestEpochAdvance"
+	AdminService_RequestShardAdd_FullMethodName     = "/lockplane.admin.v1.AdminService/RequestShardAdd"
 	AdminService_ApproveAction_FullMethodName       = "/lockplane.admin.v1.AdminService/ApproveAction"
 	AdminService_DenyAction_FullMethodName          = "/lockplane.admin.v1.AdminService/DenyAction"
 	AdminService_ListActions_FullMethodName         = "/lockplane.admin.v1.AdminService/ListActions"
@@ -65,7 +66,13 @@ type AdminServiceClient interface {
 	// streams each step: the fence, the wait for holders of moving ranges,
 	// the destination's epoch advance above every source's, the new map. An
 	// interrupted add resumes when called again for the same shard. Only
-	// operators may call it.
+	// operators may call it. An add advances the new shard's epoch and
+	// deletes the moving ranges' durable waiters, so it is a two-person
+	// action like AdvanceEpoch: once the arbiter verifies operators' sign-in
+	// it is refused (FAILED_PRECONDITION, cause two_person_required): use
+	// RequestShardAdd and ApproveAction. Without sign-in it serves only an
+	// arbiter that opts in to one-person calls
+	// (--allow-one-person-epoch-advance).
 	AddShard(ctx context.Context, in *AddShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AddShardResponse], error)
 	// Audit reads the history of holds from the audit store: every event of
 	// one key, one identity, or one namespace (and class), oldest first. A
@@ -102,6 +109,12 @@ type AdminServiceClient interface {
 	// RequestEpochAdvance records a request to advance a cluster's epoch
 	// (AdvanceEpoch's arguments); approving it runs the advance.
 	RequestEpochAdvance(ctx context.Context, in *RequestEpochAdvanceRequest, opts ...grpc.CallOption) (*RequestEpochAdvanceResponse, error)
+	// RequestShardAdd records a request to add a shard to the map
+	// (AddShard's arguments; reason required); approving it runs the add
+	// and answers with the new map, not the steps as they happen. An
+	// approval that runs out of time waiting for holders leaves the request
+	// pending, the add part done: approving it again resumes it.
+	RequestShardAdd(ctx context.Context, in *RequestShardAddRequest, opts ...grpc.CallOption) (*RequestShardAddResponse, error)
 	// ApproveAction carries out a pending action, approved by an operator
 	// whose issuer and subject differ from the requester's. A force-release
 	// is one Txn on the hold's cluster that commits only if the hold is
@@ -224,6 +237,16 @@ func (c *adminServiceClient) RequestEpochAdvance(ctx context.Context, in *Reques
 	return out, nil
 }
 
+func (c *adminServiceClient) RequestShardAdd(ctx context.Context, in *RequestShardAddRequest, opts ...grpc.CallOption) (*RequestShardAddResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestShardAddResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequestShardAdd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ApproveAction(ctx context.Context, in *ApproveActionRequest, opts ...grpc.CallOption) (*ApproveActionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ApproveActionResponse)
@@ -291,7 +314,13 @@ type AdminServiceServer interface {
 	// streams each step: the fence, the wait for holders of moving ranges,
 	// the destination's epoch advance above every source's, the new map. An
 	// interrupted add resumes when called again for the same shard. Only
-	// operators may call it.
+	// operators may call it. An add advances the new shard's epoch and
+	// deletes the moving ranges' durable waiters, so it is a two-person
+	// action like AdvanceEpoch: once the arbiter verifies operators' sign-in
+	// it is refused (FAILED_PRECONDITION, cause two_person_required): use
+	// RequestShardAdd and ApproveAction. Without sign-in it serves only an
+	// arbiter that opts in to one-person calls
+	// (--allow-one-person-epoch-advance).
 	AddShard(*AddShardRequest, grpc.ServerStreamingServer[AddShardResponse]) error
 	// Audit reads the history of holds from the audit store: every event of
 	// one key, one identity, or one namespace (and class), oldest first. A
@@ -328,6 +357,12 @@ type AdminServiceServer interface {
 	// RequestEpochAdvance records a request to advance a cluster's epoch
 	// (AdvanceEpoch's arguments); approving it runs the advance.
 	RequestEpochAdvance(context.Context, *RequestEpochAdvanceRequest) (*RequestEpochAdvanceResponse, error)
+	// RequestShardAdd records a request to add a shard to the map
+	// (AddShard's arguments; reason required); approving it runs the add
+	// and answers with the new map, not the steps as they happen. An
+	// approval that runs out of time waiting for holders leaves the request
+	// pending, the add part done: approving it again resumes it.
+	RequestShardAdd(context.Context, *RequestShardAddRequest) (*RequestShardAddResponse, error)
 	// ApproveAction carries out a pending action, approved by an operator
 	// whose issuer and subject differ from the requester's. A force-release
 	// is one Txn on the hold's cluster that commits only if the hold is
@@ -377,6 +412,9 @@ func (UnimplementedAdminServiceServer) RequestForceRelease(context.Context, *Req
 }
 func (UnimplementedAdminServiceServer) RequestEpochAdvance(context.Context, *RequestEpochAdvanceRequest) (*RequestEpochAdvanceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequestEpochAdvance not implemented")
+}
+func (UnimplementedAdminServiceServer) RequestShardAdd(context.Context, *RequestShardAddRequest) (*RequestShardAddResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestShardAdd not implemented")
 }
 func (UnimplementedAdminServiceServer) ApproveAction(context.Context, *ApproveActionRequest) (*ApproveActionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApproveAction not implemented")
@@ -566,6 +604,24 @@ func _AdminService_RequestEpochAdvance_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RequestShardAdd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestShardAddRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequestShardAdd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequestShardAdd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequestShardAdd(ctx, req.(*RequestShardAddRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ApproveAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ApproveActionRequest)
 	if err := dec(in); err != nil {
@@ -676,6 +732,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequestEpochAdvance",
 			Handler:    _AdminService_RequestEpochAdvance_Handler,
+		},
+		{
+			MethodName: "RequestShardAdd",
+			Handler:    _AdminService_RequestShardAdd_Handler,
 		},
 		{
 			MethodName: "ApproveAction",
