@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := tools/build
 
-.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio spire clickhouse audit-deps infra-tools up down dr-drill bench-core bench-scale bench-audit bench-fsync gate gate-short images clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio spire clickhouse audit-deps infra-tools up down dr-drill dr-drills bench-core bench-scale bench-audit bench-fsync gate gate-short images clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -73,8 +73,8 @@ $(BIN)/pulumi: tools/pulumi/go.mod
 	cd tools/pulumi && $(GO) build -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
-# A whole region on this machine: 15 test hosts (network namespaces with
-# sshd), `lockplane up --stack local`, then a lock through the deployed
+# A whole region on this machine: 16 test hosts (network namespaces with
+# sshd: the region's 15 and the vault's), `lockplane up --stack local`, then a lock through the deployed
 # arbiter. Needs root. `make down` removes it all.
 up: infra-tools minio spire clickhouse
 	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --stack stacks/Pulumi.local-vault.yaml --dir .lockplane/hosts
@@ -88,9 +88,22 @@ up: infra-tools minio spire clickhouse
 # The DR drill (docs/dr.md), which CI runs inside make test: the region and
 # its vault up, snapshots, the region destroyed, the DR stack up from the
 # vault (sealed), two operators unseal, a token above every one before,
-# the RTO printed, everything destroyed.
-dr-drill: build infra-tools minio clickhouse
-	$(GO) test ./test/e2e/ -run TestUpLockNoChangesDestroy -count=1 -v -timeout 45m
+# the RTO printed, everything destroyed. 25 test hosts (region, vault, DR).
+# Asked for by name, it fails rather than skips when something it needs is
+# missing (CI=1: the tests' "fail loudly" switch).
+dr-drill: build infra-tools minio spire clickhouse
+	CI=1 $(GO) test ./test/e2e/ -run TestUpLockNoChangesDestroy -count=1 -v -timeout 45m
+
+# The drill N times in a row (default 10), each run's result and RTO in
+# one summary at the end: what a change to up or DR is proven by.
+DRILLS ?= 10
+dr-drills: build infra-tools minio spire clickhouse
+	@pass=0; for i in $$(seq $(DRILLS)); do \
+	  echo "== drill $$i of $(DRILLS)"; \
+	  mkdir -p .lockplane; if CI=1 $(GO) test ./test/e2e/ -run TestUpLockNoChangesDestroy -count=1 -v -timeout 45m > .lockplane/drill-$$i.log 2>&1; \
+	  then pass=$$((pass+1)); r=pass; else r=FAIL; fi; \
+	  echo "drill $$i: $$r; $$(grep -ho 'RTO [0-9a-z.]*' .lockplane/drill-$$i.log | tr '\n' ' ')(log .lockplane/drill-$$i.log)"; \
+	done; echo "== $$pass of $(DRILLS) drills passed"; test $$pass -eq $(DRILLS)
 
 down:
 	-$(BIN)/lockplane destroy --stack local

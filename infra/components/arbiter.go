@@ -26,6 +26,9 @@ type Arbiter struct {
 	// (spiffe://td/operator/<name>), by name: the arbiter takes a
 	// person's ID token only on their own SVID (docs/operators.md).
 	People map[string]*nodes.Certificate
+	// Answered are what answered each arbiter host's readiness check
+	// (its address, "ADDR sealed" in a DR stack), in host order.
+	Answered pulumi.StringArray
 }
 
 // OperatorPath is the SPIFFE ID path of the operator SVID whose last
@@ -184,7 +187,7 @@ func NewArbiter(ctx *pulumi.Context, env *Env, a ArbiterArgs, opts ...pulumi.Res
 		}
 	}
 	return arb, ctx.RegisterResourceOutputs(arb, pulumi.Map{"endpoints": pulumi.ToStringArray(arb.Endpoints),
-		"serverId": pulumi.String(td + ArbiterServerID)})
+		"serverId": pulumi.String(td + ArbiterServerID), "answered": arb.Answered})
 }
 
 // onHost installs the arbiter binary and its credentials on h and runs it.
@@ -255,10 +258,14 @@ func (arb *Arbiter) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a Arb
 		deps = append(deps, a.Archive.Service, a.Archive.Buckets) // the same; the archiver exists once Buckets is made
 	}
 	triggers = append(triggers, bin.Sha256)
-	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
+	svc, err := nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "arbiter", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "arbiter")}, ArbiterFlags(s, h.Address, a, f)...)),
-		Triggers: triggers}, append(opts, pulumi.DependsOn(deps))...)
-	return err
+		Triggers: triggers, Ready: ArbiterReady(env, h, f)}, append(opts, pulumi.DependsOn(deps))...)
+	if err != nil {
+		return err
+	}
+	arb.Answered = append(arb.Answered, svc.Answered)
+	return nil
 }
 
 // archiveCredentials is the arbiter's --archive-credentials file (a

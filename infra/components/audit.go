@@ -175,10 +175,15 @@ func NewAuditStore(ctx *pulumi.Context, env *Env, a AuditStoreArgs, opts ...pulu
 	if err != nil {
 		return nil, err
 	}
+	probe, err := probeBinary(ctx, env, h)
+	if err != nil {
+		return nil, err
+	}
+	deps = append(deps, probe)
 	if st.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "clickhouse",
 		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h),
 		Command:  pulumi.ToStringArray([]string{ClickHouseBin, "--config-file=" + f.Config}),
-		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
+		Triggers: triggers, Ready: ClickHouseReady(env, h)}, in, pulumi.DependsOn(deps)); err != nil {
 		return nil, err
 	}
 	return st, ctx.RegisterResourceOutputs(st, pulumi.Map{"host": pulumi.String(h.Name), "address": pulumi.String(h.Address),

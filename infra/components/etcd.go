@@ -278,8 +278,9 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 	}
 	if mem.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "etcd-" + a.Name,
 		Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h), Command: append(pulumi.StringArray{pulumi.String(env.BinPath(h, "etcd"))}, EtcdFlags(s, a.Name, a.Token, a.Members, m, files)...),
-		Triggers: triggers}, in, pulumi.DependsOn(deps)); err != nil {
+		Triggers: triggers, Ready: EtcdReady(env, h, files)}, in, pulumi.DependsOn(deps)); err != nil {
 		return nil, err
 	}
-	return mem, ctx.RegisterResourceOutputs(mem, pulumi.Map{"host": pulumi.String(h.Name), "address": pulumi.String(h.Address)})
+	return mem, ctx.RegisterResourceOutputs(mem, pulumi.Map{"host": pulumi.String(h.Name), "address": pulumi.String(h.Address),
+		"answered": mem.Service.Answered})
 }

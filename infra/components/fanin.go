@@ -90,13 +90,17 @@ func (fi *FanIn) onHost(ctx *pulumi.Context, env *Env, h topology.Host, a FanInA
 	if err != nil {
 		return err
 	}
-	deps, triggers = append(deps, bin), append(triggers, bin.Sha256)
+	probe, err := probeBinary(ctx, env, h)
+	if err != nil {
+		return err
+	}
+	deps, triggers = append(deps, bin, probe), append(triggers, bin.Sha256)
 	flags := FanInFlags(s, h.Address, a.Arbiter.Endpoints, cert, key, bundle)
 	// The arbiter list is a restart trigger: the control plane publishes
 	// the new ring at start.
 	triggers = append(triggers, pulumi.String(fmt.Sprint(flags)))
 	_, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "lockplane-fanin", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray(append([]string{env.BinPath(h, "lockplane-fanin")}, flags...)),
-		Triggers: triggers}, append(opts, pulumi.DependsOn(deps))...)
+		Triggers: triggers, Ready: FanInReady(env, h)}, append(opts, pulumi.DependsOn(deps))...)
 	return err
 }

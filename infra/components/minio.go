@@ -49,9 +49,12 @@ func newMinIOServer(ctx *pulumi.Context, env *Env, a minioServerArgs, in pulumi.
 	conn := env.Connection(h)
 	f := MinIOFiles{Bin: env.BinPath(h, "minio"), Certs: env.ConfPath(h, "minio/certs"),
 		Password: env.ConfPath(h, "minio/root-password"), Data: h.HostPath("/var/lib/lockplane/minio")}
+	// Its CA beside it, outside the certs directory: for its readiness
+	// check to verify it by.
+	caFile := env.ConfPath(h, "minio/ca.crt")
 	deps, triggers, err := putConfig(ctx, conn, a.Name, []configFile{
 		{f.Certs + "/public.crt", cert.CertPem, "0644"}, {f.Certs + "/private.key", cert.KeyPem, "0600"},
-		{f.Password, a.RootPassword, "0600"},
+		{f.Password, a.RootPassword, "0600"}, {caFile, ca.CertPem, "0644"},
 	}, in)
 	if err != nil {
 		return nil, nil, err
@@ -63,12 +66,23 @@ func newMinIOServer(ctx *pulumi.Context, env *Env, a minioServerArgs, in pulumi.
 	}
 	deps = append(deps, bin)
 	triggers = append(triggers, bin.Sha256)
+	// Its readiness check runs lockplane-node, which every program that
+	// makes a MinIO installs; a program without it (a test's) starts
+	// MinIO unchecked.
+	var ready *nodes.ReadyCheck
+	if env.Node.Path != "" {
+		probe, err := probeBinary(ctx, env, h)
+		if err != nil {
+			return nil, nil, err
+		}
+		deps, ready = append(deps, probe), MinIOReady(env, h, a.Port, caFile)
+	}
 	// The password reaches MinIO by file, never on a command line or in a
 	// unit's environment.
 	svc, err := nodes.NewService(ctx, a.Name+"-service", nodes.ServiceArgs{Connection: conn, Name: "minio",
 		Mode: env.Stack.SSH.ServiceMode, StateDir: env.StateDir(h), Command: pulumi.ToStringArray(MinIOCommand(h, a.Port, f)),
 		Env:      map[string]string{"MINIO_ROOT_USER": a.RootUser, "MINIO_ROOT_PASSWORD_FILE": f.Password, "MINIO_BROWSER": "off"},
-		Triggers: triggers}, in, pulumi.DependsOn(deps))
+		Triggers: triggers, Ready: ready}, in, pulumi.DependsOn(deps))
 	if err != nil {
 		return nil, nil, err
 	}

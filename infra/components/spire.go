@@ -91,7 +91,7 @@ func NewSpireServer(ctx *pulumi.Context, env *Env, a SpireArgs, opts ...pulumi.R
 	deps, triggers = append(deps, bin), append(triggers, bin.Sha256)
 	srv.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "spire-server", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray([]string{env.BinPath(h, "spire-server"), "run", "-config", f("server.conf")}),
-		Triggers: triggers}, in, pulumi.DependsOn(deps))
+		Triggers: triggers, Ready: SpireServerReady(env, h, srv.Socket)}, in, pulumi.DependsOn(deps))
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func NewSpireAgent(ctx *pulumi.Context, env *Env, srv *SpireServer, a SpireArgs,
 	deps, triggers = append(deps, bin, srv.Service), append(triggers, bin.Sha256)
 	ag.Service, err = nodes.NewService(ctx, name+"-service", nodes.ServiceArgs{Connection: conn, Name: "spire-agent", Mode: s.SSH.ServiceMode,
 		StateDir: env.StateDir(h), Command: pulumi.ToStringArray([]string{env.BinPath(h, "spire-agent"), "run", "-config", f("agent.conf")}),
-		Triggers: triggers}, in, pulumi.DependsOn(deps))
+		Triggers: triggers, Ready: SpireAgentReady(env, h, h.HostPath(spireAgentSocket))}, in, pulumi.DependsOn(deps))
 	if err != nil {
 		return nil, err
 	}

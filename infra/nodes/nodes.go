@@ -122,6 +122,17 @@ type Service struct {
 	pulumi.CustomResourceState
 	Pid     pulumi.IntOutput    `pulumi:"pid"`
 	LogFile pulumi.StringOutput `pulumi:"logFile"`
+	// Answered is the last line its readiness check printed (the address
+	// that answered); empty without one.
+	Answered pulumi.StringOutput `pulumi:"answered"`
+}
+
+// ReadyCheck is a command run on the service's host after each start
+// until it exits 0, within TimeoutSeconds (the provider's default when 0):
+// the Service is made only once it passes.
+type ReadyCheck struct {
+	Command        []string
+	TimeoutSeconds int
 }
 
 // ServiceArgs describes a service.
@@ -134,6 +145,8 @@ type ServiceArgs struct {
 	StateDir   string
 	// Triggers restart the service when they change.
 	Triggers pulumi.StringArrayInput
+	// Ready, when set, is the service's readiness check.
+	Ready *ReadyCheck
 }
 
 // NewService runs a service on a host.
@@ -148,6 +161,13 @@ func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.
 	}
 	if a.Triggers != nil {
 		props["triggers"] = a.Triggers
+	}
+	if a.Ready != nil {
+		ready := pulumi.Map{"command": strings(a.Ready.Command)}
+		if a.Ready.TimeoutSeconds != 0 {
+			ready["timeoutSeconds"] = pulumi.Int(a.Ready.TimeoutSeconds)
+		}
+		props["ready"] = ready
 	}
 	var r Service
 	return &r, ctx.RegisterResource(prefix_+"Service", name, props, &r, opts...)

@@ -52,12 +52,19 @@ func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(vs.BinDir, "minio")
-	sum, err := provider.SumFile(p)
-	if err != nil {
-		return fmt.Errorf("binDir: %s: %v (run `make minio`)", p, err)
+	// MinIO, and lockplane-node, whose probe up waits on before it says
+	// the vault serves.
+	for _, b := range []struct {
+		name, make string
+		into       *components.Binary
+	}{{"minio", "minio", &env.MinIO}, {"lockplane-node", "build", &env.Node}} {
+		p := filepath.Join(vs.BinDir, b.name)
+		sum, err := provider.SumFile(p)
+		if err != nil {
+			return fmt.Errorf("binDir: %s: %v (run `make %s`)", p, err, b.make)
+		}
+		*b.into = components.Binary{Path: p, Sha256: sum}
 	}
-	env.MinIO = components.Binary{Path: p, Sha256: sum}
 	v, err := components.NewVault(ctx, env, components.VaultArgs{Host: host, Port: vs.Vault.Port,
 		KeepDays: vs.Vault.KeepDays, Regions: vs.Vault.Regions})
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lockplane/lockplane/nodes/remote"
 )
@@ -30,6 +32,9 @@ type ServiceInputs struct {
 	// Triggers restart the service when they change: the checksums of the
 	// files it reads.
 	Triggers []string `json:"triggers,omitempty"`
+	// Ready, when set, is run on the host after every start (create and
+	// update): the Service is made only once it passes (ready.go).
+	Ready *ReadyCheck `json:"ready,omitempty"`
 }
 
 // The service modes.
@@ -90,7 +95,10 @@ func (s *ServiceInputs) startScript() string {
 	for _, k := range sortedKeys(s.Env) {
 		env.WriteString(k + "=" + remote.Quote(s.Env[k]) + " ")
 	}
-	loop := fmt.Sprintf(`echo $$ > %s; while :; do %s%s; echo "lockplane: %s exited with $?; restarting in 1s"; sleep 1; done`,
+	// The loop says which signal ends it: a stop by this resource says so
+	// first (stopScript), so any other is someone else's, by name.
+	loop := fmt.Sprintf(`echo $$ > %[1]s; for sig in HUP INT TERM; do trap "echo \"lockplane: %[4]s's supervisor got SIG$sig at \$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)\"; trap - $sig; kill -$sig \$\$" $sig; done; `+
+		`while :; do %[2]s%[3]s; echo "lockplane: %[4]s exited with $?; restarting in 1s"; sleep 1; done`,
 		remote.Quote(s.pidFile()), env.String(), remote.QuoteAll(s.Command), s.Name)
 	wd := s.WorkDir
 	if wd == "" {
@@ -101,45 +109,77 @@ func (s *ServiceInputs) startScript() string {
 		remote.Quote(s.StateDir), remote.Quote(wd), remote.Quote(loop), remote.Quote(s.LogFile()), remote.Quote(s.pidFile()))
 }
 
+// serviceStopWait bounds stopping a service: the stop script's TERM, its
+// 10 s grace, KILL and 5 s more, with room for the connection.
+const serviceStopWait = 30 * time.Second
+
 // stopScript ends a supervised service's whole process group: TERM, then
-// KILL after 10 s.
+// KILL after 10 s. It says so in the service's log first, so a stop is
+// never mistaken for a crash or an outside signal.
 func (s *ServiceInputs) stopScript() string {
 	return fmt.Sprintf(`pf=%s
 if [ -f "$pf" ]; then
   pid=$(cat "$pf")
+  echo "lockplane: stopping %s (process group $pid) at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> %s
   kill -TERM -"$pid" 2>/dev/null || true
   for i in $(seq 100); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL -"$pid" 2>/dev/null || true
   for i in $(seq 50); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
   rm -f "$pf"
 fi
-`, remote.Quote(s.pidFile()))
+`, remote.Quote(s.pidFile()), s.Name, remote.Quote(s.LogFile()))
 }
 
 func (s *ServiceInputs) aliveScript() string {
 	return fmt.Sprintf(`pf=%s; if [ -f "$pf" ] && kill -0 -"$(cat "$pf")" 2>/dev/null; then echo running; fi`, remote.Quote(s.pidFile()))
 }
 
+// startService starts (or restarts) s, then waits for its readiness
+// check, if it has one, over the same connection.
 func startService(ctx context.Context, env *Env, s *ServiceInputs) (map[string]any, error) {
 	c, err := env.Pool.Dial(ctx, s.Connection)
 	if err != nil {
 		return nil, err
 	}
+	var out map[string]any
 	if s.Mode == ModeSystemd {
 		unit := s.unitPath()
-		_, err := c.Run(ctx, fmt.Sprintf("mkdir -p %s\ncat > %s <<'LOCKPLANE_UNIT'\n%sLOCKPLANE_UNIT\nsystemctl daemon-reload\nsystemctl enable lockplane-%s\nsystemctl restart lockplane-%s\n",
-			remote.Quote(path.Dir(unit)), remote.Quote(unit), s.Unit(), s.Name, s.Name))
-		return map[string]any{"unit": unit}, err
+		if _, err := c.Run(ctx, fmt.Sprintf("mkdir -p %s\ncat > %s <<'LOCKPLANE_UNIT'\n%sLOCKPLANE_UNIT\nsystemctl daemon-reload\nsystemctl enable lockplane-%s\nsystemctl restart lockplane-%s\n",
+			remote.Quote(path.Dir(unit)), remote.Quote(unit), s.Unit(), s.Name, s.Name)); err != nil {
+			return nil, err
+		}
+		out = map[string]any{"unit": unit}
+	} else {
+		res, err := c.Run(ctx, s.stopScript()+s.startScript())
+		if err != nil {
+			return nil, err
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(res))
+		if err != nil {
+			return nil, fmt.Errorf("%s: service %s did not start (no pid file); see %s", s.Connection.Host, s.Name, s.LogFile())
+		}
+		out = map[string]any{"pid": pid, "logFile": s.LogFile()}
 	}
-	out, err := c.Run(ctx, s.stopScript()+s.startScript())
-	if err != nil {
-		return nil, err
+	return out, checkReady(ctx, c, s, out)
+}
+
+// checkReady waits for s's readiness check, if it has one, and records
+// what answered in out.
+func checkReady(ctx context.Context, c runner, s *ServiceInputs, out map[string]any) error {
+	if s.Ready == nil {
+		return nil
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		return nil, fmt.Errorf("%s: service %s did not start (no pid file); see %s", s.Connection.Host, s.Name, s.LogFile())
-	}
-	return map[string]any{"pid": pid, "logFile": s.LogFile()}, nil
+	answered, err := awaitReady(ctx, c, s)
+	out["answered"] = answered
+	return err
+}
+
+// onlyReadyChanged reports whether news differs from olds in its
+// readiness check alone.
+func onlyReadyChanged(olds, news *ServiceInputs) bool {
+	o, n := *olds, *news
+	o.Ready, n.Ready = nil, nil
+	return reflect.DeepEqual(o, n)
 }
 
 func stopService(ctx context.Context, env *Env, s *ServiceInputs) error {
@@ -172,6 +212,11 @@ func init() {
 					return fmt.Errorf("env: %q is not a variable name", k)
 				}
 			}
+			if in.Ready != nil {
+				if err := in.Ready.validate(); err != nil {
+					return err
+				}
+			}
 			switch in.Mode {
 			case ModeSupervised:
 				return validatePath("stateDir", in.StateDir)
@@ -180,8 +225,23 @@ func init() {
 			}
 			return fmt.Errorf("mode: %q must be %s or %s", in.Mode, ModeSystemd, ModeSupervised)
 		},
+		// A service that does not pass its readiness check fails its
+		// create or update; it keeps running on its host for an operator
+		// to read, and the next up starts it again.
 		Create: func(ctx context.Context, env *Env, in *ServiceInputs) (string, map[string]any, error) {
 			out, err := startService(ctx, env, in)
+			if err != nil && out != nil {
+				// Started but never ready: a failed create is not in the
+				// stack's state, so nothing of it may keep running (under
+				// systemd, enabled across reboots) where destroy cannot
+				// find it. The next up starts it again.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serviceStopWait)
+				defer cancel()
+				if serr := stopService(sctx, env, in); serr != nil {
+					return "", nil, fmt.Errorf("%w\nand stopping it again failed: %v", err, serr)
+				}
+				return "", nil, fmt.Errorf("%w\nit was stopped again; the next up starts it", err)
+			}
 			return in.Connection.Host + ":" + in.Name, out, err
 		},
 		Read: func(ctx context.Context, env *Env, _ string, in *ServiceInputs, st map[string]any) (map[string]any, error) {
@@ -199,7 +259,22 @@ func init() {
 			}
 			return st, nil
 		},
-		Update: func(ctx context.Context, env *Env, _ string, olds, news *ServiceInputs, _ map[string]any) (map[string]any, error) {
+		Update: func(ctx context.Context, env *Env, _ string, olds, news *ServiceInputs, st map[string]any) (map[string]any, error) {
+			if onlyReadyChanged(olds, news) {
+				// A new probe needs no restart: the running service is
+				// checked with it.
+				c, err := env.Pool.Dial(ctx, news.Connection)
+				if err != nil {
+					return nil, err
+				}
+				out := map[string]any{}
+				for k, v := range st {
+					if k == "pid" || k == "logFile" || k == "unit" {
+						out[k] = v
+					}
+				}
+				return out, checkReady(ctx, c, news, out)
+			}
 			return startService(ctx, env, news) // a restart with the new command, env or files
 		},
 		Delete: func(ctx context.Context, env *Env, _ string, in *ServiceInputs, _ map[string]any) error {

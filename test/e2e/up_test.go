@@ -101,6 +101,20 @@ type summary struct {
 	// the fan-in tier.
 	FanInProfile   string `json:"fan_in_profile"`
 	FanInBootstrap string `json:"fan_in_bootstrap"`
+	// Answered is what answered each service's readiness check.
+	Answered []struct{ Host, Service, Answered string } `json:"answered"`
+}
+
+// answeredBy is what answered service's readiness check on each host
+// that runs it.
+func (s summary) answeredBy(service string) map[string]string {
+	out := map[string]string{}
+	for _, a := range s.Answered {
+		if a.Service == service {
+			out[a.Host] = a.Answered
+		}
+	}
+	return out
 }
 
 func TestUpLockNoChangesDestroy(t *testing.T) {
@@ -134,6 +148,13 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-vault").Run()
 		h.Down()
 	})
+	// Runs before the teardown above: a failed drill shows what every
+	// service of every host said last, before the hosts and logs are gone.
+	t.Cleanup(func() {
+		if t.Failed() {
+			serviceLogs(t, h)
+		}
+	})
 
 	// The snapshot vault first, in its own stack: the region reads it.
 	var vaultUp summary
@@ -156,6 +177,12 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 		t.Fatalf("up: %s (%v)", out, err)
 	}
 	t.Logf("up: %v; coord cluster %v", up.Changes, up.Outputs["coordClusterId"])
+	// up answered only once every arbiter did: its health over mTLS.
+	if arbiters := up.answeredBy("arbiter"); len(arbiters) != 2 {
+		t.Fatalf("up reported success with %d arbiters answering (%v), want both; everything that answered: %v", len(arbiters), arbiters, up.Answered)
+	} else {
+		t.Logf("arbiters answered: %v", arbiters)
+	}
 
 	// A lock through the deployed arbiter: a token of epoch 1.
 	tokOut := run(t, dir, "lockctl", "--profile", up.Profile, "run", "demo/e2e/1", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
@@ -611,3 +638,20 @@ func lastLine(b []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// serviceLogs prints the last lines of every supervised service's log on
+// every test host (the Service resource's StateDir, under each host's root).
+func serviceLogs(t *testing.T, h *hosts.Harness) {
+	t.Helper()
+	for _, host := range h.Hosts {
+		logs, _ := filepath.Glob(filepath.Join(host.Root, "var", "lib", "lockplane", "run", "*.log"))
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			t.Logf("%s %s, last %d lines:\n  | %s", host.Name, filepath.Base(l), min(len(lines), 15), strings.Join(lines[max(0, len(lines)-15):], "\n  | "))
+		}
+	}
+}

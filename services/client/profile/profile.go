@@ -7,11 +7,11 @@ package profile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/lockplane/lockplane/services/client/identity"
@@ -53,7 +53,9 @@ type Identity struct {
 const workloadAPIWait = 30 * time.Second
 
 // Find returns the profile path to use: $LOCKPLANE_PROFILE, else the dev
-// profile in the current directory or the nearest parent that has one.
+// profile in the current directory or the nearest parent that has one, up
+// to the repository's root (the first directory holding .git), as git
+// looks for its own. When there is none, the error names every path tried.
 func Find() (string, error) {
 	if p := os.Getenv(EnvVar); p != "" {
 		return p, nil
@@ -62,15 +64,18 @@ func Find() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var tried []string
 	for {
 		p := filepath.Join(dir, DevPath)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
+		tried = append(tried, p)
+		_, gitErr := os.Stat(filepath.Join(dir, ".git"))
 		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no profile: run `make dev` for the embedded default, set " + EnvVar +
-				", or pass --profile or --endpoint with --tls-* flags")
+		if gitErr == nil || parent == dir {
+			return "", fmt.Errorf("no profile: %s is unset and there is no dev profile at %s: run `make dev` for the embedded default, set %s, "+
+				"or pass --profile or --endpoint with --tls-* flags", EnvVar, strings.Join(tried, ", "), EnvVar)
 		}
 		dir = parent
 	}

@@ -1,5 +1,6 @@
 // Command arbiter serves lockplane.lock.v1 and lockplane.admin.v1 for one
 // etcd cluster: the production form of what `lockplane dev` embeds.
+// `arbiter probe` checks, on its host, that one serves (probe.go).
 package main
 
 import (
@@ -66,6 +67,11 @@ type flags struct {
 }
 
 func main() {
+	// `arbiter probe` is the arbiter's readiness check on its host
+	// (probe.go); every other command line is the server's.
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(probeMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var f flags
 	flag.StringVar(&f.listen, "listen", "0.0.0.0:7443", "gRPC address (mTLS)")
 	flag.StringVar(&f.metricsListen, "metrics-listen", "0.0.0.0:9464", "Prometheus /metrics address")
@@ -198,6 +204,11 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
+	if f.svid.Socket != "" {
+		// Said before the wait: a readiness failure shows this line as the
+		// arbiter's last, not an empty log.
+		log.Info("waiting for this arbiter's SVID from the SPIRE agent", "socket", f.svid.Socket, "at_most", svidflags.FirstSVIDWait.String())
+	}
 	src, err := f.svid.Open(ctx)
 	if err != nil {
 		return err

@@ -233,6 +233,9 @@ type summary struct {
 	// "incomplete", "overwritten", "unreadable" the vault's wear).
 	Refused        []string  `json:"refused,omitempty"`
 	RefusedReasons []refusal `json:"refused_reasons,omitempty"`
+	// Answered, after up, is what answered each service's readiness
+	// check (answered.go).
+	Answered []answer `json:"answered,omitempty"`
 }
 
 func (s summary) print(asJSON bool) {
@@ -240,6 +243,7 @@ func (s summary) print(asJSON bool) {
 		json.NewEncoder(os.Stdout).Encode(s)
 		return
 	}
+	printAnswers(os.Stdout, s.Answered)
 	var parts []string
 	for _, k := range sortedKeys(s.Changes) {
 		parts = append(parts, fmt.Sprintf("%d %s", s.Changes[k], k))
@@ -310,6 +314,9 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				return summary{}, err
 			}
 			out := summary{Result: res.Summary.Result, Changes: changes(res.Summary.ResourceChanges), Outputs: map[string]any{}}
+			if out.Answered, err = answers(ctx, s); err != nil {
+				fmt.Fprintf(os.Stderr, "warning: %v\n", err)
+			}
 			for k, v := range res.Outputs {
 				if !v.Secret {
 					out.Outputs[k] = v.Value

@@ -42,11 +42,15 @@ func (f Flags) Open(ctx context.Context) (identity.Source, error) {
 	}
 	switch {
 	case f.Socket != "":
-		ctx, cancel := context.WithTimeout(ctx, FirstSVIDWait)
+		wait := FirstSVIDWait
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			wait = time.Until(d).Round(time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		src, err := identity.FromWorkloadAPIAs(ctx, f.Socket, f.ID)
 		if err != nil {
-			return nil, fmt.Errorf("--spiffe-socket: no SVID within %s (is this process registered with the agent?): %w", FirstSVIDWait, err)
+			return nil, fmt.Errorf("--spiffe-socket: no SVID within %s (is this process registered with the agent?): %w", wait, err)
 		}
 		return src, nil
 	case f.Cert != "":

@@ -32,6 +32,12 @@ func New() *State {
 // Register adds the health service to s.
 func (h *State) Register(s grpc.ServiceRegistrar) { healthpb.RegisterHealthServer(s, h.srv) }
 
+// EpochKnown is the health service name that is SERVING once the arbiter
+// has read its cluster's epoch record, sealed or not: what tells a sealed
+// arbiter (a restored cluster waiting for its advance) from one that
+// cannot read etcd, which the lock service's NOT_SERVING does not.
+const EpochKnown = "lockplane.epoch"
+
 // Set reports SERVING, or NOT_SERVING when sealed.
 func (h *State) Set(sealed bool) {
 	st := healthpb.HealthCheckResponse_SERVING
@@ -41,6 +47,7 @@ func (h *State) Set(sealed bool) {
 	if h.last.Swap(int32(st)) != int32(st) {
 		h.srv.SetServingStatus("", st)
 		h.srv.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, st)
+		h.srv.SetServingStatus(EpochKnown, healthpb.HealthCheckResponse_SERVING)
 	}
 }
 
@@ -50,4 +57,5 @@ func (h *State) Unavailable() {
 	h.last.Store(-1)
 	h.srv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	h.srv.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	h.srv.SetServingStatus(EpochKnown, healthpb.HealthCheckResponse_NOT_SERVING)
 }

@@ -1,0 +1,96 @@
+package provider_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockplane/lockplane/nodes/provider"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+)
+
+// On a real host over SSH: a Service whose readiness check never passes
+// fails its create within the bounded wait, naming the host, the service
+// and its log's last lines; one whose check passes records what answered.
+// (Needs the test hosts; ready_internal_test.go runs the same loop and
+// scripts locally.)
+func TestAServiceThatNeverAnswersFailsItsCreateOnARealHost(t *testing.T) {
+	h := harness(t)
+	p := provider.New()
+	ctx := context.Background()
+	state := filepath.Join(h.Host("n1").Root, "run")
+	in := map[string]any{"connection": target(t, h, "n1"), "name": "talker", "mode": "supervised", "stateDir": state,
+		"command": []any{"/bin/sh", "-c", "echo starting; echo still starting; exec sleep 600"},
+		"ready":   map[string]any{"command": []any{"/bin/sh", "-c", "echo nothing at 10.231.252.11:7443; exit 1"}, "timeoutSeconds": 3}}
+	start := time.Now()
+	_, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", "never"), Properties: props(t, in)})
+	if err == nil {
+		t.Fatal("a service whose check never passes was created")
+	}
+	if took := time.Since(start); took > 3*time.Second+provider.ProbeRunTimeout+5*time.Second {
+		t.Errorf("failed after %s, want within the 3 s wait", took)
+	}
+	for _, want := range []string{"10.231.252.11", "service talker", "nothing at 10.231.252.11:7443", "| starting", "| still starting", "stopped again"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	// A failed create is in no state: nothing of it may keep running.
+	if _, err := os.Stat(filepath.Join(state, "talker.pid")); !os.IsNotExist(err) {
+		t.Errorf("the failed service's pid file is still there (%v): it was left running", err)
+	}
+	in["ready"] = map[string]any{"command": []any{"/bin/sh", "-c", "echo 10.231.252.11:7443"}}
+	created, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", "ready"), Properties: props(t, in)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outputs(t, created.Properties)["answered"]; got != "10.231.252.11:7443" {
+		t.Fatalf("answered %v, want 10.231.252.11:7443", got)
+	}
+	if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("Service", "ready"), Id: created.Id, Properties: created.Properties, OldInputs: props(t, in)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An arbiter that cannot get its SVID (no SPIRE agent answers: its entry
+// withheld) never serves, so its Service is not created: the create fails
+// within the bounded wait, naming the host, the service, what the probe
+// said and the arbiter's own last log lines. This is what keeps `up` from
+// reporting a region that does not serve.
+func TestAnArbiterWithoutItsSVIDFailsItsCreate(t *testing.T) {
+	bin, err := filepath.Abs("../../bin/arbiter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing: run `make build`", bin)
+		}
+		t.Skipf("%s is missing: run `make build`", bin)
+	}
+	h := harness(t)
+	p := provider.New()
+	ctx := context.Background()
+	state := filepath.Join(h.Host("n1").Root, "run")
+	addr := h.Host("n1").Address + ":17443"
+	socket := "unix://" + filepath.Join(state, "no-agent.sock") // nobody listens: no SVID
+	in := map[string]any{"connection": target(t, h, "n1"), "name": "arbiter", "mode": "supervised", "stateDir": state,
+		"command": []any{bin, "--listen", addr, "--spiffe-socket", socket, "--allow-any-workload", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-without-auth"},
+		"ready": map[string]any{"command": []any{bin, "probe", "--addr", addr, "--spiffe-socket", socket, "--timeout", "2s"},
+			"timeoutSeconds": 8}}
+	_, err = p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", "arbiter"), Properties: props(t, in)})
+	if err == nil {
+		t.Fatal("an arbiter without its SVID was created")
+	}
+	for _, want := range []string{h.Host("n1").Address, "service arbiter", "did not pass its readiness check", "no SVID"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	t.Logf("refused: %v", err)
+	stop := map[string]any{"connection": in["connection"], "name": "arbiter", "mode": "supervised", "stateDir": state, "command": in["command"]}
+	p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: urn("Service", "arbiter"), Id: "n1:arbiter", Properties: props(t, stop), OldInputs: props(t, stop)})
+}
