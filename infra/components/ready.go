@@ -29,10 +29,10 @@ func EtcdReady(env *Env, h topology.Host, f EtcdFiles) *nodes.ReadyCheck {
 	return nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, env.Stack.Etcd.PeerPort))
 }
 
-// MinIOReady is a MinIO server's check: its liveness endpoint over TLS,
+// MinIOReady is a MinIO server's check: its write-quorum endpoint over TLS,
 // verified with its own CA (caFile on its host).
 func MinIOReady(env *Env, h topology.Host, port int, caFile string) *nodes.ReadyCheck {
-	return nodeProbe(env, h, "http", fmt.Sprintf("https://%s:%d/minio/health/live", h.Address, port), "--ca", caFile)
+	return nodeProbe(env, h, "http", fmt.Sprintf("https://%s:%d/minio/health/cluster", h.Address, port), "--ca", caFile)
 }
 
 // ClickHouseReady is the audit store's check: ClickHouse's /ping on the

@@ -50,7 +50,7 @@ func TestEveryCheckProbesTheServicesOwnAddress(t *testing.T) {
 		want string
 	}{
 		"etcd":         {EtcdReady(env, h, f).Command, "/srv/n1/opt/lockplane/bin/lockplane-node probe tcp 10.231.0.11:2380"},
-		"minio":        {MinIOReady(env, h, 9000, "/ca.crt").Command, "/srv/n1/opt/lockplane/bin/lockplane-node probe http https://10.231.0.11:9000/minio/health/live --ca /ca.crt"},
+		"minio":        {MinIOReady(env, h, 9000, "/ca.crt").Command, "/srv/n1/opt/lockplane/bin/lockplane-node probe http https://10.231.0.11:9000/minio/health/cluster --ca /ca.crt"},
 		"clickhouse":   {ClickHouseReady(env, h).Command, "/srv/n1/opt/lockplane/bin/lockplane-node probe http http://10.231.0.11:8123/ping"},
 		"fan-in":       {FanInReady(env, h).Command, "/srv/n1/opt/lockplane/bin/lockplane-node probe tcp 10.231.0.11:7444"},
 		"spire-server": {SpireServerReady(env, h, "/srv/n1/run/spire/server/api.sock").Command, "/srv/n1/opt/lockplane/bin/spire-server healthcheck -socketPath /srv/n1/run/spire/server/api.sock"},

@@ -87,6 +87,10 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
+// stopMark is the file a stop by this resource leaves while it signals,
+// so the supervisor can tell its own stop from anyone else's signal.
+func (s *ServiceInputs) stopMark() string { return path.Join(s.StateDir, s.Name+".stopping") }
+
 // startScript starts a supervised service: a loop in its own session
 // (so stopping it is one signal to its process group) that restarts the
 // command a second after it exits.
@@ -95,18 +99,21 @@ func (s *ServiceInputs) startScript() string {
 	for _, k := range sortedKeys(s.Env) {
 		env.WriteString(k + "=" + remote.Quote(s.Env[k]) + " ")
 	}
-	// The loop says which signal ends it: a stop by this resource says so
-	// first (stopScript), so any other is someone else's, by name.
-	loop := fmt.Sprintf(`echo $$ > %[1]s; for sig in HUP INT TERM; do trap "echo \"lockplane: %[4]s's supervisor got SIG$sig at \$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)\"; trap - $sig; kill -$sig \$\$" $sig; done; `+
-		`while :; do %[2]s%[3]s; echo "lockplane: %[4]s exited with $?; restarting in 1s"; sleep 1; done`,
-		remote.Quote(s.pidFile()), env.String(), remote.QuoteAll(s.Command), s.Name)
+	// The loop logs every signal that ends it or its command, and whether
+	// this resource's stop sent it: any other is someone else's. (SIGINT
+	// cannot be trapped here: a background job starts with it ignored.)
+	loop := fmt.Sprintf(`echo $$ > %[1]s; `+
+		`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
+		`for sig in HUP TERM; do trap "note 'supervisor got SIG$sig'; trap - $sig; kill -$sig \$\$" $sig; done; `+
+		`while :; do %[2]s%[3]s; st=$?; if [ $st -gt 128 ]; then note "was ended by signal $((st-128))"; fi; echo "lockplane: %[4]s exited with $st; restarting in 1s"; sleep 1; done`,
+		remote.Quote(s.pidFile()), env.String(), remote.QuoteAll(s.Command), s.Name, remote.Quote(s.stopMark()))
 	wd := s.WorkDir
 	if wd == "" {
 		wd = s.StateDir
 	}
-	return fmt.Sprintf("mkdir -p %[1]s %[2]s\ncd %[2]s\nsetsid sh -c %[3]s >> %[4]s 2>&1 < /dev/null &\n"+
+	return fmt.Sprintf("mkdir -p %[1]s %[2]s\ncd %[2]s\nrm -f %[6]s\nsetsid sh -c %[3]s >> %[4]s 2>&1 < /dev/null &\n"+
 		"for i in $(seq 50); do [ -s %[5]s ] && break; sleep 0.1; done\ncat %[5]s\n",
-		remote.Quote(s.StateDir), remote.Quote(wd), remote.Quote(loop), remote.Quote(s.LogFile()), remote.Quote(s.pidFile()))
+		remote.Quote(s.StateDir), remote.Quote(wd), remote.Quote(loop), remote.Quote(s.LogFile()), remote.Quote(s.pidFile()), remote.Quote(s.stopMark()))
 }
 
 // serviceStopWait bounds stopping a service: the stop script's TERM, its
@@ -114,20 +121,34 @@ func (s *ServiceInputs) startScript() string {
 const serviceStopWait = 30 * time.Second
 
 // stopScript ends a supervised service's whole process group: TERM, then
-// KILL after 10 s. It says so in the service's log first, so a stop is
-// never mistaken for a crash or an outside signal.
+// KILL after 10 s. It leaves its mark and a line in the service's log
+// first, so a stop is never mistaken for a crash or an outside signal;
+// both are best effort (a full disk must not keep a service running).
+// A group that outlives KILL keeps its pid file and fails the stop: a
+// new instance beside it would fail to bind while probes passed on the
+// old one. A pid file that is not a process group (empty, 0 or 1, which
+// kill would read as every process) is only removed.
 func (s *ServiceInputs) stopScript() string {
-	return fmt.Sprintf(`pf=%s
+	return fmt.Sprintf(`pf=%[1]s
 if [ -f "$pf" ]; then
   pid=$(cat "$pf")
-  echo "lockplane: stopping %s (process group $pid) at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> %s
-  kill -TERM -"$pid" 2>/dev/null || true
-  for i in $(seq 100); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -"$pid" 2>/dev/null || true
-  for i in $(seq 50); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -f "$pf"
+  case "$pid" in
+  ''|*[!0-9]*|0|1) echo "lockplane: %[2]s's pid file held '$pid', not a process group: removed" >> %[3]s 2>/dev/null || true ;;
+  *)
+    touch %[4]s 2>/dev/null || true
+    echo "lockplane: stopping %[2]s (process group $pid) at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> %[3]s 2>/dev/null || true
+    kill -TERM -"$pid" 2>/dev/null || true
+    for i in $(seq 100); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -"$pid" 2>/dev/null || true
+    for i in $(seq 50); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 -"$pid" 2>/dev/null; then
+      echo "%[2]s: process group $pid still runs 5 s after SIGKILL (a process stuck in the kernel?); its pid file is kept" >&2
+      exit 1
+    fi ;;
+  esac
+  rm -f "$pf" %[4]s
 fi
-`, remote.Quote(s.pidFile()), s.Name, remote.Quote(s.LogFile()))
+`, remote.Quote(s.pidFile()), s.Name, remote.Quote(s.LogFile()), remote.Quote(s.stopMark()))
 }
 
 func (s *ServiceInputs) aliveScript() string {
@@ -226,15 +247,17 @@ func init() {
 			return fmt.Errorf("mode: %q must be %s or %s", in.Mode, ModeSystemd, ModeSupervised)
 		},
 		// A service that does not pass its readiness check fails its
-		// create or update; it keeps running on its host for an operator
-		// to read, and the next up starts it again.
+		// create or update, its log on its host for an operator to read;
+		// a failed create also stops it (below), and the next up starts
+		// it again.
 		Create: func(ctx context.Context, env *Env, in *ServiceInputs) (string, map[string]any, error) {
 			out, err := startService(ctx, env, in)
-			if err != nil && out != nil {
-				// Started but never ready: a failed create is not in the
-				// stack's state, so nothing of it may keep running (under
-				// systemd, enabled across reboots) where destroy cannot
-				// find it. The next up starts it again.
+			if err != nil {
+				// Started but never ready, or perhaps started (a start
+				// cut off, a pid file too late): a failed create is not in
+				// the stack's state, so nothing of it may keep running
+				// (under systemd, enabled across reboots) where destroy
+				// cannot find it. The next up starts it again.
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serviceStopWait)
 				defer cancel()
 				if serr := stopService(sctx, env, in); serr != nil {

@@ -4,11 +4,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lockplane/lockplane/nodes/provider"
+	"github.com/lockplane/lockplane/services/devca"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 )
 
@@ -38,9 +42,15 @@ func TestAServiceThatNeverAnswersFailsItsCreateOnARealHost(t *testing.T) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}
 	}
-	// A failed create is in no state: nothing of it may keep running.
-	if _, err := os.Stat(filepath.Join(state, "talker.pid")); !os.IsNotExist(err) {
-		t.Errorf("the failed service's pid file is still there (%v): it was left running", err)
+	// A failed create is in no state: nothing of it may keep running. The
+	// stop named the process group it ended; it is gone.
+	log, _ := os.ReadFile(filepath.Join(state, "talker.log"))
+	m := regexp.MustCompile(`stopping talker \(process group (\d+)\)`).FindSubmatch(log)
+	if m == nil {
+		t.Fatalf("the failed service's log names no stop:\n%s", log)
+	}
+	if pgid, _ := strconv.Atoi(string(m[1])); pgid <= 1 || syscall.Kill(-pgid, 0) == nil {
+		t.Errorf("the failed service's process group %s still runs: it was left running", m[1])
 	}
 	in["ready"] = map[string]any{"command": []any{"/bin/sh", "-c", "echo 10.231.252.11:7443"}}
 	created, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", "ready"), Properties: props(t, in)})
@@ -76,16 +86,32 @@ func TestAnArbiterWithoutItsSVIDFailsItsCreate(t *testing.T) {
 	ctx := context.Background()
 	state := filepath.Join(h.Host("n1").Root, "run")
 	addr := h.Host("n1").Address + ":17443"
-	socket := "unix://" + filepath.Join(state, "no-agent.sock") // nobody listens: no SVID
+	socket := "unix://" + filepath.Join(state, "no-agent.sock") // nobody listens: the arbiter gets no SVID
+	// The probe holds a good SVID of its own, so what fails is the
+	// arbiter, not the probe: nothing serves at the address.
+	ca, err := devca.New("probe.test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := t.TempDir()
+	bundle, err := ca.WriteBundle(pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svid, err := ca.WriteSVID(filepath.Join(pki, "arbiter"), "/lockplane/arbiter", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	in := map[string]any{"connection": target(t, h, "n1"), "name": "arbiter", "mode": "supervised", "stateDir": state,
 		"command": []any{bin, "--listen", addr, "--spiffe-socket", socket, "--allow-any-workload", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-without-auth"},
-		"ready": map[string]any{"command": []any{bin, "probe", "--addr", addr, "--spiffe-socket", socket, "--timeout", "2s"},
-			"timeoutSeconds": 8}}
+		"ready": map[string]any{"command": []any{bin, "probe", "--addr", addr, "--svid-cert", svid.Cert, "--svid-key", svid.Key, "--bundle", bundle,
+			"--trust-domain", "probe.test", "--timeout", "2s"}, "timeoutSeconds": 8}}
 	_, err = p.Create(ctx, &pulumirpc.CreateRequest{Urn: urn("Service", "arbiter"), Properties: props(t, in)})
 	if err == nil {
 		t.Fatal("an arbiter without its SVID was created")
 	}
-	for _, want := range []string{h.Host("n1").Address, "service arbiter", "did not pass its readiness check", "no SVID"} {
+	// The arbiter's own log names why: it is still waiting for its SVID.
+	for _, want := range []string{h.Host("n1").Address, "service arbiter", "did not pass its readiness check", "health check of " + addr, "waiting for this arbiter's SVID"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}

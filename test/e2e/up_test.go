@@ -155,6 +155,9 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 			serviceLogs(t, h)
 		}
 	})
+	// First of all, before the teardown stops everything: no service was
+	// signalled by anyone but its own Service resource during the drill.
+	t.Cleanup(func() { noOutsideSignals(t, h) })
 
 	// The snapshot vault first, in its own stack: the region reads it.
 	var vaultUp summary
@@ -638,20 +641,3 @@ func lastLine(b []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-// serviceLogs prints the last lines of every supervised service's log on
-// every test host (the Service resource's StateDir, under each host's root).
-func serviceLogs(t *testing.T, h *hosts.Harness) {
-	t.Helper()
-	for _, host := range h.Hosts {
-		logs, _ := filepath.Glob(filepath.Join(host.Root, "var", "lib", "lockplane", "run", "*.log"))
-		for _, l := range logs {
-			b, err := os.ReadFile(l)
-			if err != nil {
-				continue
-			}
-			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-			t.Logf("%s %s, last %d lines:\n  | %s", host.Name, filepath.Base(l), min(len(lines), 15), strings.Join(lines[max(0, len(lines)-15):], "\n  | "))
-		}
-	}
-}

@@ -46,3 +46,35 @@ func TestFindWalksUpToTheRepositoryRoot(t *testing.T) {
 		t.Fatalf("Find from %s = %q, %v; want %s", deep, got, err, dev)
 	}
 }
+
+// The search never enters a directory anyone may write (a profile
+// planted under /tmp by another user), and refuses a profile others may
+// write: a profile names the server to trust.
+func TestFindSkipsWhatOthersMayWrite(t *testing.T) {
+	t.Setenv(EnvVar, "")
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(shared, DevPath)
+	os.MkdirAll(filepath.Dir(planted), 0o755)
+	os.WriteFile(planted, []byte("{}"), 0o600)
+	work := filepath.Join(shared, "work", "deep")
+	os.MkdirAll(work, 0o755)
+	t.Chdir(work)
+	_, err := Find()
+	if err == nil || !strings.Contains(err.Error(), "stopped at "+shared) || strings.Contains(err.Error(), planted) {
+		t.Fatalf("Find under a shared directory: %v; want the search stopped at %s without trying %s", err, shared, planted)
+	}
+
+	// A profile writable by others, in a directory of the caller's own.
+	own := filepath.Join(shared, "work")
+	os.MkdirAll(filepath.Join(own, ".git"), 0o755)
+	loose := filepath.Join(own, DevPath)
+	os.MkdirAll(filepath.Dir(loose), 0o755)
+	os.WriteFile(loose, []byte("{}"), 0o600)
+	os.Chmod(loose, 0o666)
+	if _, err := Find(); err == nil || !strings.Contains(err.Error(), "not this user's own") {
+		t.Fatalf("Find of a profile others may write: %v; want refused", err)
+	}
+}

@@ -55,7 +55,11 @@ const workloadAPIWait = 30 * time.Second
 // Find returns the profile path to use: $LOCKPLANE_PROFILE, else the dev
 // profile in the current directory or the nearest parent that has one, up
 // to the repository's root (the first directory holding .git), as git
-// looks for its own. When there is none, the error names every path tried.
+// looks for its own. The walk never enters a directory anyone may write
+// (such as /tmp), and a profile found must be the caller's own: a
+// profile names the server to trust, so one planted by another user
+// would hand out forged grants. When there is none, the error names
+// every path tried.
 func Find() (string, error) {
 	if p := os.Getenv(EnvVar); p != "" {
 		return p, nil
@@ -65,21 +69,34 @@ func Find() (string, error) {
 		return "", err
 	}
 	var tried []string
+	stopped := ""
 	for {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o002 != 0 {
+			stopped = fmt.Sprintf(" (the search stopped at %s, which anyone may write)", dir)
+			break
+		}
 		p := filepath.Join(dir, DevPath)
-		if _, err := os.Stat(p); err == nil {
+		if fi, err := os.Stat(p); err == nil {
+			if !ownedByCaller(fi) || othersMayWrite(fi) {
+				return "", fmt.Errorf("profile %s: not this user's own (another owner, or writable by others): refusing a profile that names the server to trust", p)
+			}
 			return p, nil
 		}
 		tried = append(tried, p)
 		_, gitErr := os.Stat(filepath.Join(dir, ".git"))
 		parent := filepath.Dir(dir)
 		if gitErr == nil || parent == dir {
-			return "", fmt.Errorf("no profile: %s is unset and there is no dev profile at %s: run `make dev` for the embedded default, set %s, "+
-				"or pass --profile or --endpoint with --tls-* flags", EnvVar, strings.Join(tried, ", "), EnvVar)
+			break
 		}
 		dir = parent
 	}
+	return "", fmt.Errorf("no profile: %s is unset and there is no dev profile at %s%s: run `make dev` for the embedded default, set %s, "+
+		"or pass --profile or --endpoint with --tls-* flags", EnvVar, strings.Join(tried, ", "), stopped, EnvVar)
 }
+
+// othersMayWrite reports whether someone other than fi's owner may write
+// it (group or world write permission).
+func othersMayWrite(fi os.FileInfo) bool { return fi.Mode().Perm()&0o022 != 0 }
 
 // Load reads a profile; relative file paths in it are relative to its file.
 func Load(path string) (*Profile, error) {

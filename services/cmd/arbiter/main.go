@@ -150,6 +150,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, f, log); err != nil {
+		if ctx.Err() != nil {
+			log.Error("arbiter stopped", "err", err, "cause", context.Cause(ctx).Error())
+			os.Exit(1)
+		}
 		log.Error("arbiter stopped", "err", err)
 		os.Exit(1)
 	}
@@ -371,7 +375,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	log.Info("arbiter serving", "listen", lis.Addr().String(), "metrics", f.metricsListen, "id", self.String(), "etcd", f.endpoints)
 	go func() {
 		<-ctx.Done()
-		log.Info("draining")
+		log.Info("draining", "cause", context.Cause(ctx).Error()) // which signal, by name
 		a.Drain()
 		hs.Close()
 		srv.GracefulStop()

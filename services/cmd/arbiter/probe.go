@@ -56,8 +56,10 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // probe makes one gRPC health check of the lock service at f.addr over
-// mTLS with the SVID f names, accepting an arbiter of the trust domain
-// only, and returns the line to print.
+// mTLS with the SVID f names, and returns the line to print. The probe
+// runs as the arbiter binary on the arbiter's host, so its SVID is the
+// arbiter's own: the server must show exactly that ID, so another
+// workload of the trust domain listening at the address never passes.
 func probe(ctx context.Context, f probeFlags) (string, error) {
 	if f.addr == "" {
 		return "", errors.New("--addr: required")
@@ -71,16 +73,16 @@ func probe(ctx context.Context, f probeFlags) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	td := self.TrustDomain()
 	if f.svid.Domain != "" {
-		if td, err = spiffeid.TrustDomainFromString(f.svid.Domain); err != nil {
+		td, err := spiffeid.TrustDomainFromString(f.svid.Domain)
+		if err != nil {
 			return "", fmt.Errorf("--trust-domain %q: %w", f.svid.Domain, err)
 		}
 		if !self.MemberOf(td) {
 			return "", fmt.Errorf("--trust-domain %s: this process's SVID is %s, of another trust domain", td, self)
 		}
 	}
-	creds := grpccredentials.MTLSClientCredentials(src, src, tlsconfig.AuthorizeMemberOf(td))
+	creds := grpccredentials.MTLSClientCredentials(src, src, tlsconfig.AuthorizeID(self))
 	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return "", fmt.Errorf("--addr %s: %w", f.addr, err)

@@ -67,3 +67,20 @@ func TestArbiterProbeRefusesBadFlags(t *testing.T) {
 		t.Fatalf("an unknown flag: exit %d, %s", code, errs.String())
 	}
 }
+
+// The probe passes only an arbiter showing the probe's own SVID (it runs
+// as the arbiter binary, so SPIRE issues it the arbiter's): a probe with
+// another workload's SVID of the same trust domain is refused, so no
+// other member of the trust domain at the address could pass for the
+// arbiter either.
+func TestArbiterProbeAcceptsOnlyTheArbitersOwnID(t *testing.T) {
+	dir := t.TempDir()
+	env := devenvtest.Start(t, devenv.Options{Dir: dir})
+	pki := filepath.Join(dir, "pki")
+	var out, errs bytes.Buffer
+	code := probeMain([]string{"--addr", env.Addr, "--svid-cert", filepath.Join(pki, "demo", "svid.pem"), "--svid-key", filepath.Join(pki, "demo", "key.pem"),
+		"--bundle", filepath.Join(pki, "bundle.pem"), "--trust-domain", devenv.TrustDomain, "--timeout", "5s"}, &out, &errs)
+	if code != 1 || !strings.Contains(errs.String(), "spiffe://"+devenv.TrustDomain+devenv.Identities["arbiter"]) {
+		t.Fatalf("probe holding the demo workload's SVID: exit %d, %q, %s; want 1, naming the ID the server showed", code, out.String(), errs.String())
+	}
+}
