@@ -102,10 +102,11 @@ func (s *ServiceInputs) startScript() string {
 	// The loop logs every signal that ends it or its command, and whether
 	// this resource's stop sent it: any other is someone else's. (SIGINT
 	// cannot be trapped here: a background job starts with it ignored.)
-	loop := fmt.Sprintf(`echo $$ > %[1]s; `+
-		`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
+	loop := fmt.Sprintf(`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
 		`for sig in HUP TERM; do trap "note 'supervisor got SIG$sig'; trap - $sig; kill -$sig \$\$" $sig; done; `+
-		`while :; do %[2]s%[3]s; st=$?; if [ $st -gt 128 ]; then note "was ended by signal $((st-128))"; fi; echo "lockplane: %[4]s exited with $st; restarting in 1s"; sleep 1; done`,
+		// The pid file last: a stop that reads it finds the traps set.
+		`echo $$ > %[1]s; `+
+		`while :; do %[2]s%[3]s; st=$?; if [ $st -gt 128 ] && [ $st -le 192 ]; then note "was ended by signal $((st-128)) (exit status $st)"; fi; echo "lockplane: %[4]s exited with $st; restarting in 1s"; sleep 1; done`,
 		remote.Quote(s.pidFile()), env.String(), remote.QuoteAll(s.Command), s.Name, remote.Quote(s.stopMark()))
 	wd := s.WorkDir
 	if wd == "" {
@@ -129,30 +130,41 @@ const serviceStopWait = 30 * time.Second
 // old one. A pid file that is not a process group (empty, 0 or 1, which
 // kill would read as every process) is only removed.
 func (s *ServiceInputs) stopScript() string {
-	return fmt.Sprintf(`pf=%[1]s
+	return fmt.Sprintf(groupScript+`pf=%[1]s
 if [ -f "$pf" ]; then
   pid=$(cat "$pf")
-  case "$pid" in
-  ''|*[!0-9]*|0|1) echo "lockplane: %[2]s's pid file held '$pid', not a process group: removed" >> %[3]s 2>/dev/null || true ;;
-  *)
+  if ! group "$pid"; then
+    echo "lockplane: %[2]s's pid file held '$pid', not a process group: removed" >> %[3]s 2>/dev/null || true
+  else
     touch %[4]s 2>/dev/null || true
     echo "lockplane: stopping %[2]s (process group $pid) at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> %[3]s 2>/dev/null || true
     kill -TERM -"$pid" 2>/dev/null || true
-    for i in $(seq 100); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
+    for i in $(seq 100); do live "$pid" || break; sleep 0.1; done
     kill -KILL -"$pid" 2>/dev/null || true
-    for i in $(seq 50); do kill -0 -"$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 -"$pid" 2>/dev/null; then
+    for i in $(seq 50); do live "$pid" || break; sleep 0.1; done
+    if live "$pid"; then
+      rm -f %[4]s
       echo "%[2]s: process group $pid still runs 5 s after SIGKILL (a process stuck in the kernel?); its pid file is kept" >&2
       exit 1
-    fi ;;
-  esac
+    fi
+  fi
   rm -f "$pf" %[4]s
 fi
 `, remote.Quote(s.pidFile()), s.Name, remote.Quote(s.LogFile()), remote.Quote(s.stopMark()))
 }
 
+// groupScript defines the shell functions the stop and alive scripts
+// share. group: a pid file's content names a process group (a number
+// above 1: kill reads 0 as its own group and -1 as every process). live:
+// the group has a member that is not a zombie (a zombie answers kill -0
+// until its parent reaps it, which a host's init may never do); without
+// ps, kill -0 is the best there is.
+const groupScript = `group() { case "$1" in ''|*[!0-9]*|0|1) return 1 ;; esac; }
+live() { if command -v ps >/dev/null 2>&1; then ps -o stat= -s "$1" 2>/dev/null | grep -qv '^Z'; else kill -0 -"$1" 2>/dev/null; fi; }
+`
+
 func (s *ServiceInputs) aliveScript() string {
-	return fmt.Sprintf(`pf=%s; if [ -f "$pf" ] && kill -0 -"$(cat "$pf")" 2>/dev/null; then echo running; fi`, remote.Quote(s.pidFile()))
+	return fmt.Sprintf(groupScript+`pf=%s; if [ -f "$pf" ] && pid=$(cat "$pf") && group "$pid" && live "$pid"; then echo running; fi`, remote.Quote(s.pidFile()))
 }
 
 // startService starts (or restarts) s, then waits for its readiness

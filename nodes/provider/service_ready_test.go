@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/devca"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 )
 
@@ -76,10 +77,7 @@ func TestAnArbiterWithoutItsSVIDFailsItsCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing: run `make build`", bin)
-		}
-		t.Skipf("%s is missing: run `make build`", bin)
+		resourcetest.Unavailable(t, bin, "run `make build`", err)
 	}
 	h := harness(t)
 	p := provider.New()

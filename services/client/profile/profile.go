@@ -71,7 +71,7 @@ func Find() (string, error) {
 	var tried []string
 	stopped := ""
 	for {
-		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o002 != 0 {
+		if fi, err := os.Stat(dir); err == nil && anyoneMayWrite(fi) {
 			stopped = fmt.Sprintf(" (the search stopped at %s, which anyone may write)", dir)
 			break
 		}
@@ -93,10 +93,6 @@ func Find() (string, error) {
 	return "", fmt.Errorf("no profile: %s is unset and there is no dev profile at %s%s: run `make dev` for the embedded default, set %s, "+
 		"or pass --profile or --endpoint with --tls-* flags", EnvVar, strings.Join(tried, ", "), stopped, EnvVar)
 }
-
-// othersMayWrite reports whether someone other than fi's owner may write
-// it (group or world write permission).
-func othersMayWrite(fi os.FileInfo) bool { return fi.Mode().Perm()&0o022 != 0 }
 
 // Load reads a profile; relative file paths in it are relative to its file.
 func Load(path string) (*Profile, error) {
