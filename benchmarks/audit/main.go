@@ -30,12 +30,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/latency"
 )
 
 type result struct {

@@ -37,10 +37,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/latency"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"

@@ -21,10 +21,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/devenv"
+	"github.com/lockplane/lockplane/services/latency"
 	"github.com/lockplane/lockplane/services/lockkey"
 )
 

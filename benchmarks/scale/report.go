@@ -9,8 +9,8 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/latency"
 )
 
 type report struct {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/policy"
+	"github.com/lockplane/lockplane/services/policy/live"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,7 +48,7 @@ type services interface {
 type embeddedServices struct{ env *devenv.Env }
 
 func startEmbedded(ctx context.Context, cfg config, dir, policies string) (services, error) {
-	live, err := policy.NewLive(policies, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	live, err := live.New(policies, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/audittest"
-	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/madmin-go/v3"
 	"github.com/minio/minio-go/v7"
@@ -37,9 +36,9 @@ var day = time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC)
 // events is an archive.Source of a fixed history.
 type events []audit.Event
 
-func (es events) Between(_ context.Context, from, to time.Time, after chstore.Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error) {
+func (es events) Between(_ context.Context, from, to time.Time, after audit.Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error) {
 	var out []audit.Event
-	if after != (chstore.Cursor{}) {
+	if after != (audit.Cursor{}) {
 		return nil, nil // one page holds them all
 	}
 	for _, e := range es {

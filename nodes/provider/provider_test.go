@@ -3,6 +3,7 @@ package provider_test
 import (
 	"context"
 	"fmt"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"maps"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 // A test region: two hosts on a private bridge, each with its own sshd.
 func harness(t *testing.T) *hosts.Harness {
 	t.Helper()
+	resourcetest.NotShort(t, "test hosts")
 	if err := hosts.Check(); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal(err)

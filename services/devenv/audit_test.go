@@ -156,7 +156,7 @@ func TestTheEmbeddedDefaultAuditsHoldsForOperators(t *testing.T) {
 }
 
 // withFacts is a class registry that knows the register's facts, as the
-// policy set's does (policy.Live).
+// policy set's does (live.Policy).
 type withFacts struct {
 	class.Static
 	facts []admin.ClassFact

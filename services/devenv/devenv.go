@@ -177,7 +177,7 @@ type Env struct {
 	cancel context.CancelFunc
 	server *grpc.Server
 	// served is what server serves: the Arbiter or the Router.
-	served  server
+	served  arbiter.Service
 	metrics *http.Server
 	lis     net.Listener
 	// stopAudit stops the tailers and returns once they have ended.
@@ -336,7 +336,7 @@ func (e *Env) StartArbiter() error {
 	if e.opts.AuditReader != nil {
 		cfg.Audit = e.opts.AuditReader
 	}
-	var srv server
+	var srv arbiter.Service
 	if len(e.opts.Shards) > 0 || e.opts.Homes != nil {
 		shards, admin := map[string]arbiter.Etcd{}, map[string]arbiter.Etcd{}
 		for name := range e.ShardEtcd {
@@ -354,10 +354,6 @@ func (e *Env) StartArbiter() error {
 			return err
 		}
 		e.Arbiter, srv = a, a
-	}
-	creds, err := identity.ServerCredentials(src)
-	if err != nil {
-		return err
 	}
 	listen := e.opts.Listen
 	if e.Addr != "" {
@@ -380,9 +376,12 @@ func (e *Env) StartArbiter() error {
 		lis.Close()
 		return fmt.Errorf("devenv: arbiter not ready: %w", err)
 	}
-	e.server = grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
+	if e.server, err = arbiter.NewGRPCServer(srv, src); err != nil {
+		cancel()
+		lis.Close()
+		return err
+	}
 	e.served = srv
-	srv.Register(e.server)
 	go e.server.Serve(lis)
 	if e.metrics == nil {
 		ml := e.opts.MetricsListen
@@ -450,14 +449,6 @@ func (e *Env) Close() {
 }
 
 // server is what StartArbiter serves: an Arbiter or a Router.
-type server interface {
-	Run(context.Context)
-	Ready(context.Context) error
-	Register(*grpc.Server)
-	UnaryInterceptor() grpc.UnaryServerInterceptor
-	StreamInterceptor() grpc.StreamServerInterceptor
-	Drain()
-}
 
 // startAudit runs the tailers of Options.Audit until Close.
 func (e *Env) startAudit() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockplane/lockplane/services/pausetest/pauseresult"
 	"net"
 	"os"
 	"strings"
@@ -35,7 +36,7 @@ type Config struct {
 
 // Run runs every case against the resource and returns the result
 // document. An error means the kit could not run, not that the fence failed.
-func Run(ctx context.Context, cfg Config) (*Result, error) {
+func Run(ctx context.Context, cfg Config) (*pauseresult.Result, error) {
 	kind, err := Lookup(cfg.Kind)
 	if err != nil {
 		return nil, err
@@ -70,10 +71,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer k.close()
 
-	res := &Result{APIVersion: APIVersion, Kind: "PauseTestResult",
-		Metadata: Metadata{Name: fmt.Sprintf("%s-%s-%s", cfg.Class, cfg.Kind, run)},
-		Spec:     ResultSpec{Class: cfg.Class, KitVersion: KitVersion, Resource: ResourceSpec{Kind: cfg.Kind, Identity: kind.Identity(cfg.Target), SchemaVersion: cfg.SchemaVersion}},
-		Status:   ResultStatus{StartedAt: time.Now().UTC()}}
+	res := &pauseresult.Result{APIVersion: pauseresult.APIVersion, Kind: "PauseTestResult",
+		Metadata: pauseresult.Metadata{Name: fmt.Sprintf("%s-%s-%s", cfg.Class, cfg.Kind, run)},
+		Spec:     pauseresult.ResultSpec{Class: cfg.Class, KitVersion: pauseresult.KitVersion, Resource: pauseresult.ResourceSpec{Kind: cfg.Kind, Identity: kind.Identity(cfg.Target), SchemaVersion: cfg.SchemaVersion}},
+		Status:   pauseresult.ResultStatus{StartedAt: time.Now().UTC()}}
 
 	n, err := k.messagesPerWrite(ctx)
 	if err != nil {
@@ -86,27 +87,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cases = append(cases, func(ctx context.Context, c *caseRun) { k.pausedAt(ctx, c, at) })
 		names = append(names, fmt.Sprintf("paused-at-%d", at))
 	}
-	results := make([]CaseResult, len(cases))
+	results := make([]pauseresult.CaseResult, len(cases))
 	var wg sync.WaitGroup
 	for i := range cases {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c := &caseRun{name: names[i], progress: cfg.Progress, result: CaseResult{Name: names[i], Outcome: Passed}}
+			c := &caseRun{name: names[i], progress: cfg.Progress, result: pauseresult.CaseResult{Name: names[i], Outcome: pauseresult.Passed}}
 			cases[i](ctx, c)
 			results[i] = c.result
 		}(i)
 	}
 	wg.Wait()
 	res.Status.Cases = results
-	res.Status.Outcome = Passed
+	res.Status.Outcome = pauseresult.Passed
 	for _, c := range results {
-		if c.Outcome != Passed {
-			res.Status.Outcome = Failed
+		if c.Outcome != pauseresult.Passed {
+			res.Status.Outcome = pauseresult.Failed
 		}
 	}
 	res.Status.CompletedAt = time.Now().UTC()
-	res.Status.Expires = res.Status.CompletedAt.Add(Validity)
+	res.Status.Expires = res.Status.CompletedAt.Add(pauseresult.Validity)
 	return res, nil
 }
 
@@ -205,7 +206,7 @@ func (k *kit) messagesPerWrite(ctx context.Context) (int, error) {
 type caseRun struct {
 	name     string
 	progress func(string, string)
-	result   CaseResult
+	result   pauseresult.CaseResult
 }
 
 func (c *caseRun) step(format string, a ...any) {
@@ -215,7 +216,7 @@ func (c *caseRun) step(format string, a ...any) {
 }
 
 func (c *caseRun) fail(format string, a ...any) {
-	c.result.Outcome = Failed
+	c.result.Outcome = pauseresult.Failed
 	c.result.Detail = fmt.Sprintf(format, a...)
 	c.progress(c.name, "FAILED: "+c.result.Detail)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/fence"
 	"github.com/lockplane/lockplane/services/pausetest"
+	"github.com/lockplane/lockplane/services/pausetest/pauseresult"
 	"github.com/lockplane/lockplane/services/resourcetest"
 )
 
@@ -99,7 +100,7 @@ func (w wrongResource) Write(ctx context.Context, tok token.Token, record, value
 	return w.write(w.Conn, ctx, tok, record, value)
 }
 
-func runKit(t *testing.T, env *devenv.Env, kind, target string) *pausetest.Result {
+func runKit(t *testing.T, env *devenv.Env, kind, target string) *pauseresult.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -115,10 +116,10 @@ func runKit(t *testing.T, env *devenv.Env, kind, target string) *pausetest.Resul
 	return res
 }
 
-func failedCases(r *pausetest.Result) []string {
+func failedCases(r *pauseresult.Result) []string {
 	var out []string
 	for _, c := range r.Status.Cases {
-		if c.Outcome != pausetest.Passed {
+		if c.Outcome != pauseresult.Passed {
 			out = append(out, c.Name)
 		}
 	}
@@ -138,7 +139,7 @@ func TestReferenceFencesPass(t *testing.T) {
 				t.Fatalf("the reference %s fence failed cases %v", kind, failedCases(r))
 			}
 			if r.Kind != "PauseTestResult" || r.Spec.Class != devenvtest.Fast.Name || r.Spec.Resource.SchemaVersion != "test-1" ||
-				r.Spec.KitVersion != pausetest.KitVersion || r.Status.Expires.Sub(r.Status.CompletedAt) != pausetest.Validity {
+				r.Spec.KitVersion != pauseresult.KitVersion || r.Status.Expires.Sub(r.Status.CompletedAt) != pauseresult.Validity {
 				t.Fatalf("result document: %+v", r)
 			}
 			if strings.Contains(r.Spec.Resource.Identity, resourcetest.MinIOPassword) {

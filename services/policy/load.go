@@ -17,7 +17,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/class"
 	"github.com/lockplane/lockplane/services/lockkey"
-	"github.com/lockplane/lockplane/services/pausetest"
+	"github.com/lockplane/lockplane/services/pausetest/pauseresult"
 	"sigs.k8s.io/yaml"
 )
 
@@ -192,7 +192,7 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 	workloadBy := map[string]string{} // SPIFFE ID -> grant that registers it
 	nsFiles := map[string]string{}
 	var problems []Problem
-	results := map[string]pausetest.Result{}
+	results := map[string]pauseresult.Result{}
 	var classes []*doc
 	classDocs := map[string]*doc{}
 	grantNames := map[string]string{}
@@ -202,7 +202,7 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 		}
 		want := APIVersion
 		if d.head.Kind == KindPauseTest {
-			want = pausetest.APIVersion // as the kit writes it
+			want = pauseresult.APIVersion // as the kit writes it
 		}
 		if d.head.APIVersion != want {
 			bad("apiVersion", "must be %s, not %q", want, d.head.APIVersion)
@@ -292,7 +292,7 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 			}
 			set.Regions[n.Metadata.Name] = n.Spec.Region
 		case KindPauseTest:
-			var r pausetest.Result
+			var r pauseresult.Result
 			if err := yaml.Unmarshal(d.raw, &r); err != nil {
 				bad("(document)", "does not have the PauseTestResult shape: %v", err)
 				continue
@@ -374,7 +374,7 @@ func (d *doc) lineOf(needle string) int {
 type fieldErr struct{ field, rule string }
 
 // checkClass applies every class rule (ADR-01, 04, 11, 14, 17).
-func checkClass(c LockClass, results map[string]pausetest.Result, now time.Time) (Class, []fieldErr) {
+func checkClass(c LockClass, results map[string]pauseresult.Result, now time.Time) (Class, []fieldErr) {
 	s := c.Spec
 	var errs []fieldErr
 	bad := func(field, rule string, a ...any) { errs = append(errs, fieldErr{field, fmt.Sprintf(rule, a...)}) }

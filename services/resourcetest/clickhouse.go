@@ -35,6 +35,7 @@ var (
 // on first use. Call StopClickHouse from TestMain to remove it.
 func StartClickHouse(t testing.TB) *ClickHouse {
 	t.Helper()
+	NotShort(t, "a ClickHouse server")
 	chOnce.Do(func() { ch, chErr = startClickHouse() })
 	if chErr != nil {
 		Unavailable(t, "ClickHouse", "install it with `make clickhouse` (.ci/run does)", chErr)

@@ -36,6 +36,7 @@ var (
 // `make minio`), starting it on first use.
 func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
+	NotShort(t, "a MinIO server")
 	minioOnce.Do(func() { mio, minioErr = startMinIO() })
 	if minioErr != nil {
 		Unavailable(t, "MinIO", "build it with `make minio` (.ci/run does)", minioErr)

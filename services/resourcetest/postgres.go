@@ -34,6 +34,7 @@ var (
 // first use. Call StopPostgres from TestMain to remove it.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	NotShort(t, "a PostgreSQL server")
 	pgOnce.Do(func() { pg, pgErr = startPostgres() })
 	if pgErr != nil {
 		Unavailable(t, "PostgreSQL 15", "install it with `apt-get install postgresql-15` (.ci/run does)", pgErr)

@@ -27,6 +27,15 @@ func Unavailable(t testing.TB, what, how string, err error) {
 	t.Skip(msg)
 }
 
+// NotShort skips t under -short: it needs what (a server, a cluster or
+// test hosts), and `make test-short` runs only what needs none.
+func NotShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: needs %s (make test runs it)", what)
+	}
+}
+
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago, for a
 // child process to listen on (loopport.ReserveOn says how it is chosen).
 func FreePort() (int, error) {

@@ -29,19 +29,21 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/minio/minio-go/v7"
 )
 
-// Source is where the archive reads events: the ClickHouse store.
+// MaxPageSize is the most events one page may ask for: the audit store's
+// own cap (chstore.MaxLimit; source_test.go keeps them equal).
+const MaxPageSize = 10000
+
+// Source is where the archive reads its events: the audit store
+// (chstore.Store) in production.
 type Source interface {
 	// Between is chstore.Store.Between: a page of the events with
 	// from <= At < to (no bound when to is zero) after the cursor, of
 	// the kinds given (every kind when none).
-	Between(ctx context.Context, from, to time.Time, after chstore.Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error)
+	Between(ctx context.Context, from, to time.Time, after audit.Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error)
 }
-
-var _ Source = (*chstore.Store)(nil)
 
 // Clock is the time source of an Archive; tests replace it.
 type Clock interface {
@@ -89,7 +91,7 @@ type Config struct {
 	// they were made at deploy time, and the archiver's user may not
 	// change them.
 	ManageBuckets bool
-	// PageSize is how many events one query reads (chstore.MaxLimit when
+	// PageSize is how many events one query reads (MaxPageSize when
 	// zero); RowGroupRows how many rows a Parquet row group has.
 	PageSize     int
 	RowGroupRows int64
@@ -127,8 +129,8 @@ func New(cfg Config) (*Archive, error) {
 		return nil, err
 	}
 	cfg.HistoryDays, cfg.RecordsMode, cfg.RecordsYears = b.HistoryDays, b.RecordsMode, b.RecordsYears
-	if cfg.PageSize <= 0 || cfg.PageSize > chstore.MaxLimit {
-		cfg.PageSize = chstore.MaxLimit
+	if cfg.PageSize <= 0 || cfg.PageSize > MaxPageSize {
+		cfg.PageSize = MaxPageSize
 	}
 	if cfg.RowGroupRows <= 0 {
 		cfg.RowGroupRows = DefaultRowGroupRows
@@ -167,7 +169,7 @@ func New(cfg Config) (*Archive, error) {
 // with from <= At < to (no bound when to is zero), in the order (time,
 // cluster ID, revision, key), reading a page at a time.
 func (a *Archive) each(ctx context.Context, from, to time.Time, f func([]audit.Event) error, kinds ...audit.Kind) error {
-	var after chstore.Cursor
+	var after audit.Cursor
 	for {
 		page, err := a.cfg.Store.Between(ctx, from, to, after, a.cfg.PageSize, kinds...)
 		if err != nil {
@@ -181,7 +183,7 @@ func (a *Archive) each(ctx context.Context, from, to time.Time, f func([]audit.E
 		if len(page) < a.cfg.PageSize {
 			return nil
 		}
-		after = chstore.CursorOf(page[len(page)-1])
+		after = audit.CursorOf(page[len(page)-1])
 	}
 }
 

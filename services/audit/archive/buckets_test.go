@@ -9,7 +9,6 @@ import (
 
 	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/archive"
-	"github.com/lockplane/lockplane/services/audit/chstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
@@ -18,7 +17,7 @@ import (
 // noEvents is a Source with nothing: Prepare reads no history.
 type noEvents struct{}
 
-func (noEvents) Between(context.Context, time.Time, time.Time, chstore.Cursor, int, ...audit.Kind) ([]audit.Event, error) {
+func (noEvents) Between(context.Context, time.Time, time.Time, audit.Cursor, int, ...audit.Kind) ([]audit.Event, error) {
 	return nil, nil
 }
 

@@ -9,28 +9,13 @@ import (
 	"github.com/lockplane/lockplane/services/audit"
 )
 
-// Cursor is a position in the export order (at_ms, cluster_id, revision,
-// key): the last event of a page, after which the next page starts. The
-// zero Cursor is before every event (etcd has no revision 0).
-type Cursor struct {
-	AtMs      int64
-	ClusterID string
-	Revision  int64
-	Key       string
-}
-
-// CursorOf is the position of e, to read the events after it.
-func CursorOf(e audit.Event) Cursor {
-	return Cursor{AtMs: e.At.UnixMilli(), ClusterID: e.ClusterID, Revision: e.Revision, Key: e.Key}
-}
-
 // Between returns one page of the events with from <= At < to (no upper
 // bound when to is zero) that come after the cursor in the order (time,
 // cluster ID, revision, key), at most limit (lowered to MaxLimit), of the
 // given kinds (every kind when none). Reading page after page, each from
 // the cursor of the last event of the one before, until a page is short,
 // reads the whole range once, however large.
-func (s *Store) Between(ctx context.Context, from, to time.Time, after Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error) {
+func (s *Store) Between(ctx context.Context, from, to time.Time, after audit.Cursor, limit int, kinds ...audit.Kind) ([]audit.Event, error) {
 	conds := []string{sinceCond(from), afterCond(after)}
 	if !to.IsZero() {
 		conds = append(conds, beforeCond(to))
@@ -55,7 +40,7 @@ func beforeCond(t time.Time) string {
 
 // afterCond selects the events after c in the order (at_ms, cluster_id,
 // revision, key), spelled out: 18.16 compares no tuples.
-func afterCond(c Cursor) string {
+func afterCond(c audit.Cursor) string {
 	return fmt.Sprintf(`(at_ms > %d OR (at_ms = %d AND (cluster_id > %s OR (cluster_id = %s AND
 		(revision > %d OR (revision = %d AND key > %s))))))`,
 		c.AtMs, c.AtMs, quote(c.ClusterID), quote(c.ClusterID), c.Revision, c.Revision, quote(c.Key))

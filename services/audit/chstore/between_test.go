@@ -14,7 +14,7 @@ import (
 func pages(t *testing.T, s *chstore.Store, from, to time.Time, limit int, kinds ...audit.Kind) []audit.Event {
 	t.Helper()
 	var all []audit.Event
-	var after chstore.Cursor
+	var after audit.Cursor
 	for range 100 {
 		page, err := s.Between(t.Context(), from, to, after, limit, kinds...)
 		if err != nil {
@@ -24,7 +24,7 @@ func pages(t *testing.T, s *chstore.Store, from, to time.Time, limit int, kinds 
 		if len(page) < limit {
 			return all
 		}
-		after = chstore.CursorOf(page[len(page)-1])
+		after = audit.CursorOf(page[len(page)-1])
 	}
 	t.Fatalf("paging [%s, %s) by %d did not end", from, to, limit)
 	return nil
@@ -53,7 +53,7 @@ func TestBetweenPagesThroughARangeOnce(t *testing.T) {
 	audittest.Same(t, "a millisecond later", pages(t, s, expiry.At.Add(time.Millisecond), end, 5), all[5:])
 	audittest.Same(t, "of kinds", pages(t, s, t0, end, 1, audit.EpochAdvance, audit.ForceRelease),
 		filter(all, func(e audit.Event) bool { return e.Kind == audit.EpochAdvance || e.Kind == audit.ForceRelease }))
-	if _, err := s.Between(ctx, t0, end, chstore.Cursor{}, 0); err == nil {
+	if _, err := s.Between(ctx, t0, end, audit.Cursor{}, 0); err == nil {
 		t.Error("a limit of 0 was accepted")
 	}
 }
@@ -69,12 +69,12 @@ func TestBetweenQuotesCursorAndKinds(t *testing.T) {
 	if err := s.Insert(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Between(ctx, t0, time.Time{}, chstore.CursorOf(evs[0]), 10)
+	got, err := s.Between(ctx, t0, time.Time{}, audit.CursorOf(evs[0]), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	audittest.Same(t, "after a nasty cursor", got, evs[1:])
-	if got, err := s.Between(ctx, t0, time.Time{}, chstore.Cursor{}, 10, audit.Kind(`') OR 1=1 --`)); err != nil || len(got) != 0 {
+	if got, err := s.Between(ctx, t0, time.Time{}, audit.Cursor{}, 10, audit.Kind(`') OR 1=1 --`)); err != nil || len(got) != 0 {
 		t.Errorf("a nasty kind = %d events, %v; want none", len(got), err)
 	}
 }

@@ -29,13 +29,12 @@ import (
 	"github.com/lockplane/lockplane/services/internal/svidflags"
 	"github.com/lockplane/lockplane/services/internal/tailers"
 	"github.com/lockplane/lockplane/services/internal/tlsfiles"
-	"github.com/lockplane/lockplane/services/policy"
+	"github.com/lockplane/lockplane/services/policy/live"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 )
 
 type flags struct {
@@ -270,7 +269,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		if len(f.classes) > 0 {
 			return errors.New("--class and --policies: choose one; classes come from the policy set")
 		}
-		live, err := policy.NewLive(f.policies, log, reg)
+		live, err := live.New(f.policies, log, reg)
 		if err != nil {
 			return fmt.Errorf("--policies: %w", err)
 		}
@@ -287,7 +286,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	}
 	var homes arbiter.Homes
 	if cfg.Classes != nil {
-		if live, ok := cfg.Classes.(*policy.Live); ok {
+		if live, ok := cfg.Classes.(*live.Policy); ok {
 			homes, cfg.Quotas = live, live
 		}
 	}
@@ -333,14 +332,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		case <-time.After(10 * time.Second):
 		}
 	}()
-	var a interface {
-		Run(context.Context)
-		Ready(context.Context) error
-		Register(*grpc.Server)
-		UnaryInterceptor() grpc.UnaryServerInterceptor
-		StreamInterceptor() grpc.StreamServerInterceptor
-		Drain()
-	}
+	var a arbiter.Service
 	if len(shards) > 0 || f.region != "" {
 		a, err = arbiter.NewRouter(arbiter.RouterConfig{Config: cfg, Shards: shards, AdminShards: adminShards, Region: f.region, Homes: homes})
 	} else {
@@ -357,13 +349,10 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 			log.Warn("not ready yet; requests will retry the clusters", "err", err)
 		}
 	}()
-	creds, err := identity.ServerCredentials(src)
+	srv, err := arbiter.NewGRPCServer(a, src)
 	if err != nil {
 		return err
 	}
-	// One deadline per call for all its etcd requests: the bound the README states.
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor()))
-	a.Register(srv)
 	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return err

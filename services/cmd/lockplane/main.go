@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lockplane/lockplane/benchmarks/fsync"
+	"github.com/lockplane/lockplane/services/fsync"
 	"github.com/spf13/cobra"
 )
 

@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
+	"github.com/lockplane/lockplane/services/latency"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/spf13/cobra"

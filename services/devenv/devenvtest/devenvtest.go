@@ -4,6 +4,7 @@ package devenvtest
 
 import (
 	"context"
+	"github.com/lockplane/lockplane/services/resourcetest"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ const OpTimeout = 5 * time.Second
 // (TestStartRefusesNeitherOrBothAuthorisations).
 func Start(t testing.TB, opts devenv.Options) *devenv.Env {
 	t.Helper()
+	resourcetest.NotShort(t, "a 3-member etcd cluster and an arbiter")
 	if opts.Authorizer == nil {
 		opts.AllowAnyWorkload = true
 	}

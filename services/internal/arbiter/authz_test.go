@@ -15,7 +15,7 @@ import (
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
-	"github.com/lockplane/lockplane/services/policy"
+	"github.com/lockplane/lockplane/services/policy/live"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -50,21 +50,21 @@ metadata: {name: team-b-worker}
 spec: {spiffeId: "spiffe://lockplane.dev/ns/team-b/sa/worker", prefixes: [team-b]}
 `
 
-func policyEnv(t testing.TB) (*devenv.Env, *policy.Live, string, *prometheus.Registry) {
+func policyEnv(t testing.TB) (*devenv.Env, *live.Policy, string, *prometheus.Registry) {
 	t.Helper()
 	live, dir, reg := livePolicy(t)
 	return devenvtest.Start(t, devenv.Options{Classes: live, Authorizer: live}), live, dir, reg
 }
 
 // livePolicy is the tests' policy set, loaded from files in a directory.
-func livePolicy(t testing.TB) (*policy.Live, string, *prometheus.Registry) {
+func livePolicy(t testing.TB) (*live.Policy, string, *prometheus.Registry) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "policies")
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "classes.yaml"), []byte(authzClasses), 0o644)
 	os.WriteFile(filepath.Join(dir, "grants.yaml"), []byte(authzGrants), 0o644)
 	reg := prometheus.NewRegistry()
-	live, err := policy.NewLive(dir, slog.New(slog.DiscardHandler), reg)
+	live, err := live.New(dir, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

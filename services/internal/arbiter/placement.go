@@ -15,7 +15,7 @@ import (
 
 // A key lives on one cluster, decided by the policy set; but arbiters roll
 // to a new set one at a time, and a restarted arbiter is not refused a set
-// that moves keys between tiers as a reload is (policy.Live). The epoch
+// that moves keys between tiers as a reload is (live.Policy). The epoch
 // record names the placement its cluster is served under
 // (epoch.Record.Placement), every grant compares the record, and an
 // arbiter grants nothing under a record placed otherwise: two arbiters
@@ -23,7 +23,7 @@ import (
 // by an epoch advance, which deletes every hold and stamps the advancing
 // arbiter's placement.
 
-// placer is a registry that states its placement (policy.Live).
+// placer is a registry that states its placement (live.Policy).
 type placer interface{ Placement() string }
 
 // placementOf is where reg puts keys (class.Placement); "" for a registry

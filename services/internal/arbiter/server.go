@@ -57,7 +57,7 @@ type Config struct {
 	// Classes resolves lock classes; class.NewStatic() when nil.
 	Classes class.Registry
 	// Authorizer decides who may lock what: a policy set's grants
-	// (policy.Live). Exactly one of it and AllowAnyWorkload is required
+	// (live.Policy). Exactly one of it and AllowAnyWorkload is required
 	// (CheckAuthorization): an arbiter must not fail open on
 	// authorisation by omission.
 	Authorizer Authorizer

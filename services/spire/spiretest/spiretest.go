@@ -45,6 +45,7 @@ const spireHost = "test-host"
 // the test ends.
 func StartSPIRE(t testing.TB, trustDomain string) *SPIRE {
 	t.Helper()
+	resourcetest.NotShort(t, "a SPIRE server and agent")
 	root, err := resourcetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

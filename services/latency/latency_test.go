@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
+	"github.com/lockplane/lockplane/services/latency"
 )
 
 func TestNearestRank(t *testing.T) {

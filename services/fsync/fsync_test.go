@@ -6,7 +6,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/lockplane/lockplane/benchmarks/fsync"
+	"github.com/lockplane/lockplane/services/fsync"
 )
 
 func TestRunTimesEveryWrite(t *testing.T) {
@@ -39,7 +39,7 @@ func TestBadInputIsRefused(t *testing.T) {
 // BenchmarkAgainstFio runs this package and fio's etcd recipe on the same
 // directory, taking turns, each on a fresh file (fio --unlink=1; etcd
 // starts each WAL segment as a new file), and reports the median p99 of each over the
-// iterations (go test -bench AgainstFio -benchtime 5x ./benchmarks/fsync,
+// iterations (go test -bench AgainstFio -benchtime 5x ./services/fsync,
 // or make bench-fsync).
 func BenchmarkAgainstFio(b *testing.B) {
 	fio, err := exec.LookPath("fio")

@@ -1,4 +1,6 @@
-package pausetest
+// Package pauseresult is the PauseTestResult document: what the pause test
+// kit writes and the class registry requires before a class is fenced.
+package pauseresult
 
 import "time"
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockplane/lockplane/benchmarks/latency"
+	"github.com/lockplane/lockplane/services/latency"
 	"golang.org/x/sys/unix"
 )
 
