@@ -43,7 +43,7 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 	"github.com/zitadel/oidc/v3/pkg/op"
 
-	"github.com/lockplane/lockplane/services/internal/issuertrust"
+	"github.com/lockplane/lockplane/services/operator/issuertrust"
 	"github.com/lockplane/lockplane/services/pki"
 )
 

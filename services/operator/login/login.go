@@ -27,7 +27,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
-	"github.com/lockplane/lockplane/services/internal/issuertrust"
+	"github.com/lockplane/lockplane/services/operator/issuertrust"
 )
 
 // Config says where and how to sign in.

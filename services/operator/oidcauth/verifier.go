@@ -30,7 +30,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
-	"github.com/lockplane/lockplane/services/internal/issuertrust"
+	"github.com/lockplane/lockplane/services/operator/issuertrust"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
