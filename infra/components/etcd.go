@@ -73,7 +73,7 @@ func EtcdFlags(s *topology.Stack, cluster string, token pulumi.StringInput, memb
 		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", s.Etcd.CompactionPeriod,
 		"--snapshot-count", itoa(s.Etcd.SnapshotCount),
 		"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
-		"--listen-metrics-urls", fmt.Sprintf("http://%s:%d", m.Host.Address, s.Etcd.ClientPort+2),
+		"--listen-metrics-urls", fmt.Sprintf("http://%s:%d", m.Host.Address, s.Etcd.MetricsPort()),
 		"--logger", "zap", "--log-level", "info",
 		"--auth-token", EtcdAuthToken(files),
 		"--initial-cluster-token",

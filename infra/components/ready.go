@@ -20,32 +20,45 @@ func nodeProbe(env *Env, h topology.Host, args ...string) *nodes.ReadyCheck {
 }
 
 // EtcdReady is a member's check: it accepts connections on its peer port,
-// which etcd opens at start. A member's own check asks nothing of its
-// peers: with /health, each member's create would hold one of Pulumi's
+// which etcd opens at start. A new member's check asks nothing of its
+// peers: with /readyz, each member's create would hold one of Pulumi's
 // workers until a majority of its cluster ran, and a deployer with fewer
 // workers than members waiting would stall. Whether the cluster formed is
-// the EtcdCluster resource's check, which follows every member's.
+// the EtcdCluster resource's check, which follows every member's. A
+// member restarted by an update rejoins a formed cluster, so there it
+// must be ready (/readyz on its metrics listener: it has a leader and
+// serves linearizable reads) before the next member is touched.
 func EtcdReady(env *Env, h topology.Host, f EtcdFiles) *nodes.ReadyCheck {
-	return nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, env.Stack.Etcd.PeerPort))
+	s := env.Stack.Etcd
+	c := nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, s.PeerPort))
+	c.UpdateCommand = nodeProbe(env, h, "http", fmt.Sprintf("http://%s:%d/readyz", h.Address, s.MetricsPort())).Command
+	c.Port = s.PeerPort
+	return c
 }
 
 // MinIOReady is a MinIO server's check: its write-quorum endpoint over TLS,
 // verified with its own CA (caFile on its host).
 func MinIOReady(env *Env, h topology.Host, port int, caFile string) *nodes.ReadyCheck {
-	return nodeProbe(env, h, "http", fmt.Sprintf("https://%s:%d/minio/health/cluster", h.Address, port), "--ca", caFile)
+	c := nodeProbe(env, h, "http", fmt.Sprintf("https://%s:%d/minio/health/cluster", h.Address, port), "--ca", caFile)
+	c.Port = port
+	return c
 }
 
 // ClickHouseReady is the audit store's check: ClickHouse's /ping on the
 // HTTP port the arbiters use.
 func ClickHouseReady(env *Env, h topology.Host) *nodes.ReadyCheck {
-	return nodeProbe(env, h, "http", fmt.Sprintf("http://%s:%d/ping", h.Address, env.Stack.Audit.HTTPPort))
+	c := nodeProbe(env, h, "http", fmt.Sprintf("http://%s:%d/ping", h.Address, env.Stack.Audit.HTTPPort))
+	c.Port = env.Stack.Audit.HTTPPort
+	return c
 }
 
 // FanInReady is a fan-in control plane's check: it accepts connections on
 // its ADS port, which it opens only once it holds its SVID and has built
 // its first snapshot of the arbiters.
 func FanInReady(env *Env, h topology.Host) *nodes.ReadyCheck {
-	return nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, env.Stack.Arbiter.FanInPort))
+	c := nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, env.Stack.Arbiter.FanInPort))
+	c.Port = env.Stack.Arbiter.FanInPort
+	return c
 }
 
 // SpireServerReady and SpireAgentReady are SPIRE's own health checks, on
@@ -76,7 +89,7 @@ func ArbiterReady(env *Env, h topology.Host, f ArbiterFiles) *nodes.ReadyCheck {
 	if s.Restore.Enabled() {
 		cmd = append(cmd, "--sealed-ok")
 	}
-	return &nodes.ReadyCheck{Command: cmd}
+	return &nodes.ReadyCheck{Command: cmd, Port: s.Arbiter.Port}
 }
 
 // probeBins are the lockplane-node files the program installs for the

@@ -5,6 +5,9 @@
 package nodes
 
 import (
+	"fmt"
+	"sync"
+
 	"github.com/lockplane/lockplane/nodes/remote"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
@@ -128,10 +131,14 @@ type Service struct {
 }
 
 // ReadyCheck is a command run on the service's host after each start
-// until it exits 0, within TimeoutSeconds (the provider's default when 0):
-// the Service is made only once it passes.
+// until it exits 0 twice for the same start, within TimeoutSeconds (the
+// provider's default when 0): the Service is made only once it passes.
+// UpdateCommand, when set, replaces Command after a restart; Port, when
+// set, must be listened on by the service's own processes only.
 type ReadyCheck struct {
 	Command        []string
+	UpdateCommand  []string
+	Port           int
 	TimeoutSeconds int
 }
 
@@ -149,8 +156,13 @@ type ServiceArgs struct {
 	Ready *ReadyCheck
 }
 
-// NewService runs a service on a host.
+// NewService runs a service on a host. Two Services of one program with
+// the same name on the same host are refused: they would share a pid file
+// (or unit), and each one's start would stop the other.
 func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.ResourceOption) (*Service, error) {
+	if err := claimService(ctx, a.Connection.Host, a.Name, name); err != nil {
+		return nil, err
+	}
 	props := pulumi.Map{"connection": a.Connection.Input(), "name": pulumi.String(a.Name), "mode": pulumi.String(a.Mode),
 		"command": a.Command}
 	if a.StateDir != "" {
@@ -166,6 +178,12 @@ func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.
 		ready := pulumi.Map{"command": strings(a.Ready.Command)}
 		if a.Ready.TimeoutSeconds != 0 {
 			ready["timeoutSeconds"] = pulumi.Int(a.Ready.TimeoutSeconds)
+		}
+		if a.Ready.UpdateCommand != nil {
+			ready["updateCommand"] = strings(a.Ready.UpdateCommand)
+		}
+		if a.Ready.Port != 0 {
+			ready["port"] = pulumi.Int(a.Ready.Port)
 		}
 		props["ready"] = ready
 	}
@@ -577,4 +595,27 @@ func NewSpireEntries(ctx *pulumi.Context, name string, a SpireEntriesArgs, opts 
 	var r SpireEntries
 	return &r, ctx.RegisterResource(prefix_+"SpireEntries", name, pulumi.Map{"connection": a.Connection.Input(),
 		"socket": pulumi.String(a.Socket), "parents": strings(a.Parents), "entries": entries}, &r, opts...)
+}
+
+// claimed maps each program run's services, by host and name, to the
+// resource that runs it.
+var claimed = struct {
+	sync.Mutex
+	byRun map[*pulumi.Context]map[[2]string]string
+}{byRun: map[*pulumi.Context]map[[2]string]string{}}
+
+func claimService(ctx *pulumi.Context, host, service, resource string) error {
+	claimed.Lock()
+	defer claimed.Unlock()
+	run := claimed.byRun[ctx]
+	if run == nil {
+		run = map[[2]string]string{}
+		claimed.byRun[ctx] = run
+	}
+	k := [2]string{host, service}
+	if other, ok := run[k]; ok {
+		return fmt.Errorf("service %q on %s: both %s and %s run it; one would stop the other", service, host, other, resource)
+	}
+	run[k] = resource
+	return nil
 }

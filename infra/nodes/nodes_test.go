@@ -1,6 +1,7 @@
 package nodes_test
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -90,5 +91,32 @@ func TestNewEtcdEpochPassesRootsPasswordAsASecret(t *testing.T) {
 		if k := m.inputs["lockplane:nodes:EtcdAuthTokenKey"]; k["cluster"].StringValue() != "r-coord" {
 			t.Errorf("EtcdAuthTokenKey inputs %v", k)
 		}
+	}
+}
+
+// Two Services with one name on one host would share a pid file, each
+// start stopping the other: the program refuses the second, naming both.
+func TestTwoServicesWithOneNameOnOneHostAreRefused(t *testing.T) {
+	m := &mocks{inputs: map[string]resource.PropertyMap{}}
+	conn := func(host string) nodes.Connection {
+		var c nodes.Connection
+		c.Host, c.User = host, "root"
+		return c
+	}
+	svc := func(ctx *pulumi.Context, resource, host, name string) error {
+		_, err := nodes.NewService(ctx, resource, nodes.ServiceArgs{Connection: conn(host), Name: name, Mode: "supervised",
+			Command: pulumi.ToStringArray([]string{"/bin/sleep", "600"}), StateDir: "/run/x"})
+		return err
+	}
+	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+		for _, s := range [][3]string{{"a", "10.0.0.1", "minio"}, {"b", "10.0.0.2", "minio"}, {"c", "10.0.0.1", "etcd-coord"}} {
+			if err := svc(ctx, s[0], s[1], s[2]); err != nil {
+				t.Errorf("%v: %v", s, err)
+			}
+		}
+		return svc(ctx, "vault", "10.0.0.1", "minio")
+	}, pulumi.WithMocks("lockplane", "test", m))
+	if err == nil || !strings.Contains(err.Error(), `service "minio" on 10.0.0.1: both a and vault run it`) {
+		t.Fatalf("a second minio on one host: %v", err)
 	}
 }

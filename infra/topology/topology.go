@@ -210,6 +210,10 @@ type Etcd struct {
 	PeerPort         int    `json:"peerPort,omitempty"`
 }
 
+// MetricsPort is where each member serves /metrics, /livez and /readyz,
+// beside its client port.
+func (e Etcd) MetricsPort() int { return e.ClientPort + 2 }
+
 // Arbiter is the lock service.
 type Arbiter struct {
 	Replicas int `json:"replicas"`

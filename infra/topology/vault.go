@@ -49,7 +49,7 @@ func (s *Stack) validateSnapshots(bad func(string, ...any)) {
 	p := sn.MetricsPort
 	if p < 1 || p > 65535 {
 		bad("snapshots.metricsPort: %d is not a port", p)
-	} else if p == s.Etcd.ClientPort || p == s.Etcd.PeerPort || p == s.Etcd.ClientPort+2 {
+	} else if p == s.Etcd.ClientPort || p == s.Etcd.PeerPort || p == s.Etcd.MetricsPort() {
 		bad("snapshots.metricsPort: %d is one of etcd's ports on the member hosts", p)
 	}
 }

@@ -14,11 +14,20 @@ import (
 )
 
 // ReadyCheck is how a Service proves it serves: a command run on its host
-// after every start until it exits 0, about once a second, within a bounded
-// wait. Its last line of output is what answered (an address), kept as the
-// Service's "answered" output.
+// after every start, about once a second within a bounded wait, until it
+// exits 0 twice running for the same start of the service (one that
+// answers once and then falls over is not ready). Its last line of output
+// is what answered (an address), kept as the Service's "answered" output.
 type ReadyCheck struct {
 	Command []string `json:"command"`
+	// UpdateCommand, when set, is the check after a restart (an update)
+	// instead of Command: an etcd member joining a formed cluster can be
+	// asked for more than one starting beside its peers.
+	UpdateCommand []string `json:"updateCommand,omitempty"`
+	// Port, when set, must be listened on by the service's own processes
+	// only: a check that dials the port would pass for anything a local
+	// user bound there between a stop and a start.
+	Port int `json:"port,omitempty"`
 	// TimeoutSeconds bounds the whole wait: DefaultReadyWait when 0, at
 	// most MaxReadyWait.
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
@@ -44,6 +53,12 @@ func (r *ReadyCheck) validate() error {
 	if len(r.Command) == 0 || !path.IsAbs(r.Command[0]) {
 		return errors.New("ready.command: must start with an absolute path to the program")
 	}
+	if r.UpdateCommand != nil && (len(r.UpdateCommand) == 0 || !path.IsAbs(r.UpdateCommand[0])) {
+		return errors.New("ready.updateCommand: must start with an absolute path to the program")
+	}
+	if r.Port < 0 || r.Port > 65535 {
+		return fmt.Errorf("ready.port: %d must be a TCP port, 1 to 65535 (0: not checked)", r.Port)
+	}
 	if r.TimeoutSeconds < 0 || time.Duration(r.TimeoutSeconds)*time.Second > MaxReadyWait {
 		return fmt.Errorf("ready.timeoutSeconds: %d must be between 1 and %d (0: %d)", r.TimeoutSeconds,
 			int(MaxReadyWait/time.Second), int(DefaultReadyWait/time.Second))
@@ -58,13 +73,57 @@ func (r *ReadyCheck) wait() time.Duration {
 	return time.Duration(r.TimeoutSeconds) * time.Second
 }
 
-// probeScript runs the probe once, its output and errors together, under
+// probeScript runs cmd once, its output and errors together, under
 // timeout(1) where the host has it, so a probe cut off by its deadline
-// does not outlive the SSH session that ran it.
-func (r *ReadyCheck) probeScript(limit time.Duration) string {
-	cmd := remote.QuoteAll(r.Command)
+// does not outlive the SSH session that ran it. When it passes and the
+// check names a port, the port's listeners must all be the service's.
+// Its last line is a startsMarker with the service's start count before
+// and after the probe, which awaitReady compares.
+func (s *ServiceInputs) probeScript(cmd []string, limit time.Duration) string {
+	q := remote.QuoteAll(cmd)
 	secs := max(1, int(limit/time.Second))
-	return fmt.Sprintf("if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 %d %s 2>&1; fi\nexec %s 2>&1\n", secs, cmd, cmd)
+	var b strings.Builder
+	b.WriteString(s.membersScript())
+	fmt.Fprintf(&b, "before=$(starts)\nset +e\nif command -v timeout >/dev/null 2>&1; then timeout -k 1 %d %s 2>&1; else %s 2>&1; fi\nst=$?\n", secs, q, q)
+	if p := s.Ready.Port; p > 0 {
+		fmt.Fprintf(&b, "if [ $st -eq 0 ]; then owns %d || st=3; fi\n", p)
+	}
+	fmt.Fprintf(&b, "echo\necho \"%s$before $(starts)\"\nexit $st\n", startsMarker)
+	return b.String()
+}
+
+// startsMarker begins the probe script's last line.
+const startsMarker = "lockplane-starts: "
+
+// membersScript defines, for s's host: starts, which changes with each
+// start of the service (the loop's count; systemd's invocation ID);
+// members, the service's processes; and owns PORT, which passes when
+// every TCP listener on PORT is a socket one of them holds (a listener
+// with SO_REUSEPORT beside the service's would take a share of its
+// connections), and otherwise says who does not.
+func (s *ServiceInputs) membersScript() string {
+	var b strings.Builder
+	if s.Mode == ModeSystemd {
+		unit := "lockplane-" + s.Name
+		fmt.Fprintf(&b, "starts() { systemctl show -p InvocationID --value %s 2>/dev/null || true; }\n", unit)
+		fmt.Fprintf(&b, "members() { cg=$(systemctl show -p ControlGroup --value %s 2>/dev/null) && [ -n \"$cg\" ] && { cat \"/sys/fs/cgroup$cg/cgroup.procs\" 2>/dev/null || cat \"/sys/fs/cgroup/systemd$cg/cgroup.procs\" 2>/dev/null; } || true; }\n", unit)
+	} else {
+		b.WriteString(groupScript)
+		fmt.Fprintf(&b, "starts() { cat %s 2>/dev/null || true; }\n", remote.Quote(s.startsFile()))
+		fmt.Fprintf(&b, "members() { readpid %s 2>/dev/null; if group \"$pid\" && ours \"$pid\" \"$since\"; then ps -e -o pid=,sid= 2>/dev/null | awk -v s=\"$pid\" '$2 == s { print $1 }'; fi; }\n", remote.Quote(s.pidFile()))
+	}
+	fmt.Fprintf(&b, `owns() {
+  command -v ps >/dev/null 2>&1 || { echo "cannot tell who listens on port $1: ps is not installed"; return 1; }
+  hex=$(printf '%%04X' "$1"); files=/proc/net/tcp; [ -r /proc/net/tcp6 ] && files="$files /proc/net/tcp6"
+  inodes=$(awk -v p="$hex" 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == p) print $10 }' $files)
+  [ -n "$inodes" ] || { echo "nothing listens on port $1"; return 1; }
+  held=$(for m in $(members); do ls -l "/proc/$m/fd" 2>/dev/null; done)
+  for i in $inodes; do
+    case "$held" in *"socket:[$i]"*) ;; *) echo "port $1 has a listener that is not service %s's (another process bound it)"; return 1 ;; esac
+  done
+}
+`, s.Name)
+	return b.String()
 }
 
 // logTailScript prints the service's last log lines: its log file when
@@ -82,12 +141,18 @@ type runner interface {
 	Run(ctx context.Context, script string) (string, error)
 }
 
-// awaitReady runs s's probe on its host until it passes or its wait ends,
-// and returns the probe's last line of output. On timeout the error names
-// the host, the service, the probe's last output and the last lines of
-// the service's log, escaped for a terminal.
-func awaitReady(ctx context.Context, c runner, s *ServiceInputs) (string, error) {
+// awaitReady runs s's probe on its host until it passes twice running
+// for the same start of the service, or its wait ends, and returns the
+// probe's last line of output. After an update (a restart of a running
+// service) the probe is UpdateCommand where one is set. On timeout the
+// error names the host, the service, the probe's last output and the
+// last lines of the service's log, redacted and escaped for a terminal.
+func awaitReady(ctx context.Context, c runner, s *ServiceInputs, update bool) (string, error) {
 	r := s.Ready
+	cmd := r.Command
+	if update && r.UpdateCommand != nil {
+		cmd = r.UpdateCommand
+	}
 	wait := r.wait()
 	deadline := time.Now().Add(wait)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
@@ -96,6 +161,7 @@ func awaitReady(ctx context.Context, c runner, s *ServiceInputs) (string, error)
 	defer tick.Stop()
 	var last string
 	var lastErr error
+	var passed *string // the start that answered the run before, if one did
 	for {
 		limit := min(ProbeRunTimeout, time.Until(deadline))
 		if limit <= 0 {
@@ -105,21 +171,33 @@ func awaitReady(ctx context.Context, c runner, s *ServiceInputs) (string, error)
 		// the run's own deadline is the backstop for a host without it, so
 		// a probe is never left running on the host by our giving up.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), limit+probeRunSlack)
-		out, err := c.Run(rctx, r.probeScript(limit))
+		raw, err := c.Run(rctx, s.probeScript(cmd, limit))
 		rcancel()
-		if err == nil {
+		out, before, after := splitStarts(raw)
+		switch {
+		case err == nil && before != after:
+			err = errors.New("the service restarted while its check ran")
+			out = strings.TrimRight(out, "\n") + "\n(it answered, but the service restarted while its check ran)"
+			passed = nil
+		case err == nil && passed != nil && *passed == after:
 			return lastLine(out), nil
+		case err == nil:
+			passed = &after
+		default:
+			passed = nil
 		}
-		// A run that said nothing (cut off by its deadline, or by the
-		// wait's end) says less than one before it that said why.
-		if strings.TrimSpace(out) != "" || last == "" {
-			last, lastErr = out, err
-			if exit := (*remote.ExitError)(nil); errors.As(err, &exit) && exit.Status == 124 {
-				last = strings.TrimRight(out, "\n") + fmt.Sprintf("\n(no answer within the probe's own deadline, %s)", limit.Round(time.Second))
+		if err != nil {
+			// A run that said nothing (cut off by its deadline, or by the
+			// wait's end) says less than one before it that said why.
+			if strings.TrimSpace(out) != "" || last == "" {
+				last, lastErr = out, err
+				if exit := (*remote.ExitError)(nil); errors.As(err, &exit) && exit.Status == 124 {
+					last = strings.TrimRight(out, "\n") + fmt.Sprintf("\n(no answer within the probe's own deadline, %s)", limit.Round(time.Second))
+				}
 			}
 		}
 		// Retried on the ticker: there is no event for a service that
-		// starts to answer.
+		// starts to answer, nor for one that stays up.
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
@@ -140,7 +218,30 @@ func awaitReady(ctx context.Context, c runner, s *ServiceInputs) (string, error)
 		probe = lastErr.Error()
 	}
 	return "", fmt.Errorf("%s: service %s did not pass its readiness check within %s\nprobe %s, last output:\n%s\nlast %d lines of its log:\n%s",
-		s.Connection.Host, s.Name, wait, printable(remote.QuoteAll(r.Command)), indented(probe), readyLogLines, indented(logs))
+		s.Connection.Host, s.Name, wait, printable(remote.QuoteAll(cmd)), indented(redact(probe)), readyLogLines, indented(redact(logs)))
+}
+
+// splitStarts takes the probe script's startsMarker line off its output
+// and returns the start counts it gives, before and after the probe.
+func splitStarts(raw string) (out, before, after string) {
+	trimmed := strings.TrimRight(raw, "\n")
+	i := strings.LastIndex(trimmed, "\n"+startsMarker)
+	switch {
+	case i >= 0:
+		out, trimmed = trimmed[:i], trimmed[i+1:]
+	case strings.HasPrefix(trimmed, startsMarker):
+		out = ""
+	default:
+		return raw, "", ""
+	}
+	counts := strings.Fields(strings.TrimPrefix(trimmed, startsMarker))
+	if len(counts) > 0 {
+		before = counts[0]
+	}
+	if len(counts) > 1 {
+		after = counts[1]
+	}
+	return out, before, after
 }
 
 // lastLine is the last non-empty line of out, escaped: what answered.

@@ -59,7 +59,7 @@ func TestReadyAServiceThatNeverAnswersFailsNamingHostServiceAndLog(t *testing.T)
 	}
 	h := &localHost{}
 	start := time.Now()
-	answered, err := awaitReady(context.Background(), h, s)
+	answered, err := awaitReady(context.Background(), h, s, false)
 	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("a probe that never passes: ready, answered %q", answered)
@@ -83,18 +83,19 @@ func TestReadyAServiceThatNeverAnswersFailsNamingHostServiceAndLog(t *testing.T)
 }
 
 // A probe that passes after the service takes a while: the wait ends at
-// its first pass, and what answered is its last line.
+// its second pass in a row for the same start (no restart between), and
+// what answered is its last line.
 func TestReadyWaitsForTheFirstPassAndKeepsWhatAnswered(t *testing.T) {
 	count := filepath.Join(t.TempDir(), "count")
 	s := supervised(t, &ReadyCheck{Command: []string{"/bin/sh", "-c",
 		`echo x >> "$0"; [ "$(wc -l < "$0")" -ge 3 ] || { echo not yet; exit 1; }; echo probing; echo 10.231.9.9:7443`, count}})
 	h := &localHost{}
-	answered, err := awaitReady(context.Background(), h, s)
+	answered, err := awaitReady(context.Background(), h, s, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if answered != "10.231.9.9:7443" || h.runs != 3 {
-		t.Fatalf("answered %q after %d runs, want 10.231.9.9:7443 after 3", answered, h.runs)
+	if answered != "10.231.9.9:7443" || h.runs != 4 {
+		t.Fatalf("answered %q after %d runs, want 10.231.9.9:7443 after 4 (failing twice, then passing twice)", answered, h.runs)
 	}
 }
 
@@ -106,7 +107,7 @@ func TestReadyAHungProbeIsCutOffByItsOwnDeadline(t *testing.T) {
 	}
 	s := supervised(t, &ReadyCheck{Command: []string{"/bin/sleep", "600"}, TimeoutSeconds: 2})
 	start := time.Now()
-	_, err := awaitReady(context.Background(), &localHost{}, s)
+	_, err := awaitReady(context.Background(), &localHost{}, s, false)
 	if err == nil || time.Since(start) > 2*time.Second+ProbeRunTimeout {
 		t.Fatalf("a hung probe: %v after %s", err, time.Since(start))
 	}

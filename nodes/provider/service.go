@@ -78,6 +78,13 @@ func (s *ServiceInputs) Unit() string {
 	return b.String()
 }
 
+func firstField(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -102,19 +109,23 @@ func (s *ServiceInputs) startScript() string {
 	// The loop logs every signal that ends it or its command, and whether
 	// this resource's stop sent it: any other is someone else's. (SIGINT
 	// cannot be trapped here: a background job starts with it ignored.)
-	loop := fmt.Sprintf(`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
+	loop := fmt.Sprintf(procScript+`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
 		`for sig in HUP TERM; do trap "note 'supervisor got SIG$sig'; trap - $sig; kill -$sig \$\$" $sig; done; `+
-		// The pid file last: a stop that reads it finds the traps set.
-		`echo $$ > %[1]s; `+
-		`while :; do %[2]s%[3]s; st=$?; if [ $st -gt 128 ] && [ $st -le 192 ]; then note "was ended by signal $((st-128)) (exit status $st)"; fi; echo "lockplane: %[4]s exited with $st; restarting in 1s"; sleep 1; done`,
-		remote.Quote(s.pidFile()), env.String(), remote.QuoteAll(s.Command), s.Name, remote.Quote(s.stopMark()))
+		// The pid file last: a stop that reads it finds the traps set. It
+		// records when the group's leader started, so a pid reused after
+		// a reboot is never taken for this service.
+		`echo "$$ $(started $$)" > %[1]s; n=0; `+
+		// Each start is counted: a readiness check passes only if the
+		// same start answered twice (ready.go).
+		`while :; do n=$((n+1)); echo $n > %[6]s; %[2]s%[3]s; st=$?; if [ $st -gt 128 ] && [ $st -le 192 ]; then note "was ended by signal $((st-128)) (exit status $st)"; fi; echo "lockplane: %[4]s exited with $st; restarting in 1s"; sleep 1; done`,
+		remote.Quote(s.pidFile()), env.String(), remote.QuoteAll(s.Command), s.Name, remote.Quote(s.stopMark()), remote.Quote(s.startsFile()))
 	wd := s.WorkDir
 	if wd == "" {
 		wd = s.StateDir
 	}
-	return fmt.Sprintf("mkdir -p %[1]s %[2]s\ncd %[2]s\nrm -f %[6]s\nsetsid sh -c %[3]s >> %[4]s 2>&1 < /dev/null &\n"+
+	return fmt.Sprintf("mkdir -p %[1]s %[2]s\ncd %[2]s\nrm -f %[6]s %[7]s\nsetsid sh -c %[3]s >> %[4]s 2>&1 < /dev/null &\n"+
 		"for i in $(seq 50); do [ -s %[5]s ] && break; sleep 0.1; done\ncat %[5]s\n",
-		remote.Quote(s.StateDir), remote.Quote(wd), remote.Quote(loop), remote.Quote(s.LogFile()), remote.Quote(s.pidFile()), remote.Quote(s.stopMark()))
+		remote.Quote(s.StateDir), remote.Quote(wd), remote.Quote(loop), remote.Quote(s.LogFile()), remote.Quote(s.pidFile()), remote.Quote(s.stopMark()), remote.Quote(s.startsFile()))
 }
 
 // serviceStopWait bounds stopping a service: the stop script's TERM, its
@@ -132,9 +143,11 @@ const serviceStopWait = 30 * time.Second
 func (s *ServiceInputs) stopScript() string {
 	return fmt.Sprintf(groupScript+`pf=%[1]s
 if [ -f "$pf" ]; then
-  pid=$(cat "$pf")
+  readpid "$pf"
   if ! group "$pid"; then
     echo "lockplane: %[2]s's pid file held '$pid', not a process group: removed" >> %[3]s 2>/dev/null || true
+  elif ! ours "$pid" "$since"; then
+    echo "lockplane: %[2]s's pid file named process group $pid, which is now another process's (the host restarted, or the pid was reused): removed without a signal" >> %[3]s 2>/dev/null || true
   else
     touch %[4]s 2>/dev/null || true
     echo "lockplane: stopping %[2]s (process group $pid) at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> %[3]s 2>/dev/null || true
@@ -153,23 +166,43 @@ fi
 `, remote.Quote(s.pidFile()), s.Name, remote.Quote(s.LogFile()), remote.Quote(s.stopMark()))
 }
 
-// groupScript defines the shell functions the stop and alive scripts
-// share. group: a pid file's content names a process group (a number
-// above 1: kill reads 0 as its own group and -1 as every process). live:
-// the group has a member that is not a zombie (a zombie answers kill -0
-// until its parent reaps it, which a host's init may never do); without
-// ps, kill -0 is the best there is.
-const groupScript = `group() { case "$1" in ''|*[!0-9]*|0|1) return 1 ;; esac; }
+// procScript defines started: when process $1 started (clock ticks since
+// boot, field 22 of its stat) and the boot it started in, or nothing if
+// it is gone. The loop writes it beside its pid; the scripts below
+// compare it before they act on the pid.
+const procScript = `started() { [ -r "/proc/$1/stat" ] && echo "$(sed 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f20)/$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"; }
+`
+
+// groupScript defines the shell functions the stop, alive and readiness
+// scripts share.
+//   - readpid: the pid file's pid and when its process started.
+//   - group: a pid names a process group (a number above 1: kill reads 0
+//     as its own group and -1 as every process).
+//   - ours: the group is still the one the pid file recorded. A leader
+//     alive with another start time (or boot) is another process that
+//     reuses the pid: after a reboot, or long after the group ended. A
+//     leader gone is still ours: the kernel does not reuse a pid while
+//     any process is in the group it names. A pid file without a start
+//     time (written before it was recorded) is taken at its word.
+//   - live: the group has a member that is not a zombie (a zombie answers
+//     kill -0 until its parent reaps it, which a host's init may never
+//     do); without ps, kill -0 is the best there is.
+const groupScript = procScript + `readpid() { pid= since=; read -r pid since < "$1" || true; }
+group() { case "$1" in ''|*[!0-9]*|0|1) return 1 ;; esac; }
+ours() { [ -z "$2" ] || [ ! -e "/proc/$1" ] || [ "$(started "$1")" = "$2" ]; }
 live() { if command -v ps >/dev/null 2>&1; then ps -o stat= -s "$1" 2>/dev/null | grep -qv '^Z'; else kill -0 -"$1" 2>/dev/null; fi; }
 `
 
 func (s *ServiceInputs) aliveScript() string {
-	return fmt.Sprintf(groupScript+`pf=%s; if [ -f "$pf" ] && pid=$(cat "$pf") && group "$pid" && live "$pid"; then echo running; fi`, remote.Quote(s.pidFile()))
+	return fmt.Sprintf(groupScript+`pf=%s; if [ -f "$pf" ]; then readpid "$pf"; if group "$pid" && ours "$pid" "$since" && live "$pid"; then echo running; fi; fi`, remote.Quote(s.pidFile()))
 }
 
-// startService starts (or restarts) s, then waits for its readiness
-// check, if it has one, over the same connection.
-func startService(ctx context.Context, env *Env, s *ServiceInputs) (map[string]any, error) {
+// startsFile counts a supervised service's starts (the loop's).
+func (s *ServiceInputs) startsFile() string { return path.Join(s.StateDir, s.Name+".starts") }
+
+// startService starts (or, as an update, restarts) s, then waits for its
+// readiness check, if it has one, over the same connection.
+func startService(ctx context.Context, env *Env, s *ServiceInputs, update bool) (map[string]any, error) {
 	c, err := env.Pool.Dial(ctx, s.Connection)
 	if err != nil {
 		return nil, err
@@ -187,22 +220,22 @@ func startService(ctx context.Context, env *Env, s *ServiceInputs) (map[string]a
 		if err != nil {
 			return nil, err
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(res))
+		pid, err := strconv.Atoi(firstField(res)) // the pid file: pid, then when it started
 		if err != nil {
 			return nil, fmt.Errorf("%s: service %s did not start (no pid file); see %s", s.Connection.Host, s.Name, s.LogFile())
 		}
 		out = map[string]any{"pid": pid, "logFile": s.LogFile()}
 	}
-	return out, checkReady(ctx, c, s, out)
+	return out, checkReady(ctx, c, s, out, update)
 }
 
 // checkReady waits for s's readiness check, if it has one, and records
 // what answered in out.
-func checkReady(ctx context.Context, c runner, s *ServiceInputs, out map[string]any) error {
+func checkReady(ctx context.Context, c runner, s *ServiceInputs, out map[string]any, update bool) error {
 	if s.Ready == nil {
 		return nil
 	}
-	answered, err := awaitReady(ctx, c, s)
+	answered, err := awaitReady(ctx, c, s, update)
 	out["answered"] = answered
 	return err
 }
@@ -263,7 +296,7 @@ func init() {
 		// a failed create also stops it (below), and the next up starts
 		// it again.
 		Create: func(ctx context.Context, env *Env, in *ServiceInputs) (string, map[string]any, error) {
-			out, err := startService(ctx, env, in)
+			out, err := startService(ctx, env, in, false)
 			if err != nil {
 				// Started but never ready, or perhaps started (a start
 				// cut off, a pid file too late): a failed create is not in
@@ -308,9 +341,9 @@ func init() {
 						out[k] = v
 					}
 				}
-				return out, checkReady(ctx, c, news, out)
+				return out, checkReady(ctx, c, news, out, true)
 			}
-			return startService(ctx, env, news) // a restart with the new command, env or files
+			return startService(ctx, env, news, true) // a restart with the new command, env or files
 		},
 		Delete: func(ctx context.Context, env *Env, _ string, in *ServiceInputs, _ map[string]any) error {
 			return stopService(ctx, env, in)

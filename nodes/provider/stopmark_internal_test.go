@@ -24,7 +24,7 @@ func TestTheSupervisorTellsItsOwnStopFromAnOutsideSignal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(out))
+		pid, err := strconv.Atoi(firstField(out))
 		if err != nil || pid <= 1 {
 			t.Fatalf("start printed %q", out)
 		}

@@ -49,7 +49,8 @@ func noOutsideSignals(t *testing.T, h *hosts.Harness) {
 		if err != nil {
 			return // stopped by its Service, which removes the pid file
 		}
-		if pgid, err := strconv.Atoi(strings.TrimSpace(string(pid))); err != nil || pgid <= 1 || syscall.Kill(-pgid, 0) != nil {
+		// The pid file: the group's leader, then when it started.
+		if pgid, err := strconv.Atoi(firstField(string(pid))); err != nil || pgid <= 1 || syscall.Kill(-pgid, 0) != nil {
 			t.Errorf("%s %s: its process group %q is gone, but no stop removed its pid file", host, filepath.Base(pf), pid)
 		}
 	})
@@ -96,4 +97,12 @@ func TestOutsideSignalsAreTheOnesNoStopAnnounced(t *testing.T) {
 	if len(got) != 3 || !strings.Contains(got[0], "signal 9") || !strings.Contains(got[1], "SIGHUP") || !strings.Contains(got[2], "interrupt") {
 		t.Fatalf("outside signals %q; want the KILL, the HUP and the arbiter's own drain on SIGINT that no stop sent", got)
 	}
+}
+
+// firstField is the first word of s, or "".
+func firstField(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }

@@ -317,7 +317,7 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	// The service's restart loop leads its own process group. (Not
 	// /usr/bin/kill: procps-ng 4.0.2 mistakes a negative PID for -1, every
 	// process.)
-	pgid, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	pgid, err := strconv.Atoi(firstField(string(pid))) // then when it started
 	if err != nil || pgid <= 1 {
 		t.Fatalf("coord-5's pid file holds %q", pid)
 	}
