@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/election"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,6 +19,9 @@ const (
 	ElectionPrefix = "/sys/snapshot/leader/"
 	LastKey        = "/sys/snapshot/last"
 )
+
+// electionTTL is the job's election lease's.
+const electionTTL = 10 * time.Second
 
 // Store is where snapshots go: the vault.
 type Store interface {
@@ -42,7 +45,8 @@ type Job struct {
 	Every time.Duration
 	Dir   string
 	// OpTimeout bounds each etcd call and the election lease's; 5 s when
-	// zero. The election's TTL is 10 s.
+	// zero. The election's TTL is 10 s. After a term ends, the job
+	// campaigns again after a backoff from OpTimeout up to 6 OpTimeout.
 	OpTimeout time.Duration
 	// StoreTimeout bounds storing one snapshot in the vault; 30 minutes
 	// when zero. A vault that stalls must not hold the election forever.
@@ -89,17 +93,13 @@ func (j Job) Run(ctx context.Context) error {
 	if j.After == nil {
 		j.After = time.After
 	}
-	el := audit.Election{Coord: j.Etcd, Prefix: ElectionPrefix + j.Source.Cluster, Name: j.Name, TTL: 10 * time.Second, OpTimeout: j.OpTimeout}
-	for ctx.Err() == nil {
-		err := el.Lead(ctx, j.lead)
-		if err != nil && ctx.Err() == nil {
-			j.Logger.Warn("snapshot job: stepped down or could not campaign; campaigning again", "cluster", j.Source.Cluster, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-j.After(j.OpTimeout):
-			}
-		}
-	}
+	el := election.Election{Coord: j.Etcd, Prefix: ElectionPrefix + j.Source.Cluster, Name: j.Name, TTL: electionTTL, OpTimeout: j.OpTimeout}
+	// The first wait before campaigning again is OpTimeout, as long as a
+	// failed call took; it grows while campaigns keep failing at once.
+	b := election.Backoff{Min: j.OpTimeout, Max: 6 * j.OpTimeout, After: j.After}
+	el.Run(ctx, b, j.lead, func(err error) {
+		j.Logger.Warn("snapshot job: stepped down or could not campaign; campaigning again", "cluster", j.Source.Cluster, "err", err)
+	})
 	return nil
 }
 
@@ -208,7 +208,7 @@ func (j Job) record(ctx context.Context, leader clientv3.Cmp, t time.Time) error
 		return fmt.Errorf("snapshot job: record the schedule: %w", err)
 	}
 	if !resp.Succeeded {
-		return audit.ErrDeposed
+		return election.ErrDeposed
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockplane/lockplane/services/election"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -71,16 +72,13 @@ type checkpoint struct {
 	Mark      *mark  `json:"mark,omitempty"`
 }
 
-// ErrDeposed is returned when a tailer (or the archiver) lost its
-// election: another instance takes over, a tailer from the checkpoint on.
-var ErrDeposed = errors.New("audit: no longer the elected leader (its election lease ended)")
-
 // ErrClusterChanged ends a tailer whose endpoints came to serve another
 // cluster: Run again reads the new one from its start, after a gap.
 var ErrClusterChanged = errors.New("audit: the tailed cluster changed under the tailer")
 
 // Run tails cfg.Cluster while it is the elected tailer, until ctx ends
-// (nil) or it is deposed (ErrDeposed). A second instance waits in the
+// (nil) or it is deposed (election.ErrDeposed: another tailer takes over
+// from the checkpoint on). A second instance waits in the
 // election. Every event reaches the store before the checkpoint passes
 // its revision, and the checkpoint moves only under the election, so a
 // deposed tailer cannot move it, backwards or at all. However far behind
@@ -89,7 +87,7 @@ var ErrClusterChanged = errors.New("audit: the tailed cluster changed under the 
 // it leads, the lag gauges follow the cluster's head (Metrics).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	el := Election{Coord: cfg.Coord, Prefix: ElectionPrefix + cfg.Cluster, Name: cfg.Name, TTL: cfg.LeaderTTL, OpTimeout: cfg.OpTimeout}
+	el := election.Election{Coord: cfg.Coord, Prefix: ElectionPrefix + cfg.Cluster, Name: cfg.Name, TTL: cfg.LeaderTTL, OpTimeout: cfg.OpTimeout}
 	cfg.Metrics.lead(cfg.Cluster, false)
 	err := el.Lead(ctx, func(lctx context.Context, leader clientv3.Cmp) error {
 		cfg.Logger.Info("audit: tailing", "cluster", cfg.Cluster, "tailer", cfg.Name)
@@ -539,7 +537,7 @@ func (t *tailer) checkpoint(ctx context.Context) error {
 	}
 	if !resp.Succeeded {
 		t.cfg.Metrics.forget(t.cfg.Cluster)
-		return ErrDeposed
+		return election.ErrDeposed
 	}
 	t.saved, t.dirty = t.done, false
 	return nil

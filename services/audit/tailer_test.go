@@ -14,6 +14,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
+	"github.com/lockplane/lockplane/services/election"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -206,7 +207,7 @@ func TestADeposedTailerStopsAndLeavesTheCheckpoint(t *testing.T) {
 	grants(t, ctx, s, "later", 3)
 	select {
 	case <-exited:
-		if err := stop(); !errors.Is(err, audit.ErrDeposed) {
+		if err := stop(); !errors.Is(err, election.ErrDeposed) {
 			t.Fatalf("deposed tailer returned %v, want ErrDeposed", err)
 		}
 	case <-ctx.Done():

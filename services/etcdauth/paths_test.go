@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/election"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
@@ -174,7 +175,7 @@ func TestTheTailerRunsAsTheTailerUser(t *testing.T) {
 	cli := client(t, c, etcdauth.Tailer)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	el := audit.Election{Coord: cli, Prefix: audit.ElectionPrefix + "c1", Name: "t1", TTL: 5 * time.Second, OpTimeout: 5 * time.Second}
+	el := election.Election{Coord: cli, Prefix: audit.ElectionPrefix + "c1", Name: "t1", TTL: 5 * time.Second, OpTimeout: 5 * time.Second}
 	err := el.Lead(ctx, func(ctx context.Context, leader clientv3.Cmp) error {
 		resp, err := cli.Txn(ctx).If(leader).Then(clientv3.OpPut(audit.CheckpointPrefix+"c1", `{"revision":1}`)).Commit()
 		if err != nil || !resp.Succeeded {

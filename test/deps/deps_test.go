@@ -24,6 +24,8 @@ var rules = []struct {
 		"the host provider makes hosts, files, services and buckets (MinIO is its own): it runs no arbiter, audit query or fence"},
 	{"infra/program", []string{mod + "services/internal/arbiter", mod + "services/audit/chstore", mod + "services/pausetest$", "github.com/jackc/pgx"},
 		"the Pulumi program describes a region: it runs no arbiter, audit query or fence"},
+	{"services/cmd/lockplane-snapshot", []string{mod + "services/audit", mod + "services/internal/arbiter"},
+		"the snapshot job copies etcd to the vault under its own election (services/election): it reads no audit log and runs no arbiter"},
 }
 
 // kits are what no shipped binary may link: benchmarks and test kits.

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/lockplane/lockplane/services/audit"
 	"github.com/lockplane/lockplane/services/audit/archive"
+	"github.com/lockplane/lockplane/services/election"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,35 +35,32 @@ var _ Archiver = (*archive.Archive)(nil)
 // a moment (one deposed, not yet stopped) is harmless: a day exported
 // again is the same bytes, and a record is put only if absent.
 func runArchive(ctx context.Context, cfg Config) {
-	el := audit.Election{Coord: cfg.Coord, Prefix: ArchiveElection, Name: cfg.Name, TTL: archiveTTL, OpTimeout: archiveOpTimeout}
-	retry(ctx, cfg, func() error {
-		err := el.Lead(ctx, func(lctx context.Context, leader clientv3.Cmp) error {
-			cfg.Logger.Info("audit: archiving", "archiver", cfg.Name)
-			// The buckets and their rules first, bounded per try: the
-			// daily run writes nothing into a bucket without its rules.
-			ok := retry(lctx, cfg, func() error {
-				bctx, cancel := context.WithTimeout(lctx, cfg.MigrateTimeout)
-				defer cancel()
-				err := cfg.Archive.Prepare(bctx)
-				if err != nil && lctx.Err() == nil {
-					cfg.Logger.Warn("audit: the archive's buckets are not ready; the lock service is unaffected, trying again", "err", err.Error())
-				}
-				return err
-			}, nil)
-			if !ok {
-				return lctx.Err()
+	el := election.Election{Coord: cfg.Coord, Prefix: ArchiveElection, Name: cfg.Name, TTL: archiveTTL, OpTimeout: archiveOpTimeout}
+	el.Run(ctx, cfg.backoff(), func(lctx context.Context, leader clientv3.Cmp) error {
+		cfg.Logger.Info("audit: archiving", "archiver", cfg.Name)
+		// The buckets and their rules first, bounded per try: the daily
+		// run writes nothing into a bucket without its rules.
+		ok := cfg.backoff().Retry(lctx, func() error {
+			bctx, cancel := context.WithTimeout(lctx, cfg.MigrateTimeout)
+			defer cancel()
+			err := cfg.Archive.Prepare(bctx)
+			if err != nil && lctx.Err() == nil {
+				cfg.Logger.Warn("audit: the archive's buckets are not ready; the lock service is unaffected, trying again", "err", err.Error())
 			}
-			return cfg.Archive.RunDaily(lctx, etcdProgress{etcd: cfg.Coord, leader: leader, timeout: archiveOpTimeout})
+			return err
 		})
+		if !ok {
+			return lctx.Err()
+		}
+		return cfg.Archive.RunDaily(lctx, etcdProgress{etcd: cfg.Coord, leader: leader, timeout: archiveOpTimeout})
+	}, func(err error) {
 		switch {
-		case ctx.Err() != nil:
-		case errors.Is(err, audit.ErrDeposed):
+		case errors.Is(err, election.ErrDeposed):
 			cfg.Logger.Warn("audit: archiver deposed; campaigning again", "archiver", cfg.Name)
 		case err != nil:
 			cfg.Logger.Warn("audit: archiver failed; campaigning again", "archiver", cfg.Name, "err", err.Error())
-		default:
-			err = errors.New("archiver stopped") // RunDaily returns only when lctx ended
+		default: // RunDaily returns only when lctx ended
+			cfg.Logger.Warn("audit: archiver stopped; campaigning again", "archiver", cfg.Name)
 		}
-		return err
-	}, func(ran time.Duration) bool { return ran > cfg.MaxBackoff })
+	})
 }

@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
+	"github.com/lockplane/lockplane/services/election"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -44,7 +44,8 @@ type Config struct {
 	// when zero).
 	CheckpointEvery time.Duration
 	// Backoff is the first wait before campaigning again, doubling up to
-	// MaxBackoff while runs keep failing at once; 1 s and 30 s when zero.
+	// MaxBackoff while runs keep failing at once (election.Backoff's Min
+	// and Max); 1 s and 30 s when zero.
 	Backoff, MaxBackoff time.Duration
 }
 
@@ -103,9 +104,14 @@ func (c *Config) defaults() {
 	}
 }
 
+// backoff is the wait between the tailers' tries and terms.
+func (c Config) backoff() election.Backoff {
+	return election.Backoff{Min: c.Backoff, Max: c.MaxBackoff}
+}
+
 // migrate calls cfg.Migrate until it succeeds (true) or ctx ends (false).
 func migrate(ctx context.Context, cfg Config) bool {
-	return retry(ctx, cfg, func() error {
+	return cfg.backoff().Retry(ctx, func() error {
 		mctx, cancel := context.WithTimeout(ctx, cfg.MigrateTimeout)
 		defer cancel()
 		err := cfg.Migrate(mctx)
@@ -113,44 +119,21 @@ func migrate(ctx context.Context, cfg Config) bool {
 			cfg.Logger.Warn("audit: the store's migration failed; the lock service is unaffected, trying again", "err", err.Error())
 		}
 		return err
-	}, nil)
+	})
 }
 
-// tail runs one cluster's tailer again and again until ctx ends.
+// tail runs one cluster's tailer again and again until ctx ends. audit.Run
+// holds one term; the backoff between terms is the election package's.
 func tail(ctx context.Context, cfg Config, tc audit.Config) {
-	retry(ctx, cfg, func() error {
+	cfg.backoff().Retry(ctx, func() error {
 		err := audit.Run(ctx, tc)
 		switch {
 		case ctx.Err() != nil:
-		case errors.Is(err, audit.ErrDeposed):
+		case errors.Is(err, election.ErrDeposed):
 			cfg.Logger.Warn("audit: deposed; campaigning again", "cluster", tc.Cluster, "tailer", tc.Name)
 		case err != nil:
 			cfg.Logger.Warn("audit: tailer failed; campaigning again", "cluster", tc.Cluster, "tailer", tc.Name, "err", err.Error())
 		}
 		return err // nil only when ctx ended
-	}, func(ran time.Duration) bool { return ran > cfg.MaxBackoff })
-}
-
-// retry calls try until it succeeds (true) or ctx ends (false), waiting a
-// jittered backoff between calls that doubles while they fail at once.
-// recovered, when set, says whether a call that ran this long resets it.
-func retry(ctx context.Context, cfg Config, try func() error, recovered func(ran time.Duration) bool) bool {
-	wait := cfg.Backoff
-	for {
-		start := time.Now()
-		if try() == nil {
-			return true
-		}
-		if recovered != nil && recovered(time.Since(start)) {
-			wait = cfg.Backoff
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-		wait = min(2*wait, cfg.MaxBackoff)
-	}
+	})
 }

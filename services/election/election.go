@@ -1,7 +1,14 @@
-package audit
+// Package election runs singleton jobs under an election on etcd.
+//
+// An Election campaigns on a key prefix under a lease of its own; Lead
+// holds one term, and Run campaigns again after each term ends, waiting a
+// Backoff between terms, until its context ends. The audit tailers, the
+// archiver and the snapshot job are its singletons.
+package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,8 +16,15 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-// Election is a singleton job's election on the coord cluster.
+// ErrDeposed is returned when a leader lost its election (its lease ended,
+// or a write under its compare found its key gone): another instance takes
+// over.
+var ErrDeposed = errors.New("election: no longer the elected leader (its election lease ended)")
+
+// Election is a singleton job's election on an etcd cluster.
 type Election struct {
+	// Coord is a client of the cluster that holds the election: the
+	// coord cluster for the audit's, the snapshotted one for its job.
 	Coord *clientv3.Client
 	// Prefix is the election's key prefix; Name this instance's value.
 	Prefix, Name string
@@ -44,6 +58,8 @@ func (e Election) Lead(ctx context.Context, f func(ctx context.Context, leader c
 		return fmt.Errorf("election: session: %w", err)
 	}
 	defer func() {
+		// Its own deadline, and past ctx's end: a stopped leader hands
+		// over at once rather than after TTL.
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.OpTimeout)
 		defer cancel()
 		sess.Client().Revoke(octx, sess.Lease())
