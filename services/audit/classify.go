@@ -6,7 +6,7 @@ import (
 	"time"
 
 	epochpkg "github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -189,7 +189,7 @@ func leaseOf(key, prefix string) (int64, bool) {
 
 // decodeHold and decodeSession read what they can: a record audit cannot
 // decode still yields its event, with the fields left empty.
-// The arbiter writes them (services/internal/records, one definition for
+// The arbiter writes them (services/lockkey/records, one definition for
 // both); audit reports only some of their fields.
 func decodeHold(b []byte) records.Hold {
 	h, _ := records.DecodeHold(b)

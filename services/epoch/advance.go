@@ -243,7 +243,7 @@ func longestTTL(kvs []*mvccpb.KeyValue) (time.Duration, bool) {
 	for _, kv := range kvs {
 		ttl := class.MaxTTL
 		var rec struct {
-			// The session record's TTL (services/internal/records.Session).
+			// The session record's TTL (services/lockkey/records.Session).
 			TTLSeconds int64 `json:"ttl_seconds"`
 		}
 		if err := json.Unmarshal(kv.Value, &rec); err == nil && rec.TTLSeconds > 0 {

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/localserver"
-	"github.com/lockplane/lockplane/services/internal/loopport"
+	"github.com/lockplane/lockplane/services/localserver"
+	"github.com/lockplane/lockplane/services/localserver/loopport"
 )
 
 // Bin is where Debian's clickhouse-server package puts the server.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 )
 
 // Internals the external tests use and measure.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -19,7 +19,7 @@ import (
 const maxForced = 10000
 
 // forceRecord and forcedHold are a force record's value and one hold it
-// ended, defined once in services/internal/records: the Admin API writes
+// ended, defined once in services/lockkey/records: the Admin API writes
 // them, keepalives report them.
 type (
 	forceRecord = records.Force

@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // holdRecord and sessionRecord are the values of hold and session keys,
-// defined once in services/internal/records, which audit decodes too.
+// defined once in services/lockkey/records, which audit decodes too.
 type (
 	holdRecord    = records.Hold
 	sessionRecord = records.Session

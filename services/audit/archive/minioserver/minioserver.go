@@ -13,8 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lockplane/lockplane/services/internal/localserver"
-	"github.com/lockplane/lockplane/services/internal/loopport"
+	"github.com/lockplane/lockplane/services/localserver"
+	"github.com/lockplane/lockplane/services/localserver/loopport"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )

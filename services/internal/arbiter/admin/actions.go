@@ -14,7 +14,7 @@ import (
 	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/internal/arbiter/etcdcall"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/lockplane/lockplane/services/lockkey"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"

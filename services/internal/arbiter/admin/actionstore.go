@@ -12,7 +12,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 )

@@ -3,7 +3,7 @@
 package admin
 
 import (
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/internal/records"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 )
 
 // claimBound is how old a claim of an action of kind may be before
