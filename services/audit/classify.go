@@ -6,8 +6,8 @@ import (
 	"time"
 
 	epochpkg "github.com/lockplane/lockplane/services/epoch"
-	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"

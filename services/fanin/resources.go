@@ -24,7 +24,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/protocol"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -142,7 +142,7 @@ func (s Spec) route() *routev3.RouteConfiguration {
 					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: s.Name},
 					HashPolicy: []*routev3.RouteAction_HashPolicy{{
 						PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{
-							Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: lockclient.KeyHeader},
+							Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: protocol.KeyHeader},
 						},
 					}},
 				}},

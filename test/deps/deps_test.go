@@ -24,6 +24,10 @@ var rules = []struct {
 		"the host provider makes hosts, files, services and buckets (MinIO is its own): it runs no arbiter, audit query or fence"},
 	{"infra/program", []string{mod + "services/internal/arbiter", mod + "services/audit/chstore", mod + "services/pausetest$", "github.com/jackc/pgx"},
 		"the Pulumi program describes a region: it runs no arbiter, audit query or fence"},
+	{"services/audit/chstore", []string{mod + "services/client/lockclient"},
+		"the audit store needs the clients' renewal rate (services/client/protocol), not the client"},
+	{"services/fanin", []string{mod + "services/client/lockclient"},
+		"the fan-in control plane needs the routing header's name (services/client/protocol), not the client"},
 	{"services/cmd/lockplane-snapshot", []string{mod + "services/audit", mod + "services/internal/arbiter"},
 		"the snapshot job copies etcd to the vault under its own election (services/election): it reads no audit log and runs no arbiter"},
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/audit"
-	"github.com/lockplane/lockplane/services/client/lockclient"
+	"github.com/lockplane/lockplane/services/client/protocol"
 )
 
 // Contention reports, per namespace and class, how holds began (grants,
@@ -65,7 +65,7 @@ func (s *Store) Cost(ctx context.Context, since time.Time) ([]audit.Cost, error)
 	if err != nil {
 		return nil, err
 	}
-	kas, err := s.keepalives(ctx, since, lockclient.RenewalsPerTTL)
+	kas, err := s.keepalives(ctx, since, protocol.RenewalsPerTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (s *Store) Cost(ctx context.Context, since time.Time) ([]audit.Cost, error)
 
 // keepalives estimates, per identity, the renewals in [since, now] of its
 // sessions' leases. A client renews a lease as it opens and then every
-// TTL/perTTL (lockclient.RenewalsPerTTL), so a lease opened at o was
+// TTL/perTTL (protocol.RenewalsPerTTL), so a lease opened at o was
 // renewed at o + k·TTL/perTTL, k >= 0, and the estimate counts those in
 // [greatest(o, since), least(end, now)]. The end is its close; a TTL
 // before its expiry, when the holder had stopped; or now while it is open,

@@ -8,7 +8,7 @@ import (
 )
 
 // The estimate takes the renewal rate as a parameter (Cost passes
-// lockclient.RenewalsPerTTL): a client renewing twice as often is
+// protocol.RenewalsPerTTL): a client renewing twice as often is
 // estimated twice the renewals after the one at open.
 func TestKeepalivesFollowTheRenewalRate(t *testing.T) {
 	s, ctx := fresh(t)

@@ -3,15 +3,14 @@ package lockclient
 import (
 	"context"
 
+	"github.com/lockplane/lockplane/services/client/protocol"
+
 	"google.golang.org/grpc/metadata"
 )
 
-// KeyHeader is the request header that carries the lock key of an
-// Acquire, Release or Inspect. The fan-in tier (an Envoy route, or gRPC's
-// own xDS client) hashes it onto a ring of arbiters, so every waiter for
-// a key reaches the same arbiter and queues there in arrival order
-// (ADR-14). Without a fan-in tier it is ignored.
-const KeyHeader = "x-lock-key"
+// KeyHeader is the request header that carries the lock key, which the
+// fan-in tier hashes onto a ring of arbiters (protocol.KeyHeader).
+const KeyHeader = protocol.KeyHeader
 
 // routedBy adds key as KeyHeader to ctx's outgoing metadata. A key that
 // is not printable ASCII is left out: the service refuses it by name,

@@ -9,6 +9,7 @@ import (
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/client/internal/testhook"
+	"github.com/lockplane/lockplane/services/client/protocol"
 	"github.com/lockplane/lockplane/services/client/reason"
 )
 
@@ -152,9 +153,9 @@ func (l *lease) isFenced() bool {
 }
 
 // RenewalsPerTTL is how many times a lease is renewed per TTL: every
-// TTL/RenewalsPerTTL, so two renewals can be lost before it expires. The
-// audit cost report estimates keepalives from it (services/audit/chstore).
-const RenewalsPerTTL = 3
+// TTL/RenewalsPerTTL, so two renewals can be lost before it expires
+// (protocol.RenewalsPerTTL).
+const RenewalsPerTTL = protocol.RenewalsPerTTL
 
 // keepAlive renews every ttl/RenewalsPerTTL. A renewal counts from its send time only
 // if its answer arrives within the interval; otherwise the stream is

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/services/internal/arbiter/refuse"
-	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/lockkey/records"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
