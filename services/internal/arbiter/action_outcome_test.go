@@ -135,8 +135,8 @@ func TestForceReleaseCrashAfterClaim(t *testing.T) {
 	}
 	_, err := admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()})
 	wantCause(t, err, lockv1.ErrorReason_ACTION_STALE, "action_executing")
-	restore := arbiter.SetClaimBound(0)
-	defer restore()
+	env.Arbiter.SetTestHooks(&arbiter.TestHooks{ClaimBound: new(time.Duration)}) // any claim is old
+	defer env.Arbiter.SetTestHooks(nil)
 	list, err := admin.ListActions(as(ctx, "tok-bob"), &adminv1.ListActionsRequest{})
 	if err != nil || len(list.GetActions()) != 1 || list.GetActions()[0].GetState() != "pending" {
 		t.Fatalf("a stale claim with nothing done is listed as %v (err %v), want pending", list.GetActions(), err)
@@ -150,7 +150,7 @@ func TestForceReleaseCrashAfterClaim(t *testing.T) {
 
 	// Done (the force record there, as a crash after the Txn leaves it):
 	// approved, whatever the bound.
-	restore()
+	env.Arbiter.SetTestHooks(nil)
 	act = request(t, ctx, admin, "tok-alice", "jobs/crash-2")
 	crash(act.GetId())
 	rec := fmt.Sprintf(`{"action":%q,"kind":"force_release","key":"jobs/crash-2","holds":[{"key":"jobs/crash-2","session":%d,"revision":%d}]}`,
@@ -410,12 +410,11 @@ func TestForceReleaseRetryFindsItsRecord(t *testing.T) {
 	act := request(t, ctx, admin, "tok-alice", "jobs/retried")
 	env.Arbiter.SetTestHooks(&arbiter.TestHooks{ActionClaimed: func(string) bool { return true }})
 	admin.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: act.GetId()})
-	env.Arbiter.SetTestHooks(nil)
-	restore := arbiter.SetClaimBound(0)
+	env.Arbiter.SetTestHooks(&arbiter.TestHooks{ClaimBound: new(time.Duration)}) // any claim is old
 	if st := actionState(t, ctx, admin, act.GetId()); st != "pending" {
 		t.Fatalf("the stale claim is %s, want pending", st)
 	}
-	restore()
+	env.Arbiter.SetTestHooks(nil)
 	// The stopped approval's Txn commits now: its force record (the hold
 	// is left, so only the record tells this Txn from a changed hold).
 	rec := fmt.Sprintf(`{"action":%q,"kind":"force_release","key":"jobs/retried","holds":[{"key":"jobs/retried","session":%d,"revision":%d}]}`,

@@ -51,10 +51,5 @@ func ActionKey(id string) string { return records.ActionKey(id) }
 // ForceKey is the force record's etcd key of action id.
 func ForceKey(id string) string { return records.ForceKey(id) }
 
-// SetClaimBound is the Admin API's claim bound knob (admin/knobs.go), for
-// the safety tests here, which drive it through a whole arbiter. Its
-// rule-breaking switches are in export_broken_test.go.
-var SetClaimBound = admin.SetClaimBound
-
 // MaxRevokedHolds is the most holds one revoke_session force-release ends.
 const MaxRevokedHolds = admin.MaxRevokedHolds

@@ -1,6 +1,10 @@
 package arbiter
 
-import "github.com/lockplane/lockplane/services/internal/arbiter/admin"
+import (
+	"time"
+
+	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
+)
 
 // testHooks are points of a wait that tests synchronise on instead of
 // sleeping. Each runs on the goroutine at that point and may block it.
@@ -36,6 +40,9 @@ type testHooks struct {
 	ActionClaimed   func(id string) (crash bool)
 	ActionTxn       func(id string) (run bool, err error)
 	SessionRevoking func(session int64) error
+	// ClaimBound and ShardAddWait shorten the Admin API's bounds (see
+	// admin.Hooks), so tests need not wait them out.
+	ClaimBound, ShardAddWait *time.Duration
 }
 
 func (a *Arbiter) queuedHook(key string, session int64) {
@@ -80,7 +87,8 @@ func (a *Arbiter) adminHooks() *admin.Hooks {
 	if h == nil {
 		return nil
 	}
-	return &admin.Hooks{ActionLoaded: h.ActionLoaded, ActionClaimed: h.ActionClaimed, ActionTxn: h.ActionTxn, SessionRevoking: h.SessionRevoking}
+	return &admin.Hooks{ActionLoaded: h.ActionLoaded, ActionClaimed: h.ActionClaimed, ActionTxn: h.ActionTxn, SessionRevoking: h.SessionRevoking,
+		ClaimBound: h.ClaimBound, ShardAddWait: h.ShardAddWait}
 }
 
 func (ro *Router) shardLeaseGrantedHook(session int64, shard string) {

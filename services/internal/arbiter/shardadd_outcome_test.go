@@ -16,7 +16,6 @@ import (
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/internal/arbiter"
-	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/shardmap"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -78,9 +77,10 @@ func TestShardAddApprovalHasItsOwnBudget(t *testing.T) {
 	lease := strandedHold(t, ctx, env.ShardEtcd["a"], moving, time.Minute)
 
 	id := requestShardAdd(t, ctx, adm, "b")
-	restore := admin.SetShardAddWait(2 * time.Second)
+	wait := 2 * time.Second
+	env.Router.SetTestHooks(&arbiter.TestHooks{ShardAddWait: &wait})
 	_, err = adm.ApproveAction(as(ctx, "tok-bob"), &adminv1.ApproveActionRequest{Id: id})
-	restore()
+	env.Router.SetTestHooks(nil)
 	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "again to resume") {
 		t.Fatalf("an approval that ran out waiting for a holder: %v, want DEADLINE_EXCEEDED saying to approve again", err)
 	}

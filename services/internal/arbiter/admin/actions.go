@@ -227,7 +227,7 @@ func (s *Server) workTimeout() time.Duration {
 // for holders first (shardAddWait) and keeps workTimeout for the rest.
 func (s *Server) workTimeoutOf(kind string) time.Duration {
 	if kind == kindShardAdd {
-		return shardAddWait(s) + s.workTimeout()
+		return s.shardAddWait() + s.workTimeout()
 	}
 	return s.workTimeout()
 }

@@ -1,5 +1,7 @@
 package admin
 
+import "time"
+
 // Hooks are points of a two-person action that tests synchronise on or
 // break at. Each runs on the goroutine at that point and may block it. The
 // lock core's tests set them (arbiter.TestHooks, whose fields of the same
@@ -20,6 +22,11 @@ type Hooks struct {
 	// SessionRevoking runs before a force-release revokes the holder's
 	// session lease; a non-nil error stands for the revoke failing.
 	SessionRevoking func(session int64) error
+	// ClaimBound, when set, replaces how old an executing request's claim
+	// must be before reconcile, finding nothing done, puts it back to
+	// pending; ShardAddWait, how long an approved shard add waits for the
+	// moving ranges' holders. Tests shorten a bound rather than wait it out.
+	ClaimBound, ShardAddWait *time.Duration
 }
 
 // hooked is the hooks in force; none when the arbiter gave none.

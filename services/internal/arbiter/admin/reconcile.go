@@ -12,8 +12,13 @@ import (
 // claimBound is how old a claim of an action of kind may be before
 // reconcile, finding nothing done, puts the request back to pending: past
 // the approval's own deadline (workTimeoutOf) and one more call, its
-// approver has stopped. A var so that tests need not wait that long.
-var claimBound = func(s *Server, kind string) time.Duration { return s.workTimeoutOf(kind) + s.cfg.Bound.Timeout }
+// approver has stopped. Tests shorten it with Hooks.ClaimBound.
+func (s *Server) claimBound(kind string) time.Duration {
+	if d := s.hooked().ClaimBound; d != nil {
+		return *d
+	}
+	return s.workTimeoutOf(kind) + s.cfg.Bound.Timeout
+}
 
 // reconcile settles a request left executing, by an approval that stopped
 // between its claim and recording the outcome, from what is in etcd: the
@@ -38,7 +43,7 @@ func (s *Server) reconcile(ctx context.Context, rec actionRecord, rev int64) (ac
 	switch {
 	case done:
 		next.State, next.Result = stateApproved, res
-	case time.Since(rec.ClaimedAt) > claimBound(s, rec.Kind):
+	case time.Since(rec.ClaimedAt) > s.claimBound(rec.Kind):
 		next.State, next.DecidedBy, next.DecidedAt, next.ClaimedAt = statePending, nil, time.Time{}, time.Time{}
 	default:
 		return rec, rev

@@ -153,9 +153,14 @@ func (s *Server) storedMap(ctx context.Context) (shardmap.Map, bool, error) {
 // waits for the moving ranges' holders: the longest session TTL
 // (class.MaxTTL), within which a holder that stopped renewing is gone,
 // and a margin for the add's own steps. The approval's deadline keeps
-// workTimeout more for reading back and recording the outcome. A var so
-// that tests need not wait that long.
-var shardAddWait = func(s *Server) time.Duration { return class.MaxTTL + s.workTimeout() }
+// workTimeout more for reading back and recording the outcome. Tests
+// shorten it with Hooks.ShardAddWait.
+func (s *Server) shardAddWait() time.Duration {
+	if d := s.hooked().ShardAddWait; d != nil {
+		return *d
+	}
+	return class.MaxTTL + s.workTimeout()
+}
 
 // shardAddMarkKey is where request id's shard add puts its final map, in
 // the Txn that stores it (shardmap.Mark): under the request's own key,
@@ -182,7 +187,7 @@ func (s *Server) approveShardAdd(ctx context.Context, rec actionRecord, approver
 	}
 	out := &adminv1.ShardAddResult{}
 	var m shardmap.Map
-	actx, cancel := context.WithTimeout(ctx, shardAddWait(s))
+	actx, cancel := context.WithTimeout(ctx, s.shardAddWait())
 	defer cancel()
 	run, herr := s.actionTxnHook(rec.ID)
 	if run {
