@@ -94,8 +94,10 @@ func (j Job) Run(ctx context.Context) error {
 		j.After = time.After
 	}
 	el := election.Election{Coord: j.Etcd, Prefix: ElectionPrefix + j.Source.Cluster, Name: j.Name, TTL: electionTTL, OpTimeout: j.OpTimeout}
-	// The first wait before campaigning again is OpTimeout, as long as a
-	// failed call took; it grows while campaigns keep failing at once.
+	// The first wait before campaigning again is up to OpTimeout (as long
+	// as a failed call took; jittered, so that instances that failed
+	// together do not campaign together); it grows while campaigns keep
+	// failing at once.
 	b := election.Backoff{Min: j.OpTimeout, Max: 6 * j.OpTimeout, After: j.After}
 	el.Run(ctx, b, j.lead, func(err error) {
 		j.Logger.Warn("snapshot job: stepped down or could not campaign; campaigning again", "cluster", j.Source.Cluster, "err", err)

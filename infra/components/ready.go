@@ -25,14 +25,16 @@ func nodeProbe(env *Env, h topology.Host, args ...string) *nodes.ReadyCheck {
 // workers until a majority of its cluster ran, and a deployer with fewer
 // workers than members waiting would stall. Whether the cluster formed is
 // the EtcdCluster resource's check, which follows every member's. A
-// member restarted by an update rejoins a formed cluster, so there it
-// must be ready (/readyz on its metrics listener: it has a leader and
-// serves linearizable reads) before the next member is touched.
+// member restarted by an update must also serve its own data (/readyz on
+// its metrics listener, less the quorum read: its peers may be restarting
+// with it, as after an in-place restore, so it too must not wait for
+// them).
 func EtcdReady(env *Env, h topology.Host, f EtcdFiles) *nodes.ReadyCheck {
 	s := env.Stack.Etcd
+	metrics := fmt.Sprintf("%s:%d", h.Address, s.MetricsPort())
 	c := nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, s.PeerPort))
-	c.UpdateCommand = nodeProbe(env, h, "http", fmt.Sprintf("http://%s:%d/readyz", h.Address, s.MetricsPort())).Command
-	c.Port = s.PeerPort
+	c.UpdateCommand = nodeProbe(env, h, "http", "http://"+metrics+"/readyz?exclude=linearizable_read").Command
+	c.Listens = []string{fmt.Sprintf("%s:%d", h.Address, s.PeerPort), metrics}
 	return c
 }
 
@@ -40,7 +42,7 @@ func EtcdReady(env *Env, h topology.Host, f EtcdFiles) *nodes.ReadyCheck {
 // verified with its own CA (caFile on its host).
 func MinIOReady(env *Env, h topology.Host, port int, caFile string) *nodes.ReadyCheck {
 	c := nodeProbe(env, h, "http", fmt.Sprintf("https://%s:%d/minio/health/cluster", h.Address, port), "--ca", caFile)
-	c.Port = port
+	c.Listens = []string{fmt.Sprintf("%s:%d", h.Address, port)}
 	return c
 }
 
@@ -48,7 +50,7 @@ func MinIOReady(env *Env, h topology.Host, port int, caFile string) *nodes.Ready
 // HTTP port the arbiters use.
 func ClickHouseReady(env *Env, h topology.Host) *nodes.ReadyCheck {
 	c := nodeProbe(env, h, "http", fmt.Sprintf("http://%s:%d/ping", h.Address, env.Stack.Audit.HTTPPort))
-	c.Port = env.Stack.Audit.HTTPPort
+	c.Listens = []string{fmt.Sprintf("%s:%d", h.Address, env.Stack.Audit.HTTPPort)}
 	return c
 }
 
@@ -57,7 +59,7 @@ func ClickHouseReady(env *Env, h topology.Host) *nodes.ReadyCheck {
 // its first snapshot of the arbiters.
 func FanInReady(env *Env, h topology.Host) *nodes.ReadyCheck {
 	c := nodeProbe(env, h, "tcp", fmt.Sprintf("%s:%d", h.Address, env.Stack.Arbiter.FanInPort))
-	c.Port = env.Stack.Arbiter.FanInPort
+	c.Listens = []string{fmt.Sprintf("%s:%d", h.Address, env.Stack.Arbiter.FanInPort)}
 	return c
 }
 
@@ -89,7 +91,7 @@ func ArbiterReady(env *Env, h topology.Host, f ArbiterFiles) *nodes.ReadyCheck {
 	if s.Restore.Enabled() {
 		cmd = append(cmd, "--sealed-ok")
 	}
-	return &nodes.ReadyCheck{Command: cmd, Port: s.Arbiter.Port}
+	return &nodes.ReadyCheck{Command: cmd, Listens: []string{fmt.Sprintf("%s:%d", h.Address, s.Arbiter.Port)}}
 }
 
 // probeBins are the lockplane-node files the program installs for the

@@ -133,12 +133,12 @@ type Service struct {
 // ReadyCheck is a command run on the service's host after each start
 // until it exits 0 twice for the same start, within TimeoutSeconds (the
 // provider's default when 0): the Service is made only once it passes.
-// UpdateCommand, when set, replaces Command after a restart; Port, when
-// set, must be listened on by the service's own processes only.
+// UpdateCommand, when set, replaces Command after a restart; Listens
+// (IP:port) must be listened on by the service's own processes only.
 type ReadyCheck struct {
 	Command        []string
 	UpdateCommand  []string
-	Port           int
+	Listens        []string
 	TimeoutSeconds int
 }
 
@@ -182,8 +182,8 @@ func NewService(ctx *pulumi.Context, name string, a ServiceArgs, opts ...pulumi.
 		if a.Ready.UpdateCommand != nil {
 			ready["updateCommand"] = strings(a.Ready.UpdateCommand)
 		}
-		if a.Ready.Port != 0 {
-			ready["port"] = pulumi.Int(a.Ready.Port)
+		if len(a.Ready.Listens) > 0 {
+			ready["listens"] = strings(a.Ready.Listens)
 		}
 		props["ready"] = ready
 	}

@@ -120,3 +120,34 @@ func TestTwoServicesWithOneNameOnOneHostAreRefused(t *testing.T) {
 		t.Fatalf("a second minio on one host: %v", err)
 	}
 }
+
+// A readiness check reaches the provider whole: its update command and
+// the addresses the service must hold are inputs, as a preview shows.
+func TestAReadyCheckIsPassedWhole(t *testing.T) {
+	m := &mocks{inputs: map[string]resource.PropertyMap{}}
+	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+		var c nodes.Connection
+		c.Host, c.User = "10.0.0.1", "root"
+		_, err := nodes.NewService(ctx, "etcd", nodes.ServiceArgs{Connection: c, Name: "etcd-coord", Mode: "supervised",
+			Command: pulumi.ToStringArray([]string{"/bin/etcd"}), StateDir: "/run/x",
+			Ready: &nodes.ReadyCheck{Command: []string{"/bin/probe", "tcp"}, UpdateCommand: []string{"/bin/probe", "http"},
+				Listens: []string{"10.0.0.1:2380", "10.0.0.1:2381"}, TimeoutSeconds: 30}})
+		return err
+	}, pulumi.WithMocks("lockplane", "test", m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := m.inputs["lockplane:nodes:Service"]["ready"]
+	if !ready.IsObject() {
+		t.Fatalf("ready: %v", ready)
+	}
+	r := ready.ObjectValue()
+	for k, want := range map[resource.PropertyKey]int{"command": 2, "updateCommand": 2, "listens": 2} {
+		if v := r[k]; !v.IsArray() || len(v.ArrayValue()) != want {
+			t.Errorf("ready.%s: %v", k, v)
+		}
+	}
+	if v := r["timeoutSeconds"]; !v.IsNumber() || v.NumberValue() != 30 {
+		t.Errorf("ready.timeoutSeconds: %v", v)
+	}
+}

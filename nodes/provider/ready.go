@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -24,10 +26,11 @@ type ReadyCheck struct {
 	// instead of Command: an etcd member joining a formed cluster can be
 	// asked for more than one starting beside its peers.
 	UpdateCommand []string `json:"updateCommand,omitempty"`
-	// Port, when set, must be listened on by the service's own processes
-	// only: a check that dials the port would pass for anything a local
-	// user bound there between a stop and a start.
-	Port int `json:"port,omitempty"`
+	// Listens are the addresses (IP:port) the checks dial: each must be
+	// listened on, there or on its port's wildcard, by the service's own
+	// processes only. A dial alone would pass for anything a local user
+	// bound there between a stop and a start.
+	Listens []string `json:"listens,omitempty"`
 	// TimeoutSeconds bounds the whole wait: DefaultReadyWait when 0, at
 	// most MaxReadyWait.
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
@@ -56,8 +59,10 @@ func (r *ReadyCheck) validate() error {
 	if r.UpdateCommand != nil && (len(r.UpdateCommand) == 0 || !path.IsAbs(r.UpdateCommand[0])) {
 		return errors.New("ready.updateCommand: must start with an absolute path to the program")
 	}
-	if r.Port < 0 || r.Port > 65535 {
-		return fmt.Errorf("ready.port: %d must be a TCP port, 1 to 65535 (0: not checked)", r.Port)
+	for i, l := range r.Listens {
+		if ap, err := netip.ParseAddrPort(l); err != nil || ap.Port() == 0 {
+			return fmt.Errorf("ready.listens[%d]: %q must be an IP address and port, such as 10.0.0.1:2380", i, l)
+		}
 	}
 	if r.TimeoutSeconds < 0 || time.Duration(r.TimeoutSeconds)*time.Second > MaxReadyWait {
 		return fmt.Errorf("ready.timeoutSeconds: %d must be between 1 and %d (0: %d)", r.TimeoutSeconds,
@@ -85,10 +90,11 @@ func (s *ServiceInputs) probeScript(cmd []string, limit time.Duration) string {
 	var b strings.Builder
 	b.WriteString(s.membersScript())
 	fmt.Fprintf(&b, "before=$(starts)\nset +e\nif command -v timeout >/dev/null 2>&1; then timeout -k 1 %d %s 2>&1; else %s 2>&1; fi\nst=$?\n", secs, q, q)
-	if p := s.Ready.Port; p > 0 {
-		fmt.Fprintf(&b, "if [ $st -eq 0 ]; then owns %d || st=3; fi\n", p)
+	for _, l := range s.Ready.Listens {
+		ap := netip.MustParseAddrPort(l) // validated
+		fmt.Fprintf(&b, "if [ $st -eq 0 ]; then owns %s %s || st=3; fi\n", remote.Quote(l), remote.Quote(strings.Join(procNetAddrs(ap), " ")))
 	}
-	fmt.Fprintf(&b, "echo\necho \"%s$before $(starts)\"\nexit $st\n", startsMarker)
+	fmt.Fprintf(&b, "echo\necho \"%s[$before] [$(starts)]\"\nexit $st\n", startsMarker)
 	return b.String()
 }
 
@@ -96,34 +102,82 @@ func (s *ServiceInputs) probeScript(cmd []string, limit time.Duration) string {
 const startsMarker = "lockplane-starts: "
 
 // membersScript defines, for s's host: starts, which changes with each
-// start of the service (the loop's count; systemd's invocation ID);
+// start of the service (the loop's count; systemd's invocation ID), or
+// is empty when it cannot tell (a loop an older provider started);
 // members, the service's processes; and owns PORT, which passes when
-// every TCP listener on PORT is a socket one of them holds (a listener
-// with SO_REUSEPORT beside the service's would take a share of its
-// connections), and otherwise says who does not.
+// every TCP listener on PORT, on any address, is a socket one of them
+// holds (a listener with SO_REUSEPORT beside the service's would take a
+// share of its connections), and otherwise says why not. Everything
+// outside the probe is bounded too: systemctl under timeout(1), the
+// rest shell builtins, find and awk over /proc.
 func (s *ServiceInputs) membersScript() string {
 	var b strings.Builder
+	b.WriteString("tmo() { if command -v timeout >/dev/null 2>&1; then timeout -k 1 5 \"$@\"; else \"$@\"; fi; }\n")
 	if s.Mode == ModeSystemd {
 		unit := "lockplane-" + s.Name
-		fmt.Fprintf(&b, "starts() { systemctl show -p InvocationID --value %s 2>/dev/null || true; }\n", unit)
-		fmt.Fprintf(&b, "members() { cg=$(systemctl show -p ControlGroup --value %s 2>/dev/null) && [ -n \"$cg\" ] && { cat \"/sys/fs/cgroup$cg/cgroup.procs\" 2>/dev/null || cat \"/sys/fs/cgroup/systemd$cg/cgroup.procs\" 2>/dev/null; } || true; }\n", unit)
+		fmt.Fprintf(&b, "starts() { tmo systemctl show -p InvocationID --value %s 2>/dev/null || true; }\n", unit)
+		fmt.Fprintf(&b, "members() { cg=$(tmo systemctl show -p ControlGroup --value %s 2>/dev/null) && [ -n \"$cg\" ] && { cat \"/sys/fs/cgroup$cg/cgroup.procs\" 2>/dev/null || cat \"/sys/fs/cgroup/systemd$cg/cgroup.procs\" 2>/dev/null; } || true; }\n", unit)
 	} else {
 		b.WriteString(groupScript)
 		fmt.Fprintf(&b, "starts() { cat %s 2>/dev/null || true; }\n", remote.Quote(s.startsFile()))
-		fmt.Fprintf(&b, "members() { readpid %s 2>/dev/null; if group \"$pid\" && ours \"$pid\" \"$since\"; then ps -e -o pid=,sid= 2>/dev/null | awk -v s=\"$pid\" '$2 == s { print $1 }'; fi; }\n", remote.Quote(s.pidFile()))
+		// The session of each process is field 6 of its stat, after the
+		// command name's last ") "; read with builtins, not ps, so that a
+		// host without procps is checked too.
+		fmt.Fprintf(&b, `members() {
+  pf=%s; readpid "$pf" 2>/dev/null
+  if group "$pid" && ours "$pid" "$since" "$pf"; then
+    for d in /proc/[0-9]*; do
+      line=; read -r line 2>/dev/null < "$d/stat" || continue
+      set -- ${line##*) }
+      [ "$4" = "$pid" ] && echo "${d#/proc/}"
+    done
+  fi
+  return 0
+}
+`, remote.Quote(s.pidFile()))
 	}
+	// owns ADDR PATTERNS: PATTERNS are ADDR and its port's wildcards as
+	// /proc/net/tcp{,6} write a local address (procNetAddrs); awk matches
+	// them as strings (a number-like hex would compare as a number).
 	fmt.Fprintf(&b, `owns() {
-  command -v ps >/dev/null 2>&1 || { echo "cannot tell who listens on port $1: ps is not installed"; return 1; }
-  hex=$(printf '%%04X' "$1"); files=/proc/net/tcp; [ -r /proc/net/tcp6 ] && files="$files /proc/net/tcp6"
-  inodes=$(awk -v p="$hex" 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == p) print $10 }' $files)
-  [ -n "$inodes" ] || { echo "nothing listens on port $1"; return 1; }
-  held=$(for m in $(members); do ls -l "/proc/$m/fd" 2>/dev/null; done)
+  files=/proc/net/tcp; [ -r /proc/net/tcp6 ] && files="$files /proc/net/tcp6"
+  inodes=$(awk -v pats="$2" 'BEGIN { n = split(pats, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 } FNR > 1 && $4 == "0A" && ($2 in want) { print $10 }' $files)
+  [ -n "$inodes" ] || { echo "nothing listens on $1"; return 1; }
+  ms=$(members)
   for i in $inodes; do
-    case "$held" in *"socket:[$i]"*) ;; *) echo "port $1 has a listener that is not service %s's (another process bound it)"; return 1 ;; esac
+    found=
+    for m in $ms; do
+      if [ -n "$(find "/proc/$m/fd" -maxdepth 1 -lname "socket:\[$i\]" 2>/dev/null)" ]; then found=1; break; fi
+    done
+    [ -n "$found" ] || { echo "$1 is listened on by a process that is not service %s's: another process bound it"; return 1; }
   done
 }
 `, s.Name)
 	return b.String()
+}
+
+// procNetAddrs are the local addresses, as /proc/net/tcp and tcp6 write
+// them (each 32-bit word in hex, host byte order: little-endian here),
+// of a socket that takes ap's connections: ap itself, and its port on
+// the wildcard address (and, for IPv4, IPv4-mapped IPv6).
+func procNetAddrs(ap netip.AddrPort) []string {
+	port := fmt.Sprintf(":%04X", ap.Port())
+	word := func(b []byte) string {
+		var s strings.Builder
+		for i := 0; i+4 <= len(b); i += 4 {
+			fmt.Fprintf(&s, "%02X%02X%02X%02X", b[i+3], b[i+2], b[i+1], b[i])
+		}
+		return s.String()
+	}
+	v6any := strings.Repeat("0", 32) + port
+	a := ap.Addr()
+	if a.Is4() || a.Is4In6() {
+		v4 := a.Unmap().As4()
+		mapped := netip.AddrFrom4(v4).As16()
+		return []string{word(v4[:]) + port, "00000000" + port, word(mapped[:]) + port, v6any}
+	}
+	v6 := a.As16()
+	return []string{word(v6[:]) + port, v6any}
 }
 
 // logTailScript prints the service's last log lines: its log file when
@@ -131,7 +185,7 @@ func (s *ServiceInputs) membersScript() string {
 // cannot be read must not hide the probe's own failure.
 func (s *ServiceInputs) logTailScript() string {
 	if s.Mode == ModeSystemd {
-		return fmt.Sprintf("journalctl -u lockplane-%s -n %d --no-pager 2>&1 || true\n", s.Name, readyLogLines)
+		return fmt.Sprintf("journalctl -u lockplane-%s -n %d --no-pager -o cat 2>&1 || true\n", s.Name, readyLogLines)
 	}
 	return fmt.Sprintf("tail -n %d %s 2>&1 || true\n", readyLogLines, remote.Quote(s.LogFile()))
 }
@@ -214,15 +268,18 @@ func awaitReady(ctx context.Context, c runner, s *ServiceInputs, update bool) (s
 		logs = "(the log could not be read: " + err.Error() + ")"
 	}
 	probe := strings.TrimSpace(last)
-	if probe == "" && lastErr != nil {
+	if exit := (*remote.ExitError)(nil); probe == "" && errors.As(lastErr, &exit) {
+		probe = fmt.Sprintf("(exit status %d, nothing printed)", exit.Status)
+	} else if probe == "" && lastErr != nil {
 		probe = lastErr.Error()
 	}
 	return "", fmt.Errorf("%s: service %s did not pass its readiness check within %s\nprobe %s, last output:\n%s\nlast %d lines of its log:\n%s",
-		s.Connection.Host, s.Name, wait, printable(remote.QuoteAll(cmd)), indented(redact(probe)), readyLogLines, indented(redact(logs)))
+		s.Connection.Host, s.Name, wait, printable(redact(remote.QuoteAll(cmd))), indented(redact(probe)), readyLogLines, indented(redact(logs)))
 }
 
 // splitStarts takes the probe script's startsMarker line off its output
-// and returns the start counts it gives, before and after the probe.
+// and returns the start counts it gives, before and after the probe
+// ("" where the host cannot tell).
 func splitStarts(raw string) (out, before, after string) {
 	trimmed := strings.TrimRight(raw, "\n")
 	i := strings.LastIndex(trimmed, "\n"+startsMarker)
@@ -234,15 +291,14 @@ func splitStarts(raw string) (out, before, after string) {
 	default:
 		return raw, "", ""
 	}
-	counts := strings.Fields(strings.TrimPrefix(trimmed, startsMarker))
-	if len(counts) > 0 {
-		before = counts[0]
+	m := startsLine.FindStringSubmatch(trimmed)
+	if m == nil {
+		return out, "", ""
 	}
-	if len(counts) > 1 {
-		after = counts[1]
-	}
-	return out, before, after
+	return out, m[1], m[2]
 }
+
+var startsLine = regexp.MustCompile(`^` + startsMarker + `\[([^\]]*)\] \[([^\]]*)\]$`)
 
 // lastLine is the last non-empty line of out, escaped: what answered.
 func lastLine(out string) string {

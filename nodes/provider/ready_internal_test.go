@@ -85,7 +85,7 @@ func TestReadyAServiceThatNeverAnswersFailsNamingHostServiceAndLog(t *testing.T)
 // A probe that passes after the service takes a while: the wait ends at
 // its second pass in a row for the same start (no restart between), and
 // what answered is its last line.
-func TestReadyWaitsForTheFirstPassAndKeepsWhatAnswered(t *testing.T) {
+func TestReadyWaitsForTwoPassesOfOneStartAndKeepsWhatAnswered(t *testing.T) {
 	count := filepath.Join(t.TempDir(), "count")
 	s := supervised(t, &ReadyCheck{Command: []string{"/bin/sh", "-c",
 		`echo x >> "$0"; [ "$(wc -l < "$0")" -ge 3 ] || { echo not yet; exit 1; }; echo probing; echo 10.231.9.9:7443`, count}})

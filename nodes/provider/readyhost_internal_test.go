@@ -2,8 +2,10 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -53,11 +55,10 @@ func startLocal(t *testing.T, l *localHost, s *ServiceInputs) {
 
 // A port's check passes only when the service itself listens there: a
 // process of anyone else's that bound the port (between a stop and a
-// start) makes a dial answer, but not the service ready.
-func TestReadyAPortHeldByAnotherProcessIsNotTheService(t *testing.T) {
-	if _, err := exec.LookPath("ps"); err != nil {
-		t.Skip("ps is not installed")
-	}
+// start) makes a dial answer, but not the service ready. A listener on
+// another address of the port takes none of the service's connections
+// and does not stop it.
+func TestReadyAnAddressHeldByAnotherProcessIsNotTheService(t *testing.T) {
 	l := &localHost{}
 	port := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -68,30 +69,95 @@ func TestReadyAPortHeldByAnotherProcessIsNotTheService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := supervised(t, &ReadyCheck{Command: []string{"/bin/true"}, Port: port, TimeoutSeconds: 3})
+	s := supervised(t, &ReadyCheck{Command: []string{"/bin/true"}, Listens: []string{addr}, TimeoutSeconds: 3})
 	s.Name, s.Command = "squatted", []string{"/bin/sleep", "600"}
 	startLocal(t, l, s)
 	_, err = awaitReady(context.Background(), l, s, false)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("port %d has a listener that is not service squatted's", port)) {
-		t.Fatalf("a port another process holds: %v", err)
+	if err == nil || !strings.Contains(err.Error(), addr+" is listened on by a process that is not service squatted's") {
+		t.Fatalf("an address another process holds: %v", err)
 	}
 	// A broken variant, ownership unchecked, passes it: the check is
 	// what fails above.
 	broken := *s
 	broken.Ready = &ReadyCheck{Command: []string{"/bin/true"}, TimeoutSeconds: 3}
 	if _, err := awaitReady(context.Background(), l, &broken, false); err != nil {
-		t.Fatalf("without the port check: %v", err)
+		t.Fatalf("without the address check: %v", err)
 	}
 	squat.Close()
 
-	// The service itself listening passes.
-	own := supervised(t, &ReadyCheck{Command: []string{"/bin/true"}, Port: port, TimeoutSeconds: 10})
+	// The service itself listening passes, though another process holds
+	// the same port on another address.
+	other, err := net.Listen("tcp", fmt.Sprintf("127.0.0.2:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	own := supervised(t, &ReadyCheck{Command: []string{"/bin/true"}, Listens: []string{addr}, TimeoutSeconds: 10})
 	own.Name, own.Command = "listener", []string{os.Args[0], "-test.run=^TestListenHelper$"}
 	own.Env = map[string]string{listenHelperEnv: addr}
 	startLocal(t, l, own)
 	if _, err := awaitReady(context.Background(), l, own, false); err != nil {
 		t.Fatalf("the service's own listener: %v", err)
 	}
+}
+
+// The local addresses the check matches are the kernel's own spelling:
+// this test's listener is found under them in /proc/net/tcp.
+func TestProcNetAddrsAreHowTheKernelWritesThem(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"10.231.0.21:7443", "1500E70A:1D13 00000000:1D13 0000000000000000FFFF00001500E70A:1D13 00000000000000000000000000000000:1D13"},
+		{"[fd00::1]:2380", "000000FD000000000000000001000000:094C 00000000000000000000000000000000:094C"},
+	} {
+		if got := strings.Join(procNetAddrs(netip.MustParseAddrPort(tc.addr)), " "); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.addr, got, tc.want)
+		}
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skip(err)
+	}
+	if want := procNetAddrs(netip.MustParseAddrPort(l.Addr().String()))[0]; !strings.Contains(string(table), " "+want+" ") {
+		t.Fatalf("/proc/net/tcp has no %s:\n%s", want, table)
+	}
+}
+
+// The same start must answer twice: passes each by another start (a
+// service restarting between checks, however quickly) are never ready.
+func TestReadyPassesByDifferentStartsAreNotReady(t *testing.T) {
+	s := supervised(t, &ReadyCheck{Command: []string{"/bin/true"}, TimeoutSeconds: 3})
+	r := &scripted{}
+	for i := 1; i <= 10; i++ {
+		r.outs = append(r.outs, fmt.Sprintf("10.231.9.9:7443\n%s[%d] [%d]\n", startsMarker, i, i))
+	}
+	if _, err := awaitReady(context.Background(), r, s, false); err == nil {
+		t.Fatal("ready on passes by a new start each time")
+	}
+	r = &scripted{outs: []string{"a\n" + startsMarker + "[1] [1]\n", "b\n" + startsMarker + "[2] [2]\n", "c\n" + startsMarker + "[2] [2]\n"}}
+	if got, err := awaitReady(context.Background(), r, s, false); err != nil || got != "c" || r.runs != 3 {
+		t.Fatalf("two passes of start 2: %q after %d runs, %v", got, r.runs, err)
+	}
+}
+
+// scripted answers each probe run with the next of outs, exit 0.
+type scripted struct {
+	outs []string
+	runs int
+}
+
+func (r *scripted) Run(ctx context.Context, script string) (string, error) {
+	if strings.Contains(script, "tail -n") {
+		return "", nil // the log tail
+	}
+	r.runs++
+	if r.runs > len(r.outs) {
+		return "", errors.New("no more answers")
+	}
+	return r.outs[r.runs-1], nil
 }
 
 // A service that restarts while its check runs is not ready, however
@@ -194,5 +260,72 @@ func TestAStalePidFileNeverSignalsAnotherProcess(t *testing.T) {
 	}
 	if out, _ := l.Run(ctx, s.aliveScript()); strings.Contains(out, "running") {
 		t.Fatal("still running after its stop")
+	}
+}
+
+// A pid file from another boot is never the service's, even when its pid
+// names a process group whose leader is gone (as a daemon that forked
+// into the background leaves): within a boot such a group could only be
+// the service's, across one it is anyone's. A pid file of the older
+// format (no start) is taken at its word only if written in this boot.
+func TestAPidFileFromAnotherBootNeverSignals(t *testing.T) {
+	l := &localHost{}
+	ctx := context.Background()
+	s := supervised(t, nil)
+	s.Name = "rebooted"
+	// A leaderless group: sh starts a sleep in its new session and exits.
+	leader := exec.Command("setsid", "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $$")
+	out, err := leader.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid := firstField(string(out))
+	t.Cleanup(func() { exec.Command("pkill", "-KILL", "-s", pgid).Run() })
+	// Alive: a member that is not a zombie (this machine's init may be
+	// slow to reap the killed sleep).
+	alive := func() bool {
+		out, _ := exec.Command("ps", "-o", "stat=", "-s", pgid).Output()
+		for _, st := range strings.Fields(string(out)) {
+			if !strings.HasPrefix(st, "Z") {
+				return true
+			}
+		}
+		return false
+	}
+	if !alive() {
+		t.Fatal("the leaderless group is gone already")
+	}
+	for _, tc := range []struct {
+		name, content string
+		mtime         time.Time
+	}{
+		{"another boot", pgid + " 12345/00000000-0000-0000-0000-000000000000\n", time.Now()},
+		{"the old format, before this boot", pgid + "\n", time.Unix(1, 0)},
+	} {
+		for _, script := range []string{s.aliveScript(), s.stopScript()} {
+			if err := os.WriteFile(s.pidFile(), []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(s.pidFile(), tc.mtime, tc.mtime); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := l.Run(ctx, script); err != nil || strings.Contains(out, "running") {
+				t.Fatalf("%s: %q, %v: counted as running, or failed", tc.name, out, err)
+			}
+		}
+		if log, _ := os.ReadFile(s.LogFile()); strings.Contains(string(log), "stopping") || !alive() {
+			t.Fatalf("%s: the stop signalled a group that is not the service's:\n%s", tc.name, log)
+		}
+	}
+	// The old format written in this boot is taken at its word: the group
+	// is stopped (which shows the cases above would have been too).
+	if err := os.WriteFile(s.pidFile(), []byte(pgid+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Run(ctx, s.stopScript()); err != nil {
+		t.Fatal(err)
+	}
+	if alive() {
+		t.Fatal("an old-format pid file of this boot did not stop its group")
 	}
 }

@@ -109,7 +109,7 @@ func (s *ServiceInputs) startScript() string {
 	// The loop logs every signal that ends it or its command, and whether
 	// this resource's stop sent it: any other is someone else's. (SIGINT
 	// cannot be trapped here: a background job starts with it ignored.)
-	loop := fmt.Sprintf(procScript+`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
+	loop := procScript + fmt.Sprintf(`note() { if [ -e %[5]s ]; then by="from its own stop"; else by="NOT from its own stop"; fi; echo "lockplane: %[4]s $1 at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ), $by"; }; `+
 		`for sig in HUP TERM; do trap "note 'supervisor got SIG$sig'; trap - $sig; kill -$sig \$\$" $sig; done; `+
 		// The pid file last: a stop that reads it finds the traps set. It
 		// records when the group's leader started, so a pid reused after
@@ -123,7 +123,9 @@ func (s *ServiceInputs) startScript() string {
 	if wd == "" {
 		wd = s.StateDir
 	}
-	return fmt.Sprintf("mkdir -p %[1]s %[2]s\ncd %[2]s\nrm -f %[6]s %[7]s\nsetsid sh -c %[3]s >> %[4]s 2>&1 < /dev/null &\n"+
+	// The log is root's and its group's alone: what up shows of it is
+	// redacted, the file itself is not.
+	return fmt.Sprintf("mkdir -p %[1]s %[2]s\ncd %[2]s\nrm -f %[6]s %[7]s\ntouch %[4]s\nchmod 0640 %[4]s\nsetsid sh -c %[3]s >> %[4]s 2>&1 < /dev/null &\n"+
 		"for i in $(seq 50); do [ -s %[5]s ] && break; sleep 0.1; done\ncat %[5]s\n",
 		remote.Quote(s.StateDir), remote.Quote(wd), remote.Quote(loop), remote.Quote(s.LogFile()), remote.Quote(s.pidFile()), remote.Quote(s.stopMark()), remote.Quote(s.startsFile()))
 }
@@ -141,19 +143,19 @@ const serviceStopWait = 30 * time.Second
 // old one. A pid file that is not a process group (empty, 0 or 1, which
 // kill would read as every process) is only removed.
 func (s *ServiceInputs) stopScript() string {
-	return fmt.Sprintf(groupScript+`pf=%[1]s
+	return groupScript + fmt.Sprintf(`pf=%[1]s
 if [ -f "$pf" ]; then
   readpid "$pf"
   if ! group "$pid"; then
     echo "lockplane: %[2]s's pid file held '$pid', not a process group: removed" >> %[3]s 2>/dev/null || true
-  elif ! ours "$pid" "$since"; then
+  elif ! ours "$pid" "$since" "$pf"; then
     echo "lockplane: %[2]s's pid file named process group $pid, which is now another process's (the host restarted, or the pid was reused): removed without a signal" >> %[3]s 2>/dev/null || true
   else
     touch %[4]s 2>/dev/null || true
     echo "lockplane: stopping %[2]s (process group $pid) at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> %[3]s 2>/dev/null || true
     kill -TERM -"$pid" 2>/dev/null || true
     for i in $(seq 100); do live "$pid" || break; sleep 0.1; done
-    kill -KILL -"$pid" 2>/dev/null || true
+    ! live "$pid" || kill -KILL -"$pid" 2>/dev/null || true
     for i in $(seq 50); do live "$pid" || break; sleep 0.1; done
     if live "$pid"; then
       rm -f %[4]s
@@ -178,23 +180,28 @@ const procScript = `started() { [ -r "/proc/$1/stat" ] && echo "$(sed 's/^.*) //
 //   - readpid: the pid file's pid and when its process started.
 //   - group: a pid names a process group (a number above 1: kill reads 0
 //     as its own group and -1 as every process).
-//   - ours: the group is still the one the pid file recorded. A leader
-//     alive with another start time (or boot) is another process that
-//     reuses the pid: after a reboot, or long after the group ended. A
-//     leader gone is still ours: the kernel does not reuse a pid while
-//     any process is in the group it names. A pid file without a start
-//     time (written before it was recorded) is taken at its word.
+//   - ours: the group is still the one the pid file recorded. One from
+//     another boot never is: after a reboot its pid names whatever took
+//     it. In this boot, a leader alive with another start time is another
+//     process that reuses the pid, long after the group ended; a leader
+//     gone is still ours, since the kernel does not reuse a pid while any
+//     process is in the group it names. A pid file without a start time
+//     (written before it was recorded) is ours if written in this boot.
 //   - live: the group has a member that is not a zombie (a zombie answers
 //     kill -0 until its parent reaps it, which a host's init may never
 //     do); without ps, kill -0 is the best there is.
 const groupScript = procScript + `readpid() { pid= since=; read -r pid since < "$1" || true; }
 group() { case "$1" in ''|*[!0-9]*|0|1) return 1 ;; esac; }
-ours() { [ -z "$2" ] || [ ! -e "/proc/$1" ] || [ "$(started "$1")" = "$2" ]; }
+ours() {
+  if [ -z "$2" ]; then [ "$(stat -c %Y "$3" 2>/dev/null || echo 0)" -ge "$(awk '/^btime/ { print $2 }' /proc/stat 2>/dev/null || echo 0)" ]; return; fi
+  case "$2" in */"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)") ;; *) return 1 ;; esac
+  [ ! -e "/proc/$1" ] || [ "$(started "$1")" = "$2" ]
+}
 live() { if command -v ps >/dev/null 2>&1; then ps -o stat= -s "$1" 2>/dev/null | grep -qv '^Z'; else kill -0 -"$1" 2>/dev/null; fi; }
 `
 
 func (s *ServiceInputs) aliveScript() string {
-	return fmt.Sprintf(groupScript+`pf=%s; if [ -f "$pf" ]; then readpid "$pf"; if group "$pid" && ours "$pid" "$since" && live "$pid"; then echo running; fi; fi`, remote.Quote(s.pidFile()))
+	return groupScript + fmt.Sprintf(`pf=%s; if [ -f "$pf" ]; then readpid "$pf"; if group "$pid" && ours "$pid" "$since" "$pf" && live "$pid"; then echo running; fi; fi`, remote.Quote(s.pidFile()))
 }
 
 // startsFile counts a supervised service's starts (the loop's).

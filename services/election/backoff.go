@@ -11,8 +11,8 @@ import (
 // not try again together, nor hammer a cluster that is down.
 type Backoff struct {
 	// Min is the first wait, doubling up to Max while tries keep failing
-	// at once; a try that ran longer than Max resets it to Min. Both must
-	// be above zero, Max at least Min.
+	// at once; a try that ran longer than Max resets it to Min. Min is a
+	// second when not above zero; Max is at least Min.
 	Min, Max time.Duration
 	// After and Now are the clock; time.After and time.Now when nil
 	// (tests inject their own).
@@ -30,7 +30,13 @@ func (b Backoff) Retry(ctx context.Context, try func() error) bool {
 	if now == nil {
 		now = time.Now
 	}
-	wait := b.Min
+	// A zero Backoff would retry at once, for ever: Min defaults to a
+	// second, and Max is at least Min.
+	floor := b.Min
+	if floor <= 0 {
+		floor = time.Second
+	}
+	wait, ceiling := floor, max(b.Max, floor)
 	for {
 		start := now()
 		if try() == nil {
@@ -41,14 +47,14 @@ func (b Backoff) Retry(ctx context.Context, try func() error) bool {
 		}
 		// A try that ran long was not failing at once: whatever ended it
 		// is news, not the same fault again.
-		if now().Sub(start) > b.Max {
-			wait = b.Min
+		if now().Sub(start) > ceiling {
+			wait = floor
 		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-after(wait/2 + rand.N(wait/2+1)):
 		}
-		wait = min(2*wait, b.Max)
+		wait = min(2*wait, ceiling)
 	}
 }

@@ -148,3 +148,29 @@ func TestTheBackoffStopsWhenTheContextEnds(t *testing.T) {
 		}
 	})
 }
+
+// A zero Backoff waits a second between tries, not none: it never spins.
+func TestAZeroBackoffStillWaits(t *testing.T) {
+	var waits []time.Duration
+	tries := 0
+	b := election.Backoff{After: func(d time.Duration) <-chan time.Time {
+		waits = append(waits, d)
+		c := make(chan time.Time, 1)
+		c <- time.Time{}
+		return c
+	}}
+	b.Retry(context.Background(), func() error {
+		if tries++; tries < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	for _, w := range waits {
+		if w < 500*time.Millisecond {
+			t.Fatalf("waits %v: a zero Backoff waited less than half its default second", waits)
+		}
+	}
+	if len(waits) != 2 {
+		t.Fatalf("waits %v, want 2", waits)
+	}
+}
