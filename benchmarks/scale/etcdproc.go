@@ -13,9 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/lockplane/lockplane/test/procflags"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,14 +58,12 @@ func startEtcd(ctx context.Context, bin, dir, name string, members int, timeout 
 	for i, p := range ports {
 		m := fmt.Sprintf("%s-%d", name, i)
 		client := fmt.Sprintf("http://127.0.0.1:%d", p[0])
-		cmd := exec.Command(bin, "--name", m, "--data-dir", filepath.Join(dir, m),
-			"--listen-client-urls", client, "--advertise-client-urls", client,
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p[1]), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", p[1]),
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", token,
-			"--initial-cluster-state", "new",
-			"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
-			"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1h",
-			"--log-level", "warn", "--log-outputs", filepath.Join(dir, m+".log"))
+		peer := fmt.Sprintf("http://127.0.0.1:%d", p[1])
+		cmd := exec.Command(bin, procflags.Etcd{Name: m, DataDir: filepath.Join(dir, m),
+			ListenClient: client, AdvertiseClient: client, ListenPeer: peer, AdvertisePeer: peer,
+			InitialCluster: initial, Token: token, State: "new", FeatureGates: procflags.LeaseCheckpoints,
+			AutoCompactionMode: "periodic", AutoCompactionRetention: "1h",
+			LogLevel: "warn", LogOutputs: filepath.Join(dir, m+".log")}.Args()...)
 		cmd.SysProcAttr = dieWithParent()
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start %s: %w", m, err)

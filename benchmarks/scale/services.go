@@ -15,13 +15,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/policy/live"
 	"github.com/lockplane/lockplane/services/shardmap"
+	"github.com/lockplane/lockplane/test/procflags"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -125,12 +125,12 @@ func startProcesses(ctx context.Context, cfg config, dir, policies string) (_ se
 	id := p.Identities["arbiter"]
 	p.Endpoint = fmt.Sprintf("127.0.0.1:%d", listen)
 	p.Metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics)
-	s.arbiter = exec.Command(cfg.ArbiterBin, "--listen", p.Endpoint, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metrics),
-		"--etcd-endpoints", strings.Join(s.coordEtcd.clients, ","), "--shard", shard+"="+strings.Join(s.shardEtcd.clients, ","),
-		"--svid-cert", abs(id.Cert), "--svid-key", abs(id.Key), "--bundle", abs(p.Bundle), "--trust-domain", p.TrustDomain,
-		"--policies", policies, "--op-timeout", cfg.OpTimeout.String(),
+	s.arbiter = exec.Command(cfg.ArbiterBin, procflags.Arbiter{Listen: p.Endpoint, MetricsListen: fmt.Sprintf("127.0.0.1:%d", metrics),
+		EtcdEndpoints: s.coordEtcd.clients, Shards: []procflags.Shard{{Name: shard, Endpoints: s.shardEtcd.clients}},
+		SVIDCert: abs(id.Cert), SVIDKey: abs(id.Key), Bundle: abs(p.Bundle), TrustDomain: p.TrustDomain,
+		Policies: policies, OpTimeout: cfg.OpTimeout,
 		// The benchmark's clusters run without etcd users, as the gate's.
-		"--etcd-without-auth")
+		EtcdWithoutAuth: true}.Args()...)
 	if s.arbiterLog, err = os.Create(filepath.Join(dir, "arbiter.log")); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/lockplane/lockplane/test/procflags"
 )
 
 // Bins are the arbiter and etcd built for a test binary.
@@ -66,12 +67,20 @@ type Proc struct {
 // printed if the test failed.
 func (b Bins) Start(t testing.TB, ctx context.Context, logPath string, args ...string) Proc {
 	t.Helper()
+	return b.StartFlags(t, ctx, logPath, procflags.Arbiter{Extra: args})
+}
+
+// StartFlags is Start with the command line f: its Listen and
+// MetricsListen are overwritten with free loopback ports.
+func (b Bins) StartFlags(t testing.TB, ctx context.Context, logPath string, f procflags.Arbiter) Proc {
+	t.Helper()
 	ports, err := resourcetest.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := Proc{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	resourcetest.StartLogged(t, exec.Command(b.Arbiter, append([]string{"--listen", p.Addr, "--metrics-listen", p.Metrics}, args...)...), logPath)
+	f.Listen, f.MetricsListen = p.Addr, p.Metrics
+	resourcetest.StartLogged(t, exec.Command(b.Arbiter, f.Args()...), logPath)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {

@@ -12,13 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
+	"github.com/lockplane/lockplane/test/procflags"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -119,14 +119,13 @@ func (c *Cluster) form(ctx context.Context) error {
 func (c *Cluster) start(ctx context.Context, token string) error {
 	c.token = token
 	for _, m := range c.Members {
-		m.args = []string{
-			"--name", m.Name, "--data-dir", filepath.Join(c.cfg.Dir, m.Name),
-			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[0]), "--advertise-client-urls", m.Client,
-			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), "--initial-advertise-peer-urls", m.Peer,
-			"--initial-cluster", strings.Join(c.initial, ","), "--initial-cluster-token", token, "--initial-cluster-state", "new",
-			"--feature-gates", "LeaseCheckpoint=true,LeaseCheckpointPersist=true",
-			"--log-level", "warn", "--log-outputs", filepath.Join(c.cfg.Dir, m.Name+".log"),
-		}
+		m.args = procflags.Etcd{
+			Name: m.Name, DataDir: filepath.Join(c.cfg.Dir, m.Name),
+			ListenClient: fmt.Sprintf("http://127.0.0.1:%d", m.ports[0]), AdvertiseClient: m.Client,
+			ListenPeer: fmt.Sprintf("http://127.0.0.1:%d", m.ports[1]), AdvertisePeer: m.Peer,
+			InitialCluster: c.initial, Token: token, State: "new", FeatureGates: procflags.LeaseCheckpoints,
+			LogLevel: "warn", LogOutputs: filepath.Join(c.cfg.Dir, m.Name+".log"),
+		}.Args()
 		if err := c.startProcess(m); err != nil {
 			return err
 		}

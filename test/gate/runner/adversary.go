@@ -108,12 +108,12 @@ func (h *history) startThief(base traffic.Config) (*proc, string, error) {
 	return p, tc.History, err
 }
 
-// classFlags are the arbiter's --class flags: the gate class (on the
+// classes are the arbiter's --class values: the gate class (on the
 // entity tier for the shard faults) and, for two-tier, gatecoord on coord
 // over the same keys. An arbiter that routes keys by class prefixes is
 // given the gate class's prefix, so the keys are the gate class's and
 // gatecoord serves none of them.
-func classFlags(cfg Config) []string {
+func classes(cfg Config) []string {
 	gate := fmt.Sprintf("gate=%s", TTL)
 	if cfg.Fault.entity() {
 		gate += ":entity"
@@ -121,15 +121,15 @@ func classFlags(cfg Config) []string {
 			gate += ":gate/"
 		}
 	}
-	out := []string{"--class", gate}
+	out := []string{gate}
 	switch cfg.Fault {
 	case TwoTier:
-		out = append(out, "--class", fmt.Sprintf("%s=%s", CoordClass, TTL))
+		out = append(out, fmt.Sprintf("%s=%s", CoordClass, TTL))
 	case LiveAdvance:
 		// An advance's quiet period is the longest class TTL: the default
 		// class's too, so it is the gate's, and the history sees grants
 		// after it.
-		out = append(out, "--class", fmt.Sprintf("%s=%s", class.DefaultName, TTL))
+		out = append(out, fmt.Sprintf("%s=%s", class.DefaultName, TTL))
 	}
 	return out
 }

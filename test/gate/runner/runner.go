@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +38,7 @@ import (
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	ghistory "github.com/lockplane/lockplane/test/gate/history"
 	"github.com/lockplane/lockplane/test/gate/traffic"
+	"github.com/lockplane/lockplane/test/procflags"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -964,18 +964,13 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, extra []st
 		return nil, err
 	}
 	id := p.Identities["arbiter"]
-	args := []string{cfg.Arbiter, "--listen", p.Endpoint, "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport),
-		"--etcd-endpoints", strings.Join(endpoints, ","), "--svid-cert", id.Cert, "--svid-key", id.Key,
-		"--bundle", p.Bundle, "--trust-domain", p.TrustDomain, "--op-timeout", "1s", "--allow-any-workload",
+	f := procflags.Arbiter{Listen: p.Endpoint, MetricsListen: fmt.Sprintf("127.0.0.1:%d", mport),
+		EtcdEndpoints: endpoints, SVIDCert: id.Cert, SVIDKey: id.Key, Bundle: p.Bundle, TrustDomain: p.TrustDomain,
+		OpTimeout: time.Second, AllowAnyWorkload: true,
 		// The gate's clusters run without etcd users. Operators sign in
 		// (extra: --oidc-*), so epoch advances are two-person.
-		"--etcd-without-auth"}
-	args = append(args, classFlags(cfg)...)
-	if cfg.GroupCommit != 0 {
-		args = append(args, "--group-commit", strconv.Itoa(cfg.GroupCommit))
-	}
-	args = append(args, extra...)
-	a, err := start(args, nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
+		EtcdWithoutAuth: true, Classes: classes(cfg), GroupCommit: cfg.GroupCommit, Extra: extra}
+	a, err := start(append([]string{cfg.Arbiter}, f.Args()...), nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
 	if err != nil {
 		return nil, err
 	}
