@@ -1,6 +1,8 @@
-// Package restore makes a member's data directory from a snapshot, as
-// `etcdutl snapshot restore` does, for a cluster that is new in every way
-// but its data: a new initial-cluster token, so a new cluster ID. The new
+// Package restore makes etcd members' data directories from a snapshot.
+//
+// It does what `etcdutl snapshot restore` does, for a cluster that is new
+// in every way but its data: a new initial-cluster token, so a new
+// cluster ID. The new
 // ID is what seals the restored cluster until the operators advance its
 // epoch (ADR-03). etcd derives the cluster ID from the token and the
 // members' peer URLs alone, so restoring under the old token and URLs

@@ -1,5 +1,6 @@
-// Package topology is a region's stack configuration, typed, and the rules
-// that decide whether its hosts can carry the service: a 5-member coord
+// Package topology is a region's stack configuration and its placement rules.
+//
+// The rules decide whether its hosts can carry the service: a 5-member coord
 // etcd cluster split 2-2-1 across three halls, entity shards of three
 // members one per hall, two Tang servers in two halls, arbiters spread
 // across halls, and at most one audit store host (ClickHouse), with etcd

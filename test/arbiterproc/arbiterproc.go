@@ -1,7 +1,8 @@
-// Package arbiterproc runs the arbiter as a process of its own, as tests
-// that need several arbiters, or an arbiter whose identity comes from a
-// SPIRE agent by its binary's path, do: built once per test binary, on a
-// one-member etcd cluster whose epoch is bootstrapped.
+// Package arbiterproc runs the arbiter binary as a separate process for tests.
+//
+// Tests that need several arbiters, or an arbiter whose identity comes
+// from a SPIRE agent by its binary's path, use it: built once per test
+// binary, on a one-member etcd cluster whose epoch is bootstrapped.
 package arbiterproc
 
 import (

@@ -1,7 +1,7 @@
-// Package spire_test runs the arbiter and a client on identities from a
-// real SPIRE server and agent, with SVIDs short enough to rotate several
-// times during one session: a session and its hold outlive every SVID
-// they started with.
+// Package spire_test locks with identities from a real SPIRE server and agent.
+//
+// Its SVIDs are short enough to rotate several times during one session:
+// a session and its hold outlive every SVID they started with.
 package spire_test
 
 import (

@@ -1,5 +1,6 @@
-// Package audittest has an in-memory audit store for tests of what the
-// tailer reads; the store's own guarantees are tested against ClickHouse.
+// Package audittest is an in-memory audit store for tailer tests.
+//
+// The real store's own guarantees are tested against ClickHouse.
 package audittest
 
 import (

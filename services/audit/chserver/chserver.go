@@ -1,6 +1,7 @@
-// Package chserver starts a local ClickHouse server (Debian's
-// clickhouse-server 18.16) on free loopback ports, with its configuration,
-// data and logs under one directory: the audit store of `lockplane dev`
+// Package chserver starts a local ClickHouse server for dev and tests.
+//
+// It runs Debian's clickhouse-server 18.16 on free loopback ports, with its
+// configuration, data and logs under one directory: the audit store of `lockplane dev`
 // and of the tests. Clients reach it through its HTTP interface, as one
 // of the store's two users (WriterUser, ReaderUser) with the passwords
 // Start makes.

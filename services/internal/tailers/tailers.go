@@ -1,6 +1,7 @@
-// Package tailers runs the audit tailers of every cluster a process has a
-// client of, as the arbiter binary and the embedded default both do: one
-// audit.Run per cluster, each campaigning again after a backoff when it is
+// Package tailers runs an audit tailer per cluster, and the archiver.
+//
+// The arbiter binary and the embedded default both run it for every
+// cluster they have a client of: one audit.Run per cluster, each campaigning again after a backoff when it is
 // deposed or fails, until the process stops. Audit never takes the lock
 // service down: a store that does not answer is logged and tried again.
 package tailers

@@ -1,5 +1,6 @@
-// Package tlsfiles builds a client's TLS configuration from the PEM files
-// its flags name, with errors that name the flag.
+// Package tlsfiles builds TLS configurations from PEM files named by flags.
+//
+// Its errors name the flag.
 package tlsfiles
 
 import (

@@ -1,6 +1,8 @@
-// Package records defines the values the arbiter writes at a hold key
-// (/l/<key>), a session key (/s/<lease>) and a force record
-// (/sys/force/<action>): one definition, which the arbiter encodes and
+// Package records defines the values stored at hold, session and force keys.
+//
+// They are the values the arbiter writes at a hold key (/l/<key>), a
+// session key (/s/<lease>) and a force record (/sys/force/<action>): one
+// definition, which the arbiter encodes and
 // compares and the audit tailer decodes, so the two never drift apart. A
 // force record is written by the Admin API (services/internal/arbiter/admin)
 // and read by the lock core, whose keepalives report the holds it ended.

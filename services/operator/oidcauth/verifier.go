@@ -1,6 +1,7 @@
-// Package oidcauth verifies the OpenID Connect ID tokens operators (people)
-// present to the Admin API, and decides whether two operators are different
-// people.
+// Package oidcauth verifies operators' OpenID Connect ID tokens.
+//
+// Operators (people) present them to the Admin API; the package also
+// decides whether two operators are different people.
 //
 // Verification is go-oidc's (coreos/go-oidc/v3): discovery, the issuer's
 // JWKS fetched and cached by its remote key set (refetched when a token

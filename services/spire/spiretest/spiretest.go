@@ -1,5 +1,7 @@
-// Package spiretest starts a real spire-server and agent for tests, as a
-// region runs them (bin/spire-server and bin/spire-agent, `make spire`).
+// Package spiretest starts a real SPIRE server and agent for tests.
+//
+// It runs them as a region does (bin/spire-server and bin/spire-agent,
+// `make spire`).
 // It is apart from package resourcetest, whose servers the policy and
 // audit packages' own tests use: this one imports them.
 package spiretest

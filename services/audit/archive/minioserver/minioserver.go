@@ -1,7 +1,8 @@
-// Package minioserver starts a local MinIO server (the repository's
-// bin/minio, `make minio`) on a free loopback port, its data and log under
-// one directory: the audit archive of `lockplane dev` and the S3 server of
-// the tests. Clients reach it over plain HTTP on loopback.
+// Package minioserver starts a local MinIO server for dev and tests.
+//
+// It runs the repository's bin/minio (`make minio`) on a free loopback
+// port, its data and log under one directory: the audit archive of
+// `lockplane dev` and the S3 server of the tests. Clients reach it over plain HTTP on loopback.
 package minioserver
 
 import (

@@ -1,5 +1,7 @@
-// Package quota enforces each identity's quotas (live sessions and live
-// holds across a region's clusters) for the lock core: a Gate per
+// Package quota enforces each identity's session and hold quotas.
+//
+// The quotas count live sessions and live holds across a region's
+// clusters, for the lock core: a Gate per
 // cluster's arbiter follows that cluster's records into a Usage the
 // region's arbiters share, and refuses a new session or hold past the
 // caller's limit. The lock core knows it only as a small interface

@@ -1,5 +1,6 @@
-// Package refuse builds the API errors the arbiter's services answer with
-// (a gRPC status carrying an ErrorReason; see package reason): the lock
+// Package refuse builds the lock and Admin APIs' refusals.
+//
+// Each is a gRPC status carrying an ErrorReason (see package reason): the lock
 // core (services/internal/arbiter) and the Admin API
 // (services/internal/arbiter/admin) refuse in the same words.
 package refuse
