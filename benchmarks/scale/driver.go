@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockplane/lockplane/services/childproc"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
 	"github.com/lockplane/lockplane/services/devenv"
@@ -50,9 +51,10 @@ const shard = "entity-0"
 
 // workerProc is one running client worker.
 type workerProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines *bufio.Scanner
+	*childproc.Process
+	stdin  io.WriteCloser
+	stdout *os.File
+	lines  *bufio.Scanner
 }
 
 // expect reads the worker's next line, which must be phase (or its result
@@ -61,12 +63,12 @@ func (w *workerProc) expect(phase string, d time.Duration) error {
 	got := make(chan error, 1)
 	go func() {
 		if !w.lines.Scan() {
-			got <- fmt.Errorf("worker %d ended before %q", w.cmd.Process.Pid, phase)
+			got <- fmt.Errorf("worker %d ended before %q", w.Pid(), phase)
 			return
 		}
 		var m struct{ Phase, Error string }
 		if err := json.Unmarshal(w.lines.Bytes(), &m); err != nil || m.Error != "" || m.Phase != phase {
-			got <- fmt.Errorf("worker %d: wanted %q, said %s", w.cmd.Process.Pid, phase, w.lines.Text())
+			got <- fmt.Errorf("worker %d: wanted %q, said %s", w.Pid(), phase, w.lines.Text())
 			return
 		}
 		got <- nil
@@ -75,7 +77,7 @@ func (w *workerProc) expect(phase string, d time.Duration) error {
 	case err := <-got:
 		return err
 	case <-time.After(d):
-		return fmt.Errorf("worker %d: no %q within %s", w.cmd.Process.Pid, phase, d)
+		return fmt.Errorf("worker %d: no %q within %s", w.Pid(), phase, d)
 	}
 }
 
@@ -127,8 +129,8 @@ func run(cfg config) (*report, error) {
 	defer func() {
 		for _, w := range workers {
 			w.stdin.Close()
-			w.cmd.Process.Kill()
-			w.cmd.Wait()
+			w.Kill()
+			w.stdout.Close()
 		}
 	}()
 	setup := cfg.OpTimeout + time.Duration(cfg.TotalHolds/max(1, cfg.Parallel*cfg.Workers)+cfg.Sessions)*cfg.OpTimeout/10
@@ -177,7 +179,7 @@ func run(cfg config) (*report, error) {
 	// processes, then the workers.
 	pids := append([]int{self}, svc.etcdPIDs()...)
 	for _, w := range workers {
-		pids = append(pids, w.cmd.Process.Pid)
+		pids = append(pids, w.Pid())
 	}
 	cpu0, err := cpuTimes(pids)
 	if err != nil {
@@ -281,19 +283,28 @@ func startWorker(profile string, ids []string, sessions, holds int, cfg config, 
 		"-sessions", strconv.Itoa(sessions), "-worker-holds", strconv.Itoa(holds), "-worker-prefix", prefix,
 		"-parallel", strconv.Itoa(cfg.Parallel), "-worker-class", className, "-op-timeout", cfg.OpTimeout.String())
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = dieWithParent()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
+	// An os.Pipe, not StdoutPipe: the Process reaps the worker as it
+	// exits, and Wait would close a StdoutPipe before its result is read.
+	out, w, err := os.Pipe()
 	if err != nil {
+		in.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = w
+	// Start's parent-death signal: no worker outlives a driver that dies
+	// without its cleanups (a SIGKILL, a crash).
+	p, err := childproc.Start(cmd)
+	w.Close() // the child has its own descriptor
+	if err != nil {
+		in.Close()
+		out.Close()
 		return nil, err
 	}
-	return &workerProc{cmd: cmd, stdin: in, lines: bufio.NewScanner(out)}, nil
+	return &workerProc{Process: p, stdin: in, stdout: out, lines: bufio.NewScanner(out)}, nil
 }
 
 // result reads the worker's last line, within d.
@@ -311,11 +322,11 @@ func (w *workerProc) result(d time.Duration) (workerResult, error) {
 	select {
 	case r := <-got:
 		if r.Err != "" {
-			return r, fmt.Errorf("worker %d: %s", w.cmd.Process.Pid, r.Err)
+			return r, fmt.Errorf("worker %d: %s", w.Pid(), r.Err)
 		}
 		return r, nil
 	case <-time.After(d):
-		return workerResult{}, fmt.Errorf("worker %d: no result within %s", w.cmd.Process.Pid, d)
+		return workerResult{}, fmt.Errorf("worker %d: no result within %s", w.Pid(), d)
 	}
 }
 
@@ -433,9 +444,3 @@ func writeHeapProfile(path string) error {
 }
 
 func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-
-// dieWithParent has a child killed if the driver dies without its cleanups
-// (a SIGKILL, a crash): Linux's parent-death signal.
-func dieWithParent() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}

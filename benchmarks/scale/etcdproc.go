@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lockplane/lockplane/services/childproc"
 	"github.com/lockplane/lockplane/test/procflags"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -24,7 +25,7 @@ import (
 // etcdProcs is one running cluster.
 type etcdProcs struct {
 	name    string
-	cmds    []*exec.Cmd
+	procs   []*childproc.Process
 	clients []string // client URLs, one per member
 	client  *clientv3.Client
 }
@@ -64,11 +65,11 @@ func startEtcd(ctx context.Context, bin, dir, name string, members int, timeout 
 			InitialCluster: initial, Token: token, State: "new", FeatureGates: procflags.LeaseCheckpoints,
 			AutoCompactionMode: "periodic", AutoCompactionRetention: "1h",
 			LogLevel: "warn", LogOutputs: filepath.Join(dir, m+".log")}.Args()...)
-		cmd.SysProcAttr = dieWithParent()
-		if err := cmd.Start(); err != nil {
+		proc, err := childproc.Start(cmd)
+		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", m, err)
 		}
-		c.cmds = append(c.cmds, cmd)
+		c.procs = append(c.procs, proc)
 		c.clients = append(c.clients, client)
 	}
 	if c.client, err = clientv3.New(clientv3.Config{Endpoints: c.clients, DialTimeout: timeout}); err != nil {
@@ -86,8 +87,8 @@ func startEtcd(ctx context.Context, bin, dir, name string, members int, timeout 
 
 func (c *etcdProcs) pids() []int {
 	var out []int
-	for _, cmd := range c.cmds {
-		out = append(out, cmd.Process.Pid)
+	for _, p := range c.procs {
+		out = append(out, p.Pid())
 	}
 	return out
 }
@@ -111,9 +112,8 @@ func (c *etcdProcs) close() {
 	if c.client != nil {
 		c.client.Close()
 	}
-	for _, cmd := range c.cmds {
-		cmd.Process.Kill()
-		cmd.Wait()
+	for _, p := range c.procs {
+		p.Kill()
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lockplane/lockplane/services/childproc"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/policy/live"
@@ -77,8 +78,7 @@ type processServices struct {
 	profile      string
 	coordEtcd    *etcdProcs
 	shardEtcd    *etcdProcs
-	arbiter      *exec.Cmd
-	arbiterLog   *os.File
+	arbiter      *childproc.Process
 	scrapeBudget time.Duration
 }
 
@@ -125,18 +125,21 @@ func startProcesses(ctx context.Context, cfg config, dir, policies string) (_ se
 	id := p.Identities["arbiter"]
 	p.Endpoint = fmt.Sprintf("127.0.0.1:%d", listen)
 	p.Metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics)
-	s.arbiter = exec.Command(cfg.ArbiterBin, procflags.Arbiter{Listen: p.Endpoint, MetricsListen: fmt.Sprintf("127.0.0.1:%d", metrics),
+	cmd := exec.Command(cfg.ArbiterBin, procflags.Arbiter{Listen: p.Endpoint, MetricsListen: fmt.Sprintf("127.0.0.1:%d", metrics),
 		EtcdEndpoints: s.coordEtcd.clients, Shards: []procflags.Shard{{Name: shard, Endpoints: s.shardEtcd.clients}},
 		SVIDCert: abs(id.Cert), SVIDKey: abs(id.Key), Bundle: abs(p.Bundle), TrustDomain: p.TrustDomain,
 		Policies: policies, OpTimeout: cfg.OpTimeout,
 		// The benchmark's clusters run without etcd users, as the gate's.
 		EtcdWithoutAuth: true}.Args()...)
-	if s.arbiterLog, err = os.Create(filepath.Join(dir, "arbiter.log")); err != nil {
+	logPath := filepath.Join(dir, "arbiter.log")
+	log, err := os.Create(logPath)
+	if err != nil {
 		return nil, err
 	}
-	s.arbiter.Stdout, s.arbiter.Stderr = s.arbiterLog, s.arbiterLog
-	s.arbiter.SysProcAttr = dieWithParent()
-	if err := s.arbiter.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = log, log
+	s.arbiter, err = childproc.Start(cmd)
+	log.Close() // the child has its own descriptor
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.ArbiterBin, err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -145,7 +148,7 @@ func startProcesses(ctx context.Context, cfg config, dir, policies string) (_ se
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the arbiter did not listen on %s within 30s (log: %s)", p.Endpoint, s.arbiterLog.Name())
+			return nil, fmt.Errorf("the arbiter did not listen on %s within 30s (log: %s)", p.Endpoint, logPath)
 		}
 	}
 	s.profile = filepath.Join(dir, "profile.json")
@@ -155,7 +158,7 @@ func startProcesses(ctx context.Context, cfg config, dir, policies string) (_ se
 func (s *processServices) profilePath() string     { return s.profile }
 func (s *processServices) coord() *clientv3.Client { return s.coordEtcd.client }
 func (s *processServices) shard() *clientv3.Client { return s.shardEtcd.client }
-func (s *processServices) arbiterPID() int         { return s.arbiter.Process.Pid }
+func (s *processServices) arbiterPID() int         { return s.arbiter.Pid() }
 func (s *processServices) etcdPIDs() []int {
 	return append(s.coordEtcd.pids(), s.shardEtcd.pids()...)
 }
@@ -174,12 +177,8 @@ func (s *processServices) renewed(ctx context.Context) (map[string]float64, erro
 }
 
 func (s *processServices) close() {
-	if s.arbiter != nil && s.arbiter.Process != nil {
-		s.arbiter.Process.Kill()
-		s.arbiter.Wait()
-	}
-	if s.arbiterLog != nil {
-		s.arbiterLog.Close()
+	if s.arbiter != nil {
+		s.arbiter.Kill()
 	}
 	for _, c := range []*etcdProcs{s.shardEtcd, s.coordEtcd} {
 		if c != nil {

@@ -11,11 +11,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lockplane/lockplane/services/childproc"
 )
 
 // holderProc is a running holder process and its protocol.
 type holderProc struct {
-	cmd    *exec.Cmd
+	proc   *childproc.Process
 	in     io.WriteCloser
 	events chan event
 	stderr *tail
@@ -29,17 +31,27 @@ func startHolder(ctx context.Context, command []string, cfg HolderConfig) (*hold
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
+	// An os.Pipe, not StdoutPipe: the Process reaps the holder as it
+	// exits, and Wait would close a StdoutPipe before its last events are
+	// read.
+	out, w, err := os.Pipe()
 	if err != nil {
+		in.Close()
 		return nil, err
 	}
-	h := &holderProc{cmd: cmd, in: in, events: make(chan event, 16), stderr: &tail{}}
-	cmd.Stderr = h.stderr
-	if err := cmd.Start(); err != nil {
+	h := &holderProc{in: in, events: make(chan event, 16), stderr: &tail{}}
+	cmd.Stdout, cmd.Stderr = w, h.stderr
+	// SurviveParent: as the holder always ran; the kit kills it.
+	h.proc, err = childproc.Start(cmd, childproc.SurviveParent())
+	w.Close() // the child has its own descriptor
+	if err != nil {
+		in.Close()
+		out.Close()
 		return nil, fmt.Errorf("start holder %s: %w", command[0], err)
 	}
 	go func() {
 		defer close(h.events)
+		defer out.Close()
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			var e event
@@ -80,14 +92,12 @@ func (h *holderProc) expect(ev string, timeout time.Duration) (event, error) {
 	}
 }
 
-func (h *holderProc) freeze() error { return h.cmd.Process.Signal(syscall.SIGSTOP) }
-func (h *holderProc) thaw() error   { return h.cmd.Process.Signal(syscall.SIGCONT) }
+func (h *holderProc) freeze() error { return h.proc.Signal(syscall.SIGSTOP) }
+func (h *holderProc) thaw() error   { return h.proc.Signal(syscall.SIGCONT) }
 
 func (h *holderProc) kill() {
-	h.cmd.Process.Signal(syscall.SIGCONT)
-	h.cmd.Process.Kill()
+	h.proc.Kill()
 	h.in.Close()
-	h.cmd.Wait()
 }
 
 // tail keeps the last few KiB of a holder's stderr for error messages.

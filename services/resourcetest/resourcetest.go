@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lockplane/lockplane/services/localserver/loopport"
+	"github.com/lockplane/lockplane/services/loopport"
 )
 
 // Unavailable fails in CI and skips elsewhere: what is missing (err), and

@@ -19,8 +19,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockplane/lockplane/services/localserver"
-	"github.com/lockplane/lockplane/services/localserver/loopport"
+	"github.com/lockplane/lockplane/services/childproc"
+	"github.com/lockplane/lockplane/services/loopport"
 )
 
 // Bin is where Debian's clickhouse-server package puts the server.
@@ -39,7 +39,7 @@ func Installed() bool {
 type Server struct {
 	url  string
 	dir  string
-	proc *localserver.Process
+	proc *childproc.Process
 	// writerPassword and readerPassword are this run's, random.
 	writerPassword, readerPassword string
 }
@@ -87,7 +87,7 @@ func start(ctx context.Context, dir string, users func(Passwords, ...string) str
 		writerPassword: writer, readerPassword: reader}
 	cmd := exec.Command(Bin, "--config-file="+config)
 	cmd.Stdout, cmd.Stderr = out, out
-	if s.proc, err = localserver.Start(cmd); err != nil {
+	if s.proc, err = childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("chserver: %w", err)
 	}
 	if err := s.proc.Await(ctx, s.url+"/ping"); err != nil {

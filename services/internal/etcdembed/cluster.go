@@ -17,7 +17,7 @@ import (
 
 	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/services/etcdauth"
-	"github.com/lockplane/lockplane/services/localserver/loopport"
+	"github.com/lockplane/lockplane/services/loopport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnap "go.etcd.io/etcd/client/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/restore"
+	"github.com/lockplane/lockplane/services/childproc"
 	"github.com/lockplane/lockplane/test/gate/faultproxy"
 	"github.com/lockplane/lockplane/test/procflags"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,9 +44,8 @@ type Member struct {
 	Client, Peer string
 
 	args        []string
-	ports       [2]int // client, peer: where etcd itself listens
-	cmd         *exec.Cmd
-	exited      chan struct{}
+	ports       [2]int             // client, peer: where etcd itself listens
+	proc        *childproc.Process // nil until first started
 	clientProxy *faultproxy.Proxy
 	peerProxy   *faultproxy.Proxy
 }
@@ -212,11 +212,12 @@ func (c *Cluster) stopAll(down func()) {
 func (c *Cluster) startProcess(m *Member) error {
 	cmd := exec.Command(c.cfg.Bin, m.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// SurviveParent: as the members always ran; Close kills them.
+	p, err := childproc.Start(cmd, childproc.SurviveParent())
+	if err != nil {
 		return fmt.Errorf("start %s: %w", m.Name, err)
 	}
-	m.cmd, m.exited = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); close(done) }(m.exited)
+	m.proc = p
 	return nil
 }
 
@@ -337,25 +338,13 @@ func (c *Cluster) StatusOf(ctx context.Context, i int) (string, error) {
 	return fmt.Sprintf("%x", st.Leader), nil
 }
 
-func (m *Member) running() bool {
-	if m.exited == nil {
-		return false
-	}
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (m *Member) running() bool { return m.proc != nil && m.proc.ProcessState() == nil }
 
 // Kill sends SIGKILL to member i and waits for it to die.
 func (c *Cluster) Kill(i int) {
 	m := c.Members[i]
 	if m.running() {
-		m.cmd.Process.Signal(syscall.SIGCONT)
-		m.cmd.Process.Kill()
-		<-m.exited
+		m.proc.Kill()
 	}
 }
 
@@ -369,8 +358,8 @@ func (c *Cluster) Restart(i int) error {
 }
 
 // Pause and Resume freeze and thaw member i (SIGSTOP, SIGCONT).
-func (c *Cluster) Pause(i int) error  { return c.Members[i].cmd.Process.Signal(syscall.SIGSTOP) }
-func (c *Cluster) Resume(i int) error { return c.Members[i].cmd.Process.Signal(syscall.SIGCONT) }
+func (c *Cluster) Pause(i int) error  { return c.Members[i].proc.Signal(syscall.SIGSTOP) }
+func (c *Cluster) Resume(i int) error { return c.Members[i].proc.Signal(syscall.SIGCONT) }
 
 // Partition cuts the peer links between groups: a member hears only the
 // members of its own group. Client traffic is untouched.

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockplane/lockplane/services/childproc"
 	adminv1 "github.com/lockplane/lockplane/services/client/api/lockplane/admin/v1"
 	"github.com/lockplane/lockplane/services/client/lockclient"
 	"github.com/lockplane/lockplane/services/client/profile"
@@ -302,7 +303,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	defer func() {
 		for _, a := range h.arbiters {
-			a.kill()
+			a.Kill()
 		}
 	}()
 	for i := range 2 {
@@ -379,7 +380,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	cl.Heal()
 
 	for _, c := range h.clients {
-		c.wait(duration + 30*time.Second)
+		c.Wait(duration + 30*time.Second)
 	}
 	atExit, lapsed, err := h.stranded(ctx)
 	if err != nil {
@@ -585,12 +586,12 @@ func (h *history) inject(ctx context.Context) func() error {
 		return none
 	case ArbiterKill:
 		a := arbiters[rng.IntN(len(arbiters))]
-		a.kill()
+		a.Kill()
 		return func() error { a.restart(); return nil }
 	case ArbiterStop:
 		a := arbiters[rng.IntN(len(arbiters))]
-		a.signal(syscall.SIGSTOP)
-		return func() error { a.signal(syscall.SIGCONT); return nil }
+		a.Signal(syscall.SIGSTOP)
+		return func() error { a.Signal(syscall.SIGCONT); return nil }
 	case HolderStop:
 		// A client that holds a key now, most likely mid-work, frozen past
 		// the TTL so its lease expires while it is stopped.
@@ -599,8 +600,8 @@ func (h *history) inject(ctx context.Context) func() error {
 			i = rng.IntN(len(clients))
 		}
 		c := clients[i]
-		c.signal(syscall.SIGSTOP)
-		return func() error { c.signal(syscall.SIGCONT); return nil }
+		c.Signal(syscall.SIGSTOP)
+		return func() error { c.Signal(syscall.SIGCONT); return nil }
 	case ShardAdd:
 		wait := h.sh.add(ctx, h.twoPersonShardAdd)
 		return func() error { wait(); return nil }
@@ -743,7 +744,7 @@ func (h *history) roll(ctx context.Context) func() error {
 // restartArbiter kills arbiter i and starts it again with the given
 // shards, on the same address.
 func (h *history) restartArbiter(i int, shards ...string) error {
-	h.arbiters[i].kill()
+	h.arbiters[i].Kill()
 	a, err := startArbiter(h.cfg, h.profiles[i], h.endpoints, h.arbiterFlags(shards...), i)
 	if err != nil {
 		return err
@@ -981,7 +982,7 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, extra []st
 			return a, nil
 		}
 	}
-	a.kill()
+	a.Kill()
 	return nil, fmt.Errorf("arbiter %d did not listen on %s", i, p.Endpoint)
 }
 
@@ -1014,12 +1015,12 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// proc is a child process that can be killed, stopped and restarted.
+// proc is a child process that can be killed, stopped and restarted: its
+// command and log, and the current run.
 type proc struct {
 	args, env []string
 	log       string
-	cmd       *exec.Cmd
-	done      chan struct{}
+	*childproc.Process
 }
 
 // startClient starts a client process running tc.
@@ -1041,36 +1042,18 @@ func (p *proc) run() error {
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	// SurviveParent: as the gate's children always ran; its cleanups kill
+	// them.
+	lp, err := childproc.Start(cmd, childproc.SurviveParent())
+	f.Close() // the child has its own descriptor
+	if err != nil {
 		return err
 	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); f.Close(); close(done) }(p.done)
+	p.Process = lp
 	return nil
 }
 
-func (p *proc) signal(s syscall.Signal) { p.cmd.Process.Signal(s) }
-
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGCONT)
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
 func (p *proc) restart() { p.run() }
-
-// wait waits for the process to exit by itself, killing it after d; false
-// if it had to be killed.
-func (p *proc) wait(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		p.kill()
-		return false
-	}
-}
 
 // operatorClient dials the arbiter of a history's profile as its operator.
 func operatorClient(profilePath string) (*lockclient.Client, error) {

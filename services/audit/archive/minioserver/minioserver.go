@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lockplane/lockplane/services/localserver"
-	"github.com/lockplane/lockplane/services/localserver/loopport"
+	"github.com/lockplane/lockplane/services/childproc"
+	"github.com/lockplane/lockplane/services/loopport"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -37,7 +37,7 @@ type Config struct {
 type Server struct {
 	endpoint string
 	dir      string
-	proc     *localserver.Process
+	proc     *childproc.Process
 }
 
 // Start starts a server and returns once it serves signed S3 calls.
@@ -77,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+cfg.User, "MINIO_ROOT_PASSWORD_FILE="+pwFile,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off")
 	cmd.Stdout, cmd.Stderr = log, log
-	if s.proc, err = localserver.Start(cmd); err != nil {
+	if s.proc, err = childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("minioserver: %w", err)
 	}
 	if err := s.awaitReady(ctx, cfg); err != nil {
@@ -92,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) awaitReady(ctx context.Context, cfg Config) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, localserver.DefaultStartTimeout)
+		ctx, cancel = context.WithTimeout(ctx, childproc.DefaultStartTimeout)
 		defer cancel()
 	}
 	if err := s.proc.Await(ctx, "http://"+s.endpoint+"/minio/health/live"); err != nil {
