@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// waitDelay bounds the reaper's wait for a child's output pipes once it
+// has exited (exec.Cmd.WaitDelay).
+const waitDelay = 10 * time.Second
+
 // Process is a child process this process runs and reaps.
 type Process struct {
 	cmd  *exec.Cmd
@@ -21,7 +25,8 @@ type options struct{ pdeathsig syscall.Signal }
 
 // SurviveParent leaves the child running if this process dies without
 // stopping it, as the gate's and the tests' children always have: without
-// it the kernel SIGKILLs the child when its parent dies (Pdeathsig).
+// it the kernel SIGKILLs the child when its parent dies (Pdeathsig). A
+// Pdeathsig the caller set in cmd.SysProcAttr is kept either way.
 func SurviveParent() Option { return func(o *options) { o.pdeathsig = 0 } }
 
 // Start starts cmd (its output already directed; SysProcAttr kept) and
@@ -37,7 +42,15 @@ func Start(cmd *exec.Cmd, opts ...Option) (*Process, error) {
 		if cmd.SysProcAttr == nil {
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
-		cmd.SysProcAttr.Pdeathsig = o.pdeathsig
+		if cmd.SysProcAttr.Pdeathsig == 0 { // a caller's own choice stands
+			cmd.SysProcAttr.Pdeathsig = o.pdeathsig
+		}
+	}
+	if cmd.WaitDelay == 0 {
+		// A grandchild still holding the child's output pipe (or a child
+		// stuck in the kernel) must not keep Kill, Stop and Done waiting
+		// for ever: the reaper gives up on the pipes after this.
+		cmd.WaitDelay = waitDelay
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	started := make(chan error, 1)

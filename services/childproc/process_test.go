@@ -164,11 +164,25 @@ func TestPdeathsigOption(t *testing.T) {
 	if a := cmd.SysProcAttr; a != nil && a.Pdeathsig != 0 {
 		t.Fatalf("SurviveParent: Pdeathsig %v", a.Pdeathsig)
 	}
+	// A caller's own Pdeathsig stands, and the reaper's wait for output
+	// pipes is bounded.
+	cmd = exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if p, err = Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	p.Kill()
+	if cmd.SysProcAttr.Pdeathsig != syscall.SIGTERM || cmd.WaitDelay != waitDelay {
+		t.Fatalf("Pdeathsig %v, WaitDelay %v: want the caller's SIGTERM and %v", cmd.SysProcAttr.Pdeathsig, cmd.WaitDelay, waitDelay)
+	}
 }
 
 // TestStarterThreadExit starts children from a goroutine locked to its
 // thread that then returns, ending the thread (go.dev/issue/27505): a
-// bare exec.Cmd with Pdeathsig dies with that thread; a Process does not.
+// bare exec.Cmd with Pdeathsig dies with that thread; a Process does not,
+// since Start forks from a goroutine of its own. (That this goroutine's
+// thread stays locked until the child is reaped, so no other goroutine
+// can end it, is by construction in Start: no test here can tell.)
 func TestStarterThreadExit(t *testing.T) {
 	var bare *exec.Cmd
 	var p *Process

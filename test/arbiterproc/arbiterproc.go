@@ -81,7 +81,7 @@ func (b Bins) StartFlags(t testing.TB, ctx context.Context, logPath string, f pr
 	}
 	p := Proc{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	f.Listen, f.MetricsListen = p.Addr, p.Metrics
-	resourcetest.StartLogged(t, exec.Command(b.Arbiter, f.Args()...), logPath)
+	proc := resourcetest.StartLogged(t, exec.Command(b.Arbiter, f.Args()...), logPath)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -92,7 +92,9 @@ func (b Bins) StartFlags(t testing.TB, ctx context.Context, logPath string, f pr
 		select {
 		case <-ctx.Done():
 			t.Fatalf("the arbiter did not listen on %s", p.Addr)
-		case <-time.After(50 * time.Millisecond):
+		case <-proc.Done(): // a bad flag, say: no need to wait out the bound
+			t.Fatalf("the arbiter exited (%v) before it listened on %s; see %s", proc.ProcessState(), p.Addr, logPath)
+		case <-time.After(50 * time.Millisecond): // polled: no event for a port opening
 		}
 	}
 }

@@ -490,8 +490,8 @@ func (f Fault) duration(d time.Duration) time.Duration {
 
 // arbiterFlags are an arbiter's flags beyond the common ones: the shards
 // it serves and the operators' sign-in.
-func (h *history) arbiterFlags(shards ...string) []string {
-	return append(h.sh.flags(shards...), h.ops.flags()...)
+func (h *history) arbiterFlags(shards ...string) procflags.Arbiter {
+	return procflags.Arbiter{Shards: h.sh.procShards(shards...), Extra: h.ops.flags()}
 }
 
 func (h *history) addEpoch(e uint32) {
@@ -955,7 +955,9 @@ func writeTrust(dir string, clients int) ([]string, error) {
 	return paths, nil
 }
 
-func startArbiter(cfg Config, profilePath string, endpoints []string, extra []string, i int) (*proc, error) {
+// startArbiter starts arbiter i with f's shards and extra flags and the
+// gate's common ones.
+func startArbiter(cfg Config, profilePath string, endpoints []string, f procflags.Arbiter, i int) (*proc, error) {
 	p, err := profile.Load(profilePath)
 	if err != nil {
 		return nil, err
@@ -965,12 +967,12 @@ func startArbiter(cfg Config, profilePath string, endpoints []string, extra []st
 		return nil, err
 	}
 	id := p.Identities["arbiter"]
-	f := procflags.Arbiter{Listen: p.Endpoint, MetricsListen: fmt.Sprintf("127.0.0.1:%d", mport),
-		EtcdEndpoints: endpoints, SVIDCert: id.Cert, SVIDKey: id.Key, Bundle: p.Bundle, TrustDomain: p.TrustDomain,
-		OpTimeout: time.Second, AllowAnyWorkload: true,
-		// The gate's clusters run without etcd users. Operators sign in
-		// (extra: --oidc-*), so epoch advances are two-person.
-		EtcdWithoutAuth: true, Classes: classes(cfg), GroupCommit: cfg.GroupCommit, Extra: extra}
+	f.Listen, f.MetricsListen = p.Endpoint, fmt.Sprintf("127.0.0.1:%d", mport)
+	f.EtcdEndpoints, f.SVIDCert, f.SVIDKey, f.Bundle, f.TrustDomain = endpoints, id.Cert, id.Key, p.Bundle, p.TrustDomain
+	f.OpTimeout, f.AllowAnyWorkload = time.Second, true
+	// The gate's clusters run without etcd users. Operators sign in
+	// (Extra: --oidc-*), so epoch advances are two-person.
+	f.EtcdWithoutAuth, f.Classes, f.GroupCommit = true, classes(cfg), cfg.GroupCommit
 	a, err := start(append([]string{cfg.Arbiter}, f.Args()...), nil, filepath.Join(cfg.Dir, fmt.Sprintf("arbiter-%d.log", i)))
 	if err != nil {
 		return nil, err

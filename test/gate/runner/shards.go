@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/shardmap"
 	"github.com/lockplane/lockplane/test/gate/cluster"
+	"github.com/lockplane/lockplane/test/procflags"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -122,11 +122,11 @@ func (sh *shards) names() []string {
 	return []string{shardFrom, shardAdded}
 }
 
-// flags route an arbiter's entity tier to the named shards.
-func (sh *shards) flags(names ...string) []string {
-	var out []string
+// procShards route an arbiter's entity tier to the named shards.
+func (sh *shards) procShards(names ...string) []procflags.Shard {
+	var out []procflags.Shard
 	for _, name := range names {
-		out = append(out, "--shard", name+"="+strings.Join(sh.clusters[name].Endpoints(), ","))
+		out = append(out, procflags.Shard{Name: name, Endpoints: sh.clusters[name].Endpoints()})
 	}
 	return out
 }
