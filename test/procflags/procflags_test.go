@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/infra/components"
+	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/test/arbiterproc"
 	"github.com/lockplane/lockplane/test/procflags"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
 // arbiter and etcd set every field, so every flag Args can give is
@@ -58,13 +61,19 @@ func TestBinariesTakeArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Go's flag usage: "  -name type" ("  -name" alone for a bool).
-	parse(t, bins.Arbiter, "-h", regexp.MustCompile(`(?m)^  -([a-z0-9-]+)( \S+)?$`), func(m []string) bool { return m[2] == "" }, arbiter.Args())
-	// etcd's: "  --name 'default'", a bool's default 'true' or 'false'.
-	parse(t, bins.Etcd, "--help", regexp.MustCompile(`(?m)^  --([a-z0-9-]+)( '[^']*')?$`), func(m []string) bool {
-		return m[2] == " 'true'" || m[2] == " 'false'"
-	}, etcd.Args())
+	parse(t, bins.Arbiter, "-h", arbiterUsage, arbiterBool, arbiter.Args())
+	parse(t, bins.Etcd, "--help", etcdUsage, etcdBool, etcd.Args())
 }
+
+var (
+	// Go's flag usage: "  -name type" ("  -name" alone for a bool); the
+	// type is the usage's `quoted` words where it has them.
+	arbiterUsage = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)( .+)?$`)
+	arbiterBool  = func(m []string) bool { return m[2] == "" }
+	// etcd's: "  --name 'default'", a bool's default 'true' or 'false'.
+	etcdUsage = regexp.MustCompile(`(?m)^  --([a-z0-9-]+)( '[^']*')?$`)
+	etcdBool  = func(m []string) bool { return m[2] == " 'true'" || m[2] == " 'false'" }
+)
 
 func parse(t *testing.T, bin, help string, usage *regexp.Regexp, isBool func([]string) bool, args []string) {
 	t.Helper()
@@ -87,4 +96,42 @@ func parse(t *testing.T, bin, help string, usage *regexp.Regexp, isBool func([]s
 	} else if fs.NArg() != 0 {
 		t.Errorf("%s: parsing stops at %q (a bool given a value?)", filepath.Base(bin), fs.Args())
 	}
+}
+
+// TestTheDeployedCommandLinesParse holds the command lines `up` deploys
+// (infra/components, every option on) to the same flag sets: a flag
+// renamed in the arbiter or etcd fails here in seconds, not in the
+// end-to-end drill after a region comes up.
+func TestTheDeployedCommandLinesParse(t *testing.T) {
+	bins, err := arbiterproc.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &topology.Stack{Region: "eu", TrustDomain: "eu.lockplane.test"}
+	s.Arbiter.Port, s.Arbiter.Metrics = 7443, 9443
+	s.Etcd.ClientPort, s.Etcd.PeerPort, s.Etcd.HeartbeatMs, s.Etcd.ElectionMs = 2379, 2380, 100, 1000
+	s.Etcd.QuotaBytes, s.Etcd.CompactionPeriod, s.Etcd.SnapshotCount = 8<<30, "1h", 10000
+	s.Operators.Issuer, s.Operators.ClientID, s.Operators.RoleClaim, s.Operators.Role = "https://idp", "lockplane", "roles", "ops"
+	s.Operators.AMR, s.Operators.ACR, s.Operators.AccountClaim = []string{"mfa"}, "gold", "email"
+	s.Archive.RecordsMode, s.Archive.HistoryDays, s.Archive.RecordsYears = "compliance", 30, 7
+	shard := &components.EtcdCluster{Name: "entity-0", Endpoints: []string{"https://10.0.0.4:2379"}}
+	a := components.ArbiterArgs{Coord: &components.EtcdCluster{Name: "coord", Endpoints: []string{"https://10.0.0.1:2379"}},
+		Shards: []*components.EtcdCluster{shard}, Audit: &components.AuditStore{URL: "http://10.0.0.9:8123", Database: "lockplane"},
+		Archive: &components.Archive{URL: "https://10.0.0.8:9000"}}
+	files := components.ArbiterFiles{EtcdCert: "c", EtcdKey: "k", EtcdCA: "ca", Policies: "p", SPIFFESocket: "unix:///s",
+		ArchiveCredentials: "ac", ArchiveCA: "aca", OperatorsCA: "oca"}
+	parse(t, bins.Arbiter, "-h", arbiterUsage, arbiterBool, components.ArbiterFlags(s, "10.0.0.2", a, files))
+	files.SPIFFESocket, files.SVID, files.SVIDKey, files.Bundle = "", "svid", "key", "bundle"
+	parse(t, bins.Arbiter, "-h", arbiterUsage, arbiterBool, components.ArbiterFlags(s, "10.0.0.2", a, files))
+
+	m := topology.Member{Name: "coord-1", Host: topology.Host{Name: "coord-1", Address: "10.0.0.1", Root: "/", DataDisk: "/var/lib/etcd"}}
+	var etcdArgs []string
+	for _, in := range components.EtcdFlags(s, "coord", pulumi.String("token"), []topology.Member{m}, m, components.EtcdFiles{Cert: "c", Key: "k", CA: "ca", TokenKey: "tk", TokenPublicKey: "tp"}) {
+		v, ok := in.(pulumi.String)
+		if !ok {
+			t.Fatalf("etcd command line element %T: not a plain string", in)
+		}
+		etcdArgs = append(etcdArgs, string(v))
+	}
+	parse(t, bins.Etcd, "--help", etcdUsage, etcdBool, etcdArgs)
 }
