@@ -79,11 +79,11 @@ $(BIN)/pulumi: tools/pulumi/go.mod
 		-o $(BIN)/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 
 # A whole region on this machine: 16 test hosts (network namespaces with
-# sshd: the region's 15 and the vault's), `lockplane up --stack local`, then a lock through the deployed
+# sshd: the region's 15 and the snapshot store's), `lockplane up --stack local`, then a lock through the deployed
 # arbiter. Needs root. `make down` removes it all.
 up: infra-tools minio spire clickhouse
-	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --stack stacks/Pulumi.local-vault.yaml --dir .lockplane/hosts
-	$(BIN)/lockplane up --stack local-vault
+	@test -f .lockplane/hosts/hosts.json || $(BIN)/testhosts up --stack stacks/Pulumi.local.yaml --stack stacks/Pulumi.local-snapshots.yaml --dir .lockplane/hosts
+	$(BIN)/lockplane up --stack local-snapshots
 	$(BIN)/lockplane up --stack local
 	@echo; echo "== a lock through the deployed arbiter"
 	$(BIN)/lockctl --profile .lockplane/local/profile.json run demo/orders/42 --class demo -- sh -c 'echo "held demo/orders/42 with token $$LOCKPLANE_TOKEN"'
@@ -91,9 +91,9 @@ up: infra-tools minio spire clickhouse
 	@echo "      bin/lockplane snapshot list --stack local; bin/lockplane preview --stack local; make down"
 
 # The DR drill (docs/dr.md), which CI runs inside make test: the region and
-# its vault up, snapshots, the region destroyed, the DR stack up from the
-# vault (sealed), two operators unseal, a token above every one before,
-# the RTO printed, everything destroyed. 25 test hosts (region, vault, DR).
+# its snapshot store up, snapshots, the region destroyed, the DR stack up from the
+# snapshot store (sealed), two operators unseal, a token above every one before,
+# the RTO printed, everything destroyed. 25 test hosts (region, snapshot store, DR).
 # Asked for by name, it fails rather than skips when something it needs is
 # missing (CI=1: the tests' "fail loudly" switch).
 dr-drill: build infra-tools minio spire clickhouse
@@ -112,7 +112,7 @@ dr-drills: build infra-tools minio spire clickhouse
 
 down:
 	-$(BIN)/lockplane destroy --stack local
-	-$(BIN)/lockplane destroy --stack local-vault
+	-$(BIN)/lockplane destroy --stack local-snapshots
 	$(BIN)/testhosts down --dir .lockplane/hosts
 
 # Lint and regenerate services/client/api from services/proto.

@@ -36,7 +36,7 @@ type Member struct {
 
 // Cluster is a restore of one snapshot into every member of a cluster.
 type Cluster struct {
-	// Snapshot is the snapshot file (vault.Fetch verifies it against its
+	// Snapshot is the snapshot file (snapstore.Fetch verifies it against its
 	// manifest).
 	Snapshot string
 	Members  []Member

@@ -23,12 +23,12 @@ const (
 // electionTTL is the job's election lease's.
 const electionTTL = 10 * time.Second
 
-// Store is where snapshots go: the vault.
+// Store is where snapshots go: the snapshot store.
 type Store interface {
 	Put(ctx context.Context, m Manifest, file string) (Manifest, error)
 }
 
-// Job snapshots one cluster into the vault every Every, as a singleton:
+// Job snapshots one cluster into the snapshot store every Every, as a singleton:
 // every member host of the cluster runs one, and the one elected on the
 // cluster itself takes the snapshots (a snapshot needs the root role, so
 // the job runs where the cluster's data already is, never on an arbiter).
@@ -48,8 +48,8 @@ type Job struct {
 	// zero. The election's TTL is 10 s. After a term ends, the job
 	// campaigns again after a backoff from OpTimeout up to 6 OpTimeout.
 	OpTimeout time.Duration
-	// StoreTimeout bounds storing one snapshot in the vault; 30 minutes
-	// when zero. A vault that stalls must not hold the election forever.
+	// StoreTimeout bounds storing one snapshot in the snapshot store; 30 minutes
+	// when zero. A snapshot store that stalls must not hold the election forever.
 	StoreTimeout time.Duration
 	// Resign is how many snapshots in a row may fail before this
 	// instance gives up the election, so another member's host (whose
@@ -72,7 +72,7 @@ func (j Job) Run(ctx context.Context) error {
 	case j.Every <= 0:
 		return errors.New("snapshot job: every: a period above zero is required")
 	case j.Store == nil:
-		return errors.New("snapshot job: store: a vault is required")
+		return errors.New("snapshot job: store: a snapshot store is required")
 	case j.Etcd == nil:
 		return errors.New("snapshot job: etcd: a client of the cluster is required")
 	case j.Dir == "":

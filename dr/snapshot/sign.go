@@ -16,7 +16,7 @@ import (
 
 // Signature is a manifest's signature by its cluster's snapshot signing
 // key: who may write a cluster's snapshots is decided by who holds that
-// key, not by who can write to the vault (docs/dr.md).
+// key, not by who can write to the snapshot store (docs/dr.md).
 type Signature struct {
 	// KeyID names the public key that verifies it (KeyID).
 	KeyID string `json:"key_id"`
@@ -35,7 +35,7 @@ func KeyID(pub ed25519.PublicKey) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// FormatPublicKey is pub's text form, as the vault stack exports it.
+// FormatPublicKey is pub's text form, as the store stack exports it.
 func FormatPublicKey(pub ed25519.PublicKey) string {
 	return PublicKeyPrefix + base64.StdEncoding.EncodeToString(pub)
 }
@@ -85,7 +85,7 @@ func ParsePrivateKey(b []byte) (ed25519.PrivateKey, error) {
 }
 
 // signed is what a signature covers: m's JSON without its signature or
-// the version the vault found it at. The manifest object is this JSON
+// the version the snapshot store found it at. The manifest object is this JSON
 // with the signature added, so decoding it and encoding it again gives
 // the same bytes (Sign checks that it does).
 func (m Manifest) signed() ([]byte, error) {

@@ -65,10 +65,10 @@ type Manifest struct {
 	SHA256 string `json:"sha256"`
 	// EtcdVersion is the version of the member that wrote it.
 	EtcdVersion string `json:"etcd_version"`
-	// Object is the snapshot's object name in the vault; set by the vault.
+	// Object is the snapshot's object name in the snapshot store; set by the snapshot store.
 	Object string `json:"object,omitempty"`
-	// ObjectVersion is the version of Object the vault found written once
-	// when it listed this snapshot (or wrote it); the vault's Fetch reads
+	// ObjectVersion is the version of Object the snapshot store found written once
+	// when it listed this snapshot (or wrote it); the snapshot store's Fetch reads
 	// that version, so a write landing after the listing is not what is
 	// restored. It is never stored in the manifest (json:"-"): a manifest
 	// decoded from JSON or built by hand has none, and Fetch then looks

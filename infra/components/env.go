@@ -31,7 +31,7 @@ type Env struct {
 	PrivateKey string
 	KnownHosts map[string]string
 	// Etcd, Arbiter and Node are the binaries etcd, arbiter and
-	// lockplane-node; MinIO is minio's, with an archive or vault host
+	// lockplane-node; MinIO is minio's, with an archive or snapshot store host
 	// only; Snapshot is lockplane-snapshot's, with snapshots on only.
 	// FanIn is lockplane-fanin's.
 	Etcd, Arbiter, Node, MinIO, Snapshot, FanIn Binary
@@ -45,9 +45,9 @@ type Env struct {
 	// Grants are the policy set's LockGrants: SPIRE's entries come from
 	// their workloads.
 	Grants []policy.Grant
-	// Vault is the region's snapshot vault, nil without snapshots;
-	// RestoreVault the vault a DR stack restores from, nil otherwise.
-	Vault, RestoreVault *VaultAccess
+	// Store is the region's snapshot store, nil without snapshots;
+	// RestoreStore the snapshot store a DR stack restores from, nil otherwise.
+	Store, RestoreStore *StoreAccess
 	// Policies are the validated policy set's files, for the arbiters.
 	Policies []PolicyFile
 	// OperatorsCA is the content of operators.caFile, empty without one.

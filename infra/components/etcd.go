@@ -25,7 +25,7 @@ type EtcdCluster struct {
 	Client *nodes.Certificate
 	// Snapshot, in a DR stack, is the snapshot every member was restored
 	// from; nil for a cluster made empty.
-	Snapshot *nodes.VaultSnapshot
+	Snapshot *nodes.StoreSnapshot
 	// InPlace, for a shard the stack restores in place, is that restore.
 	InPlace *nodes.ShardRestore
 }
@@ -42,7 +42,7 @@ type EtcdClusterArgs struct {
 	TokenKey *nodes.EtcdAuthTokenKey
 	// Snapshot, in a DR stack, is what every member restores before it
 	// first starts (set by NewEtcdCluster).
-	Snapshot *nodes.VaultSnapshot
+	Snapshot *nodes.StoreSnapshot
 	// InPlace is the shard's restore in place, which restarts every
 	// member (set by NewEtcdCluster).
 	InPlace *nodes.ShardRestore
@@ -137,8 +137,8 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 		if obj := s.Restore.Objects[a.Name]; obj != "" {
 			from = obj
 		}
-		v := env.RestoreVault
-		if c.Snapshot, err = nodes.NewVaultSnapshot(ctx, s.Region+"-"+a.Name+"-snapshot", nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem,
+		v := env.RestoreStore
+		if c.Snapshot, err = nodes.NewStoreSnapshot(ctx, s.Region+"-"+a.Name+"-snapshot", nodes.SnapshotStore{URL: v.URL, CACertPem: v.CACertPem,
 			AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword, Region: s.Region, Cluster: a.Name,
 			TrustedKeys: v.Trusted(a.Name)}, from, in); err != nil {
 			return nil, err
@@ -183,18 +183,18 @@ func NewEtcdCluster(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, opts ...pu
 // token carries revisions up to 2^48, some 280,000 such bumps.
 const InPlaceRevisionBump = 1_000_000_000
 
-// restoreInPlace restores a running shard from the region's vault, as
+// restoreInPlace restores a running shard from the region's snapshot store, as
 // the region's restorer: one snapshot chosen once ("latest" or a name),
 // every member stopped and its data dir replaced (docs/dr.md). The
 // members' services restart after it, and the shard serves sealed.
 func restoreInPlace(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, c *EtcdCluster, from string, opts ...pulumi.ResourceOption) (*nodes.ShardRestore, error) {
-	s, v := env.Stack, env.Vault
+	s, v := env.Stack, env.Store
 	if v == nil {
-		return nil, fmt.Errorf("restoreInPlace.%s: the region has no snapshot vault (snapshots.vaultStack)", a.Name)
+		return nil, fmt.Errorf("restoreInPlace.%s: the region has no snapshot store (snapshots.storeStack)", a.Name)
 	}
-	vault := nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
+	store := nodes.SnapshotStore{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
 		Region: s.Region, Cluster: a.Name, TrustedKeys: v.Trusted(a.Name)}
-	snap, err := nodes.NewVaultSnapshot(ctx, s.Region+"-"+a.Name+"-in-place-snapshot", vault, from, opts...)
+	snap, err := nodes.NewStoreSnapshot(ctx, s.Region+"-"+a.Name+"-in-place-snapshot", store, from, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func restoreInPlace(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, c *EtcdClu
 			Service: "etcd-" + a.Name, Mode: s.SSH.ServiceMode, StateDir: env.StateDir(h)})
 		gates = append(gates, a.Nodes[h.Name].Fsync)
 	}
-	return nodes.NewShardRestore(ctx, s.Region+"-"+a.Name+"-in-place-restore", nodes.ShardRestoreArgs{Vault: vault, Snapshot: snap, Members: members,
+	return nodes.NewShardRestore(ctx, s.Region+"-"+a.Name+"-in-place-restore", nodes.ShardRestoreArgs{Store: store, Snapshot: snap, Members: members,
 		Endpoints: c.Endpoints, CA: a.CA, Client: c.Client, RevisionBump: InPlaceRevisionBump}, append(opts, pulumi.DependsOn(gates))...)
 }
 
@@ -257,13 +257,13 @@ func NewEtcdMember(ctx *pulumi.Context, env *Env, a EtcdClusterArgs, m topology.
 	// starts on it, as a member of a new cluster (the same token and peer
 	// URLs its flags name), so the restored cluster is sealed.
 	if a.Snapshot != nil {
-		v := env.RestoreVault
+		v := env.RestoreStore
 		members := map[string]string{}
 		for _, o := range a.Members {
 			members[o.Name] = fmt.Sprintf("https://%s:%d", o.Host.Address, s.Etcd.PeerPort)
 		}
 		r, err := nodes.NewEtcdRestore(ctx, name+"-restore", nodes.EtcdRestoreArgs{Connection: conn, DataDir: EtcdDataDir(m, a.Name),
-			Vault: nodes.SnapshotVault{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
+			Store: nodes.SnapshotStore{URL: v.URL, CACertPem: v.CACertPem, AccessKey: pulumi.String(v.Restorer), SecretKey: v.RestorerPassword,
 				Region: s.Region, Cluster: a.Name, TrustedKeys: v.Trusted(a.Name)}, Snapshot: a.Snapshot, MemberName: m.Name, Members: members, Token: a.Token}, in, gated)
 		if err != nil {
 			return nil, err

@@ -19,7 +19,7 @@ func MinIOCommand(h topology.Host, port int, f MinIOFiles) []string {
 }
 
 // minioServerArgs place one MinIO server: the audit archive's or a
-// snapshot vault's.
+// snapshot store's.
 type minioServerArgs struct {
 	// Name prefixes its resources.
 	Name string

@@ -29,7 +29,7 @@ func TestArbiterReadyIsItsOwnProbeAndSealedOKOnlyInADRStack(t *testing.T) {
 	if !slices.Equal(cmd, want) {
 		t.Fatalf("arbiter check %q, want %q", cmd, want)
 	}
-	s.Restore.VaultStack = "local-vault"
+	s.Restore.StoreStack = "local-snapshots"
 	if cmd := ArbiterReady(env, h, spire).Command; cmd[len(cmd)-1] != "--sealed-ok" {
 		t.Fatalf("a DR stack's arbiter check %q: no --sealed-ok", cmd)
 	}

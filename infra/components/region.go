@@ -32,7 +32,7 @@ type Region struct {
 	EtcdUsers *EtcdUsers
 	EtcdAuth  []*nodes.EtcdAuth
 	// Snapshots are the clusters' snapshot jobs, coord first; none when
-	// the stack names no vault.
+	// the stack names no snapshot store.
 	Snapshots []*SnapshotJob
 }
 
@@ -144,13 +144,13 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	// Every cluster's snapshot job, on its own member hosts, once its
 	// EtcdAuth has made the snapshot user (docs/dr.md).
 	if s.Snapshots.Enabled() {
-		if env.Vault == nil {
-			return nil, fmt.Errorf("snapshots.vaultStack: %s was not read: the program gives the region its vault", s.Snapshots.VaultStack)
+		if env.Store == nil {
+			return nil, fmt.Errorf("snapshots.storeStack: %s was not read: the program gives the region its snapshot store", s.Snapshots.StoreStack)
 		}
 		members := append([][]topology.Member{env.Plan.Coord}, env.Plan.Shards...)
 		for i, c := range append([]*EtcdCluster{r.Coord}, r.Shards...) {
 			j, err := NewSnapshotJob(ctx, env, SnapshotJobArgs{Cluster: c, Members: members[i], Password: r.EtcdUsers.Snapshot[c.Name],
-				Vault: env.Vault, After: []pulumi.Resource{r.EtcdAuth[i]}}, in)
+				Store: env.Store, After: []pulumi.Resource{r.EtcdAuth[i]}}, in)
 			if err != nil {
 				return nil, err
 			}

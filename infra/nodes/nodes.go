@@ -97,7 +97,7 @@ type Password struct {
 }
 
 // SnapshotSigningKey is one cluster's snapshot signing key, made once in
-// the vault stack: PrivateKeyPem (secret) for its snapshot jobs only,
+// the store stack: PrivateKeyPem (secret) for its snapshot jobs only,
 // PublicKey (text form) for every restore to verify by.
 type SnapshotSigningKey struct {
 	pulumi.CustomResourceState
@@ -507,43 +507,43 @@ func NewArchiveBuckets(ctx *pulumi.Context, name string, a ArchiveBucketsArgs, o
 	}, &r, opts...)
 }
 
-// VaultBuckets is a snapshot vault's setup on its MinIO, done with the
+// StoreBuckets is a snapshot store's setup on its MinIO, done with the
 // root user at deploy time: a versioned bucket per region with its expiry
 // rule, and per region a storer (its snapshot jobs) and a restorer (its
 // restores), neither able to delete a snapshot.
-type VaultBuckets struct {
+type StoreBuckets struct {
 	pulumi.CustomResourceState
 	Buckets pulumi.StringArrayOutput `pulumi:"buckets"`
 }
 
-// VaultRegion is one region's users, as NewPassword makes their
+// StoreRegion is one region's users, as NewPassword makes their
 // passwords: its restorer, and each cluster's storer.
-type VaultRegion struct {
+type StoreRegion struct {
 	Region           string
 	Restorer         string
 	RestorerPassword pulumi.StringInput
-	Clusters         []VaultClusterUser
+	Clusters         []StoreClusterUser
 }
 
-// VaultClusterUser is one cluster's storer, confined to its prefix.
-type VaultClusterUser struct {
+// StoreClusterUser is one cluster's storer, confined to its prefix.
+type StoreClusterUser struct {
 	Cluster, Storer string
 	StorerPassword  pulumi.StringInput
 }
 
-// VaultBucketsArgs: MinIO's https URL and the CA of its certificate, the
+// StoreBucketsArgs: MinIO's https URL and the CA of its certificate, the
 // root user's credentials, how long snapshots are kept, and the regions.
-type VaultBucketsArgs struct {
+type StoreBucketsArgs struct {
 	URL          string
 	CA           *CA
 	RootUser     string
 	RootPassword pulumi.StringInput
 	KeepDays     int
-	Regions      []VaultRegion
+	Regions      []StoreRegion
 }
 
-// NewVaultBuckets sets up the vault's buckets and users.
-func NewVaultBuckets(ctx *pulumi.Context, name string, a VaultBucketsArgs, opts ...pulumi.ResourceOption) (*VaultBuckets, error) {
+// NewStoreBuckets sets up the snapshot store's buckets and users.
+func NewStoreBuckets(ctx *pulumi.Context, name string, a StoreBucketsArgs, opts ...pulumi.ResourceOption) (*StoreBuckets, error) {
 	regions := pulumi.Array{}
 	for _, r := range a.Regions {
 		clusters := pulumi.Array{}
@@ -554,7 +554,7 @@ func NewVaultBuckets(ctx *pulumi.Context, name string, a VaultBucketsArgs, opts 
 		regions = append(regions, pulumi.Map{"region": pulumi.String(r.Region), "restorer": pulumi.String(r.Restorer),
 			"restorerPassword": r.RestorerPassword, "clusters": clusters})
 	}
-	var r VaultBuckets
+	var r StoreBuckets
 	return &r, ctx.RegisterResource(prefix_+"VaultBuckets", name, pulumi.Map{
 		"url": pulumi.String(a.URL), "caCertPem": a.CA.CertPem, "rootUser": pulumi.String(a.RootUser),
 		"rootPassword": pulumi.ToSecret(a.RootPassword), "keepDays": pulumi.Int(a.KeepDays),

@@ -114,9 +114,9 @@ func TestTwoServicesWithOneNameOnOneHostAreRefused(t *testing.T) {
 				t.Errorf("%v: %v", s, err)
 			}
 		}
-		return svc(ctx, "vault", "10.0.0.1", "minio")
+		return svc(ctx, "snapshots", "10.0.0.1", "minio")
 	}, pulumi.WithMocks("lockplane", "test", m))
-	if err == nil || !strings.Contains(err.Error(), `service "minio" on 10.0.0.1: both a and vault run it`) {
+	if err == nil || !strings.Contains(err.Error(), `service "minio" on 10.0.0.1: both a and snapshots run it`) {
 		t.Fatalf("a second minio on one host: %v", err)
 	}
 }

@@ -2,25 +2,25 @@ package nodes
 
 import "github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
-// SnapshotVault is a region's snapshot vault (dr/vault) and one cluster's
+// SnapshotStore is a region's snapshot store (dr/snapstore) and one cluster's
 // snapshots in it: the coord cluster or an entity shard.
-type SnapshotVault struct {
-	// URL is the vault's S3 base URL: https, its certificate signed by
+type SnapshotStore struct {
+	// URL is the snapshot store's S3 base URL: https, its certificate signed by
 	// CACertPem (plain http only on loopback).
 	URL       string
 	CACertPem pulumi.StringInput
-	// AccessKey and SecretKey are a vault user that can read the region's
+	// AccessKey and SecretKey are a snapshot store user that can read the region's
 	// bucket; SecretKey is passed as a secret.
 	AccessKey pulumi.StringInput
 	SecretKey pulumi.StringInput
 	Region    string
 	Cluster   string
 	// TrustedKeys are the cluster's snapshot signing public keys (the
-	// vault stack's): a snapshot not signed by one is refused.
+	// store stack's): a snapshot not signed by one is refused.
 	TrustedKeys []string
 }
 
-func (v SnapshotVault) props() pulumi.Map {
+func (v SnapshotStore) props() pulumi.Map {
 	m := pulumi.Map{"vaultUrl": pulumi.String(v.URL), "vaultAccessKey": v.AccessKey, "vaultSecretKey": pulumi.ToSecret(v.SecretKey),
 		"region": pulumi.String(v.Region), "cluster": pulumi.String(v.Cluster), "trustedKeys": pulumi.ToStringArray(v.TrustedKeys)}
 	if v.CACertPem != nil {
@@ -29,12 +29,12 @@ func (v SnapshotVault) props() pulumi.Map {
 	return m
 }
 
-// VaultSnapshot is one snapshot of a cluster chosen from the vault, by
+// StoreSnapshot is one snapshot of a cluster chosen from the snapshot store, by
 // name or "latest", and recorded: "latest" is resolved once, when it is
 // made, and never again, so every member restored from it restores the
-// same snapshot however many the vault gains meanwhile. Outputs are the
+// same snapshot however many the snapshot store gains meanwhile. Outputs are the
 // snapshot's manifest.
-type VaultSnapshot struct {
+type StoreSnapshot struct {
 	pulumi.CustomResourceState
 	// Manifest is the snapshot's name (CLUSTER/TIME-rREVISION-DIGEST).
 	Manifest        pulumi.StringOutput `pulumi:"manifest"`
@@ -57,19 +57,19 @@ type VaultSnapshot struct {
 	Refused pulumi.ArrayOutput  `pulumi:"refused"`
 }
 
-// NewVaultSnapshot chooses snapshot ("latest" or a snapshot's name) of
+// NewStoreSnapshot chooses snapshot ("latest" or a snapshot's name) of
 // v's cluster. Make one per cluster restored and give it to every
 // member's EtcdRestore.
-func NewVaultSnapshot(ctx *pulumi.Context, name string, v SnapshotVault, snapshot string, opts ...pulumi.ResourceOption) (*VaultSnapshot, error) {
+func NewStoreSnapshot(ctx *pulumi.Context, name string, v SnapshotStore, snapshot string, opts ...pulumi.ResourceOption) (*StoreSnapshot, error) {
 	props := v.props()
 	props["snapshot"] = pulumi.String(snapshot)
-	var r VaultSnapshot
+	var r StoreSnapshot
 	return &r, ctx.RegisterResource(prefix_+"VaultSnapshot", name, props, &r,
 		append(opts, pulumi.AdditionalSecretOutputs([]string{"vaultSecretKey"}))...)
 }
 
 // EtcdRestore is one etcd member's data dir made on its host from a
-// snapshot in the vault, as a member of a new cluster (new token, so a
+// snapshot in the snapshot store, as a member of a new cluster (new token, so a
 // new cluster ID: the restored cluster is sealed until the operators
 // advance its epoch). It writes only an absent or empty data dir, never
 // over a member's data. Deleting it leaves the data dir.
@@ -86,7 +86,7 @@ type EtcdRestore struct {
 	RestoredAt pulumi.StringOutput `pulumi:"restoredAt"`
 }
 
-// EtcdRestoreArgs: the member's host and data dir, the vault, the chosen
+// EtcdRestoreArgs: the member's host and data dir, the snapshot store, the chosen
 // snapshot, and the new cluster. Members and Token must be the same on
 // every member's EtcdRestore, and the members' etcd flags
 // (--initial-cluster, --initial-cluster-token) must name the same.
@@ -94,8 +94,8 @@ type EtcdRestoreArgs struct {
 	Connection Connection
 	// DataDir is the member's --data-dir on the host (not a mount point).
 	DataDir  string
-	Vault    SnapshotVault
-	Snapshot *VaultSnapshot
+	Store    SnapshotStore
+	Snapshot *StoreSnapshot
 	// MemberName is this member; Members maps every member's name to its
 	// advertised peer URL.
 	MemberName string
@@ -111,7 +111,7 @@ type EtcdRestoreArgs struct {
 // NewEtcdRestore restores one member's data dir. Order the member's
 // Service after it (pulumi.DependsOn).
 func NewEtcdRestore(ctx *pulumi.Context, name string, a EtcdRestoreArgs, opts ...pulumi.ResourceOption) (*EtcdRestore, error) {
-	props := a.Vault.props()
+	props := a.Store.props()
 	props["connection"] = a.Connection.Input()
 	props["dataDir"] = pulumi.String(a.DataDir)
 	props["snapshot"] = a.Snapshot.Manifest
@@ -156,10 +156,10 @@ type ShardRestore struct {
 	RevisionsFrom pulumi.IntOutput `pulumi:"revisionsFrom"`
 	// KeyID is the signing key that vouched for the snapshot.
 	KeyID pulumi.StringOutput `pulumi:"keyId"`
-	// Chosen is the VaultSnapshot it restores (not an output): its
+	// Chosen is the StoreSnapshot it restores (not an output): its
 	// Refused names what "latest" left out, which `up` must print for an
 	// in-place restore as for a DR stack's.
-	Chosen *VaultSnapshot
+	Chosen *StoreSnapshot
 }
 
 // ShardMember is one running member of the shard restored in place.
@@ -174,11 +174,11 @@ type ShardMember struct {
 	StateDir string
 }
 
-// ShardRestoreArgs: the vault, the chosen snapshot, every member of the
+// ShardRestoreArgs: the snapshot store, the chosen snapshot, every member of the
 // shard, and how to read the running shard's head revision.
 type ShardRestoreArgs struct {
-	Vault    SnapshotVault
-	Snapshot *VaultSnapshot
+	Store    SnapshotStore
+	Snapshot *StoreSnapshot
 	Members  []ShardMember
 	// Endpoints, CA and Client reach the running shard (the deployer's
 	// certificate, as the formed check).
@@ -194,7 +194,7 @@ type ShardRestoreArgs struct {
 // NewShardRestore restores a's shard in place from a.Snapshot, into every
 // one of a.Members.
 func NewShardRestore(ctx *pulumi.Context, name string, a ShardRestoreArgs, opts ...pulumi.ResourceOption) (*ShardRestore, error) {
-	props := a.Vault.props()
+	props := a.Store.props()
 	props["snapshot"] = a.Snapshot.Manifest
 	props["snapshotSha256"] = a.Snapshot.Sha256
 	props["endpoints"] = strings(a.Endpoints)

@@ -10,7 +10,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
-// restoreMocks answers a VaultSnapshot with a chosen manifest, as the
+// restoreMocks answers a StoreSnapshot with a chosen manifest, as the
 // provider does, and records every resource's inputs.
 type restoreMocks struct {
 	mu     sync.Mutex
@@ -33,22 +33,22 @@ func (m *restoreMocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, err
 	return args.Args, nil
 }
 
-// Every member's EtcdRestore restores the VaultSnapshot's manifest, pinned
-// by its digest; the vault's secret key and the token are secret inputs.
+// Every member's EtcdRestore restores the StoreSnapshot's manifest, pinned
+// by its digest; the snapshot store's secret key and the token are secret inputs.
 func TestNewEtcdRestoreRestoresTheChosenSnapshot(t *testing.T) {
 	m := &restoreMocks{inputs: map[string]resource.PropertyMap{}}
 	members := map[string]string{"m1": "https://10.0.0.1:2380", "m2": "https://10.0.0.2:2380", "m3": "https://10.0.0.3:2380"}
 	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
-		v := nodes.SnapshotVault{URL: "https://vault:9000", CACertPem: pulumi.String("pem"), AccessKey: pulumi.String("reader"),
+		v := nodes.SnapshotStore{URL: "https://vault:9000", CACertPem: pulumi.String("pem"), AccessKey: pulumi.String("reader"),
 			SecretKey: pulumi.String("s3cret"), Region: "eu", Cluster: "coord"}
-		snap, err := nodes.NewVaultSnapshot(ctx, "coord-snapshot", v, "latest")
+		snap, err := nodes.NewStoreSnapshot(ctx, "coord-snapshot", v, "latest")
 		if err != nil {
 			return err
 		}
 		for name := range members {
 			conn := nodes.Connection{Target: remote.Target{Host: name, PrivateKey: "k", HostKey: "h"}}
 			if _, err := nodes.NewEtcdRestore(ctx, "coord-"+name, nodes.EtcdRestoreArgs{Connection: conn, DataDir: "/var/lib/etcd-coord",
-				Vault: v, Snapshot: snap, MemberName: name, Members: members, Token: pulumi.String("tok")}); err != nil {
+				Store: v, Snapshot: snap, MemberName: name, Members: members, Token: pulumi.String("tok")}); err != nil {
 				return err
 			}
 		}
@@ -58,12 +58,12 @@ func TestNewEtcdRestoreRestoresTheChosenSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := m.inputs["coord-snapshot"]; s["snapshot"].StringValue() != "latest" || !s["vaultSecretKey"].ContainsSecrets() {
-		t.Fatalf("VaultSnapshot inputs %v", s)
+		t.Fatalf("StoreSnapshot inputs %v", s)
 	}
 	for name := range members {
 		in := m.inputs["coord-"+name]
 		if in["snapshot"].StringValue() != "coord/20260101T000000.000Z-r7-0123456789ab" || in["snapshotSha256"].StringValue()[:12] != "0123456789ab" {
-			t.Errorf("%s restores %v (%v), want the VaultSnapshot's manifest and digest", name, in["snapshot"], in["snapshotSha256"])
+			t.Errorf("%s restores %v (%v), want the StoreSnapshot's manifest and digest", name, in["snapshot"], in["snapshotSha256"])
 		}
 		if !in["token"].ContainsSecrets() || !in["vaultSecretKey"].ContainsSecrets() {
 			t.Errorf("%s: token %v, vaultSecretKey %v, want secret inputs", name, in["token"], in["vaultSecretKey"])

@@ -2,8 +2,8 @@
 // the stack's typed configuration, refuses a topology its hosts cannot
 // carry before creating anything, and builds the Region component. The
 // same program runs under `lockplane up` (the Automation API's inline
-// program, New with a VaultReader) and a standard `pulumi up`
-// (infra/main.go, Run), which refuses a region that names a vault.
+// program, New with a StoreReader) and a standard `pulumi up`
+// (infra/main.go, Run), which refuses a region that names a snapshot store.
 package program
 
 import (
@@ -86,26 +86,26 @@ func absPath(p *string, base string) {
 	}
 }
 
-// Run is the program without a VaultReader, for a standard `pulumi up`:
-// a region that names a vault stack is refused, since only `lockplane
-// up` hands a region its own vault users.
+// Run is the program without a StoreReader, for a standard `pulumi up`:
+// a region that names a store stack is refused, since only `lockplane
+// up` hands a region its own snapshot store users.
 func Run(ctx *pulumi.Context) error { return New(nil)(ctx) }
 
-// New is the program, reading the vault stacks a region names with read:
-// a snapshot vault's for a stack with lockplane:vault, a region's
+// New is the program, reading the store stacks a region names with read:
+// a snapshot store's for a stack with lockplane:snapshotStore, a region's
 // otherwise.
-func New(read VaultReader) pulumi.RunFunc {
+func New(read StoreReader) pulumi.RunFunc {
 	return func(ctx *pulumi.Context) error { return run(ctx, read) }
 }
 
-func run(ctx *pulumi.Context, read VaultReader) error {
+func run(ctx *pulumi.Context, read StoreReader) error {
 	cfg := config.New(ctx, Namespace)
 	base, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	if cfg.Get("vault") != "" {
-		return runVault(ctx, cfg, base)
+	if cfg.Get("snapshotStore") != "" || cfg.Get("vault") != "" {
+		return runStore(ctx, cfg, base)
 	}
 	s, err := LoadStack(cfg.Get, base)
 	if err != nil {
@@ -124,9 +124,9 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 			return err
 		}
 	}
-	vs := &vaults{read: read, got: map[string]*components.VaultAccess{}}
+	vs := &stores{read: read, got: map[string]*components.StoreAccess{}}
 	if s.Snapshots.Enabled() {
-		if env.Vault, err = vs.access(ctx, s, "snapshots.vaultStack", s.Snapshots.VaultStack); err != nil {
+		if env.Store, err = vs.access(ctx, s, "snapshots.storeStack", s.Snapshots.StoreStack); err != nil {
 			return err
 		}
 	}
@@ -136,7 +136,7 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 		if env.EtcdRootPassword == nil {
 			return fmt.Errorf("restore: the restored clusters keep region %s's etcd users: set %s:etcdRootPassword (secret) to that region's root password", s.Region, Namespace)
 		}
-		if env.RestoreVault, err = vs.access(ctx, s, "restore.vaultStack", s.Restore.VaultStack); err != nil {
+		if env.RestoreStore, err = vs.access(ctx, s, "restore.storeStack", s.Restore.StoreStack); err != nil {
 			return err
 		}
 	}
@@ -180,8 +180,8 @@ func run(ctx *pulumi.Context, read VaultReader) error {
 		ctx.Export("archiveUrl", pulumi.String(region.Archive.URL))
 		ctx.Export("archiveCaCertPem", region.Archive.CA.CertPem)
 	}
-	if env.Vault != nil {
-		exportSnapshotAccess(ctx, s, env.Vault, region)
+	if env.Store != nil {
+		exportSnapshotAccess(ctx, s, env.Store, region)
 	}
 	if s.Restore.Enabled() {
 		exportRestore(ctx, region)

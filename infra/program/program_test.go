@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/program"
 	"github.com/lockplane/lockplane/services/audit/chserver"
@@ -23,17 +23,17 @@ import (
 )
 
 // mocks records every resource the program registers and answers with
-// plausible outputs; it is also the program's vault reader.
+// plausible outputs; it is also the program's snapshot store reader.
 type mocks struct {
 	mu  sync.Mutex
 	res []pulumi.MockResourceArgs
 	// outs are the outputs answered, by res's index: the state holds them
 	// as well as the inputs.
 	outs []resource.PropertyMap
-	// vaults, when set, are the deployed vault stacks by name; otherwise
-	// local-vault, keeping region local only.
-	vaults map[string]program.VaultOutputs
-	// reads counts the reader's reads by vault stack.
+	// stores, when set, are the deployed store stacks by name; otherwise
+	// local-snapshots, keeping region local only.
+	stores map[string]program.StoreOutputs
+	// reads counts the reader's reads by store stack.
 	reads map[string]int
 }
 
@@ -74,35 +74,35 @@ func (m *mocks) NewResource(a pulumi.MockResourceArgs) (string, resource.Propert
 	return a.Name + "-id", out, nil
 }
 
-// readVault is the program's VaultReader: the vault stack's outputs as
+// readStore is the program's StoreReader: the store stack's outputs as
 // `lockplane up` reads them, a stack not deployed refused as it does.
-func (m *mocks) readVault(_ context.Context, stack string) (program.VaultOutputs, error) {
+func (m *mocks) readStore(_ context.Context, stack string) (program.StoreOutputs, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reads == nil {
 		m.reads = map[string]int{}
 	}
 	m.reads[stack]++
-	vaults := m.vaults
-	if vaults == nil {
-		vaults = map[string]program.VaultOutputs{"local-vault": localVault("local")}
+	stores := m.stores
+	if stores == nil {
+		stores = map[string]program.StoreOutputs{"local-snapshots": localStore("local")}
 	}
-	out, ok := vaults[stack]
+	out, ok := stores[stack]
 	if !ok {
-		return out, fmt.Errorf("vault stack %s is not in the backend: run `lockplane up --stack %s` first", stack, stack)
+		return out, fmt.Errorf("store stack %s is not in the backend: run `lockplane up --stack %s` first", stack, stack)
 	}
 	return out, nil
 }
 
-// localVault is the vault stack local-vault as deployed, keeping regions,
+// localStore is the store stack local-snapshots as deployed, keeping regions,
 // each cluster of up to two entity shards with its storer and key.
-func localVault(regions ...string) program.VaultOutputs {
-	v := program.VaultOutputs{URL: "https://10.231.0.30:9000", CACertPem: "VAULT CA", Regions: map[string]program.VaultRegion{}}
+func localStore(regions ...string) program.StoreOutputs {
+	v := program.StoreOutputs{URL: "https://10.231.0.30:9000", CACertPem: "VAULT CA", Regions: map[string]program.StoreRegion{}}
 	for _, r := range regions {
-		vr := program.VaultRegion{Bucket: vault.Bucket(r), Restorer: "restore-" + r, RestorerPassword: "restorer-password-" + r,
-			Clusters: map[string]program.VaultCluster{}}
+		vr := program.StoreRegion{Bucket: snapstore.Bucket(r), Restorer: "restore-" + r, RestorerPassword: "restorer-password-" + r,
+			Clusters: map[string]program.StoreCluster{}}
 		for _, c := range []string{"coord", "entity-0", "entity-1"} {
-			vr.Clusters[c] = program.VaultCluster{Storer: "snap-" + r + "-" + c, StorerPassword: "storer-password-" + r + "-" + c,
+			vr.Clusters[c] = program.StoreCluster{Storer: "snap-" + r + "-" + c, StorerPassword: "storer-password-" + r + "-" + c,
 				SigningKey: "SIGNING KEY " + r + "-" + c, PublicKey: "ed25519:PUB-" + r + "-" + c}
 		}
 		v.Regions[r] = vr
@@ -243,11 +243,11 @@ func run(t *testing.T, stack string, edit func(map[string]string)) (*mocks, erro
 	return runWith(t, &mocks{}, stack, edit)
 }
 
-// runWith is run with the given mocks, which read the vault stacks as
+// runWith is run with the given mocks, which read the store stacks as
 // `lockplane up` does.
 func runWith(t *testing.T, m *mocks, stack string, edit func(map[string]string)) (*mocks, error) {
 	t.Helper()
-	return runProgram(t, program.New(m.readVault), m, stack, edit)
+	return runProgram(t, program.New(m.readStore), m, stack, edit)
 }
 
 // runProgram is runWith with the given program.

@@ -36,13 +36,13 @@ func TestADRStackRestoresEveryMemberBeforeItStarts(t *testing.T) {
 			!in["vaultSecretKey"].IsSecret() || in["region"].StringValue() != "local" || in["vaultUrl"].StringValue() != "https://10.231.0.30:9000" {
 			t.Errorf("%s: inputs %v", r.Name, in)
 		}
-		// Verified against its own cluster's key, from the vault stack.
+		// Verified against its own cluster's key, from the store stack.
 		if keys := strs(in["trustedKeys"]); len(keys) != 1 || keys[0] != "ed25519:PUB-local-"+in["cluster"].StringValue() {
 			t.Errorf("%s: trustedKeys %v, want cluster %s's public key only", r.Name, keys, in["cluster"].StringValue())
 		}
 	}
 	if len(snaps) != 2 || !clusters["coord"] || !clusters["entity-0"] {
-		t.Fatalf("VaultSnapshots for %v, want one for coord and one for entity-0", clusters)
+		t.Fatalf("StoreSnapshots for %v, want one for coord and one for entity-0", clusters)
 	}
 	restores := map[string]pulumi.MockResourceArgs{}
 	for _, r := range m.of("lockplane:nodes:EtcdRestore") {
@@ -112,7 +112,7 @@ func TestADRStackNeedsTheRegionsRootPasswordAndTakesPinnedSnapshots(t *testing.T
 	}
 	m, err = run(t, "local-dr", func(c map[string]string) {
 		drStack(c)
-		c["lockplane:restore"] = `{"vaultStack":"local-vault","objects":{"coord":"coord/20261201T000000.000Z-r7-aaaaaaaaaaaa.json"}}`
+		c["lockplane:restore"] = `{"storeStack":"local-snapshots","objects":{"coord":"coord/20261201T000000.000Z-r7-aaaaaaaaaaaa.json"}}`
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestADRStackNeedsTheRegionsRootPasswordAndTakesPinnedSnapshots(t *testing.T
 	}
 	_, err = run(t, "local-dr", func(c map[string]string) {
 		drStack(c)
-		c["lockplane:restore"] = `{"vaultStack":"local-vault","objects":{"entity-7":"x"}}`
+		c["lockplane:restore"] = `{"storeStack":"local-snapshots","objects":{"entity-7":"x"}}`
 	})
 	if err == nil || !strings.Contains(err.Error(), `restore.objects: "entity-7" is not a cluster of the region`) {
 		t.Fatalf("a pinned snapshot of no cluster: %v", err)
@@ -140,15 +140,15 @@ func TestADRStackNeedsTheRegionsRootPasswordAndTakesPinnedSnapshots(t *testing.T
 func TestARestoresEpochFloorIsValidated(t *testing.T) {
 	if _, err := run(t, "local-dr", func(c map[string]string) {
 		drStack(c)
-		c["lockplane:restore"] = `{"vaultStack":"local-vault","from":"latest","epochFloor":4242}`
+		c["lockplane:restore"] = `{"storeStack":"local-snapshots","from":"latest","epochFloor":4242}`
 	}); err != nil {
 		t.Fatalf("epochFloor 4242: %v", err)
 	}
 	for restore, want := range map[string]string{
-		`{"vaultStack":"local-vault","from":"latest","epochFloor":-1}`: "restore.epochFloor: -1 must be an epoch",
-		`{"epochFloor":7}`: "restore: set without restore.vaultStack",
+		`{"storeStack":"local-snapshots","from":"latest","epochFloor":-1}`: "restore.epochFloor: -1 must be an epoch",
+		`{"epochFloor":7}`: "restore: set without restore.storeStack",
 		// Beyond any epoch a token carries: no unseal could anchor on it.
-		`{"vaultStack":"local-vault","from":"latest","epochFloor":32667}`: "restore.epochFloor: 32667 must be an epoch from 0 to 32666",
+		`{"storeStack":"local-snapshots","from":"latest","epochFloor":32667}`: "restore.epochFloor: 32667 must be an epoch from 0 to 32666",
 	} {
 		_, err := run(t, "local-dr", func(c map[string]string) { drStack(c); c["lockplane:restore"] = restore })
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -173,7 +173,7 @@ func TestARegionStackRestoresNothing(t *testing.T) {
 	}
 }
 
-// A region restores a shard in place from its own vault, as its
+// A region restores a shard in place from its own snapshot store, as its
 // restorer: one snapshot chosen once, one restore of every member of the
 // shard (exactly the data dir, name, peer URL and service its etcd runs
 // as), each member's service restarted after it by its restoredAt, and
@@ -190,7 +190,7 @@ func TestARegionRestoresAShardInPlace(t *testing.T) {
 	snaps := m.of("lockplane:nodes:VaultSnapshot")
 	if len(snaps) != 1 || snaps[0].Inputs["cluster"].StringValue() != "entity-0" || snaps[0].Inputs["vaultAccessKey"].StringValue() != "restore-local" ||
 		snaps[0].Inputs["snapshot"].StringValue() != "entity-0/20261201T000000.000Z-r7-aaaaaaaaaaaa.json" || !snaps[0].Inputs["vaultSecretKey"].IsSecret() {
-		t.Fatalf("VaultSnapshots %v, want entity-0's pinned one, read as the region's restorer", snaps)
+		t.Fatalf("StoreSnapshots %v, want entity-0's pinned one, read as the region's restorer", snaps)
 	}
 	rs := m.of("lockplane:nodes:ShardRestore")
 	if len(rs) != 1 || rs[0].Inputs["cluster"].StringValue() != "entity-0" || len(m.of("lockplane:nodes:EtcdRestore")) != 0 {
@@ -203,7 +203,7 @@ func TestARegionRestoresAShardInPlace(t *testing.T) {
 		}
 	}
 	if restore.Inputs["snapshot"].StringValue() != "entity-0/20261204T120000.000Z-r42-0123456789ab" || restore.Inputs["snapshotSha256"].StringValue() != "sha-"+snaps[0].Name {
-		t.Errorf("the restore takes %v (%v), not the VaultSnapshot's choice", restore.Inputs["snapshot"], restore.Inputs["snapshotSha256"])
+		t.Errorf("the restore takes %v (%v), not the StoreSnapshot's choice", restore.Inputs["snapshot"], restore.Inputs["snapshotSha256"])
 	}
 	// Its revisions start above the running shard's head, read with the
 	// deployer's certificate at the shard's own endpoints.

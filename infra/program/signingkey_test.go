@@ -3,13 +3,13 @@ package program_test
 import "testing"
 
 // Every cluster's snapshot signing key is protected: a replacement (a
-// renamed vault host, a --target-replace) would make a new key and leave
+// renamed snapshot store host, a --target-replace) would make a new key and leave
 // every snapshot signed by the old one unrestorable, so the engine
 // refuses it; a rotation is deliberate (docs/dr.md).
-func TestTheVaultsSigningKeysAreProtected(t *testing.T) {
-	m, err := run(t, "local-vault", func(c map[string]string) {
+func TestTheStoresSigningKeysAreProtected(t *testing.T) {
+	m, err := run(t, "local-snapshots", func(c map[string]string) {
 		localHosts(c)
-		c["lockplane:vault"] = `{"regions":[{"region":"local","shards":1}]}`
+		c["lockplane:snapshotStore"] = `{"regions":[{"region":"local","shards":1}]}`
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func TestSnapshotJobsRunOnTheirMemberHostsAsTheSnapshotUser(t *testing.T) {
 			got = append(got, hostOf(r.Inputs["connection"]))
 			cmd := strs(r.Inputs["command"])
 			cluster := strings.TrimPrefix(name, "lockplane-snapshot-")
-			if flag(cmd, "--region") != "local" || flag(cmd, "--cluster") != cluster || flag(cmd, "--vault") != "https://10.231.0.30:9000" ||
+			if flag(cmd, "--region") != "local" || flag(cmd, "--cluster") != cluster || flag(cmd, "--store") != "https://10.231.0.30:9000" ||
 				flag(cmd, "--every") != "1h" || !strings.HasPrefix(flag(cmd, "--endpoint"), "https://"+hostOf(r.Inputs["connection"])+":") ||
 				!strings.HasSuffix(flag(cmd, "--etcd-credentials"), "/"+cluster+"/snapshot-etcd-credentials") || flag(cmd, "--etcd-without-auth") != "" ||
 				!strings.HasSuffix(flag(cmd, "--signing-key"), "/"+cluster+"/snapshot-signing-key.pem") {
@@ -112,17 +112,17 @@ func TestNoSnapshotsNoSnapshotUser(t *testing.T) {
 		}
 	}
 	if len(m.reads) != 0 {
-		t.Errorf("vault stacks read without snapshots: %v", m.reads)
+		t.Errorf("store stacks read without snapshots: %v", m.reads)
 	}
 }
 
-// A vault stack that keeps no bucket for the region refuses the region
+// A store stack that keeps no bucket for the region refuses the region
 // before anything is made, naming what to add.
-func TestARegionTheVaultDoesNotKeepIsRefused(t *testing.T) {
-	euWest := localVault("eu-west")
-	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": euWest}}
+func TestARegionTheStoreDoesNotKeepIsRefused(t *testing.T) {
+	euWest := localStore("eu-west")
+	m := &mocks{stores: map[string]program.StoreOutputs{"local-snapshots": euWest}}
 	_, err := runWith(t, m, "local", localHosts)
-	if err == nil || !strings.Contains(err.Error(), "keeps no snapshots of region local: add {region: local, shards: 1} to its lockplane:vault.regions") {
+	if err == nil || !strings.Contains(err.Error(), "keeps no snapshots of region local: add {region: local, shards: 1} to its lockplane:snapshotStore.regions") {
 		t.Fatalf("err %v", err)
 	}
 	if len(m.res) != 0 {
@@ -130,17 +130,17 @@ func TestARegionTheVaultDoesNotKeepIsRefused(t *testing.T) {
 	}
 }
 
-// A vault stack that keeps the region but not every one of its shards
-// (its vault.regions entry says fewer shards) refuses the region before
+// A store stack that keeps the region but not every one of its shards
+// (its snapshotStore.regions entry says fewer shards) refuses the region before
 // anything is made, naming the entry to set: a shard without its own
 // storer and key would go unsnapshotted, or restored against no key.
-func TestAShardTheVaultDoesNotKeepIsRefused(t *testing.T) {
-	v := localVault("local")
+func TestAShardTheStoreDoesNotKeepIsRefused(t *testing.T) {
+	v := localStore("local")
 	delete(v.Regions["local"].Clusters, "entity-0")
-	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": v}}
+	m := &mocks{stores: map[string]program.StoreOutputs{"local-snapshots": v}}
 	_, err := runWith(t, m, "local", localHosts)
 	if err == nil || !strings.Contains(err.Error(), "has no storer or snapshot signing key for cluster entity-0 of region local: "+
-		"set region local's entry in its lockplane:vault.regions to {region: local, shards: 1}") {
+		"set region local's entry in its lockplane:snapshotStore.regions to {region: local, shards: 1}") {
 		t.Fatalf("err %v", err)
 	}
 	if len(m.res) != 0 {
@@ -148,37 +148,37 @@ func TestAShardTheVaultDoesNotKeepIsRefused(t *testing.T) {
 	}
 }
 
-// A vault stack never deployed (no outputs) or missing from the backend
+// A store stack never deployed (no outputs) or missing from the backend
 // refuses the region before anything is made, saying to deploy it.
-func TestAVaultStackNotDeployedIsRefused(t *testing.T) {
-	for _, vaults := range []map[string]program.VaultOutputs{{"local-vault": {}}, {}} {
-		m := &mocks{vaults: vaults}
+func TestAStoreStackNotDeployedIsRefused(t *testing.T) {
+	for _, stores := range []map[string]program.StoreOutputs{{"local-snapshots": {}}, {}} {
+		m := &mocks{stores: stores}
 		_, err := runWith(t, m, "local", localHosts)
-		if err == nil || !strings.Contains(err.Error(), "snapshots.vaultStack: local-vault") ||
-			!strings.Contains(err.Error(), "run `lockplane up --stack local-vault` first") {
-			t.Errorf("vaults %v: err %v", vaults, err)
+		if err == nil || !strings.Contains(err.Error(), "snapshots.storeStack: local-snapshots") ||
+			!strings.Contains(err.Error(), "run `lockplane up --stack local-snapshots` first") {
+			t.Errorf("stores %v: err %v", stores, err)
 		}
 		if len(m.res) != 0 {
-			t.Errorf("vaults %v: %d resources made for a refused region", vaults, len(m.res))
+			t.Errorf("stores %v: %d resources made for a refused region", stores, len(m.res))
 		}
 	}
 }
 
 // Under a plain `pulumi up` (program.Run, no reader) a region that names
-// a vault is refused before anything is made, naming the field and the
+// a snapshot store is refused before anything is made, naming the field and the
 // `lockplane up` that hands it its own users.
-func TestWithoutAReaderAVaultIsRefused(t *testing.T) {
+func TestWithoutAReaderAStoreIsRefused(t *testing.T) {
 	for _, c := range []struct {
 		stack string
 		edit  func(map[string]string)
 		field string
 	}{
-		{"local", localHosts, "snapshots.vaultStack"},
-		{"local-dr", func(c map[string]string) { drStack(c); delete(c, "lockplane:snapshots") }, "restore.vaultStack"},
+		{"local", localHosts, "snapshots.storeStack"},
+		{"local-dr", func(c map[string]string) { drStack(c); delete(c, "lockplane:snapshots") }, "restore.storeStack"},
 	} {
 		m := &mocks{}
 		_, err := runProgram(t, program.Run, m, c.stack, c.edit)
-		if err == nil || !strings.Contains(err.Error(), c.field+": local-vault: run `bin/lockplane up --stack "+c.stack+"`") {
+		if err == nil || !strings.Contains(err.Error(), c.field+": local-snapshots: run `bin/lockplane up --stack "+c.stack+"`") {
 			t.Errorf("%s: err %v", c.stack, err)
 		}
 		if len(m.res) != 0 {
@@ -187,23 +187,23 @@ func TestWithoutAReaderAVaultIsRefused(t *testing.T) {
 	}
 }
 
-// A region with snapshots and restore holds its own vault users only:
-// no stack reference (which would store every output of the vault stack,
+// A region with snapshots and restore holds its own snapshot store users only:
+// no stack reference (which would store every output of the store stack,
 // every region's users among them), and no other region's user name or
-// password in any resource's inputs or outputs. Its vault is read once,
+// password in any resource's inputs or outputs. Its snapshot store is read once,
 // though both fields name it.
-func TestARegionHoldsOnlyItsOwnVaultUsers(t *testing.T) {
-	m := &mocks{vaults: map[string]program.VaultOutputs{"local-vault": localVault("local", "eu-west")}}
+func TestARegionHoldsOnlyItsOwnStoreUsers(t *testing.T) {
+	m := &mocks{stores: map[string]program.StoreOutputs{"local-snapshots": localStore("local", "eu-west")}}
 	if _, err := runWith(t, m, "local-dr", drStack); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(m.of("pulumi:pulumi:StackReference")); n != 0 {
-		t.Errorf("%d stack references: each copies every region's vault users into this state", n)
+		t.Errorf("%d stack references: each copies every region's snapshot store users into this state", n)
 	}
-	if m.reads["local-vault"] != 1 {
-		t.Errorf("local-vault read %d times, want once", m.reads["local-vault"])
+	if m.reads["local-snapshots"] != 1 {
+		t.Errorf("local-snapshots read %d times, want once", m.reads["local-snapshots"])
 	}
-	eu, own := localVault("eu-west").Regions["eu-west"], localVault("local").Regions["local"]
+	eu, own := localStore("eu-west").Regions["eu-west"], localStore("local").Regions["local"]
 	found := map[string]bool{}
 	for i, r := range m.res {
 		for _, props := range []resource.PropertyMap{r.Inputs, m.outs[i]} {
@@ -248,14 +248,14 @@ func texts(v resource.PropertyValue, f func(string)) {
 	}
 }
 
-// The vault stack: MinIO on its one host, a bucket per region, a restorer
+// The store stack: MinIO on its one host, a bucket per region, a restorer
 // per region and a storer and signing key per cluster, the root and
 // users' passwords and the private keys secret, and outputs a region
 // reads.
-func TestTheVaultStackKeepsEachRegion(t *testing.T) {
-	m, err := run(t, "local-vault", func(c map[string]string) {
+func TestTheStoreStackKeepsEachRegion(t *testing.T) {
+	m, err := run(t, "local-snapshots", func(c map[string]string) {
 		localHosts(c)
-		c["lockplane:vault"] = `{"regions":[{"region":"local","shards":1},{"region":"eu-west","shards":2}]}`
+		c["lockplane:snapshotStore"] = `{"regions":[{"region":"local","shards":1},{"region":"eu-west","shards":2}]}`
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -266,11 +266,11 @@ func TestTheVaultStackKeepsEachRegion(t *testing.T) {
 	}
 	b := m.of("lockplane:nodes:VaultBuckets")
 	if len(b) != 1 {
-		t.Fatalf("%d VaultBuckets", len(b))
+		t.Fatalf("%d StoreBuckets", len(b))
 	}
 	in := b[0].Inputs
 	if !in["regions"].IsSecret() || !in["rootPassword"].IsSecret() || in["keepDays"].NumberValue() != 30 || in["url"].StringValue() != "https://10.231.0.30:9000" {
-		t.Fatalf("VaultBuckets inputs %v", in)
+		t.Fatalf("StoreBuckets inputs %v", in)
 	}
 	var users []string
 	for _, r := range in["regions"].SecretValue().Element.ArrayValue() {
@@ -286,42 +286,42 @@ func TestTheVaultStackKeepsEachRegion(t *testing.T) {
 	}
 	if !slices.Equal(users, []string{"local:restore-local,coord=snap-local-coord,entity-0=snap-local-entity-0",
 		"eu-west:restore-eu-west,coord=snap-eu-west-coord,entity-0=snap-eu-west-entity-0,entity-1=snap-eu-west-entity-1"}) {
-		t.Fatalf("vault users %v", users)
+		t.Fatalf("snapshot store users %v", users)
 	}
 	keys := m.of("lockplane:nodes:SnapshotSigningKey")
 	if len(keys) != 5 {
 		t.Fatalf("%d signing keys, want one per cluster (5)", len(keys))
 	}
-	if !dependsOnSuffix(b[0], "vault-vault-1-service") {
-		t.Errorf("VaultBuckets does not wait for MinIO")
+	if !dependsOnSuffix(b[0], "vault-snapshots-1-service") {
+		t.Errorf("StoreBuckets does not wait for MinIO")
 	}
 	// Nothing of a region: no etcd, no arbiter.
 	if len(etcdCommands(m)) != 0 || len(services(m, "arbiter")) != 0 {
-		t.Fatal("a vault stack made region services")
+		t.Fatal("a store stack made region services")
 	}
 }
 
-// A vault stack's configuration is checked field by field.
-func TestAVaultStackIsValidated(t *testing.T) {
-	for _, c := range []struct{ vault, hosts, want string }{
-		{`{"regions":[]}`, "", "vault.regions: name at least one region"},
-		{`{"regions":[{"region":"Local","shards":1}]}`, "", `vault.regions[0].region: "Local" must be a unique lower-case region name`},
-		{`{"regions":[{"region":"local"}]}`, "", `vault.regions[0].shards: 0 must be the region's lockplane:entity.shards`},
+// A store stack's configuration is checked field by field.
+func TestAStoreStackIsValidated(t *testing.T) {
+	for _, c := range []struct{ store, hosts, want string }{
+		{`{"regions":[]}`, "", "snapshotStore.regions: name at least one region"},
+		{`{"regions":[{"region":"Local","shards":1}]}`, "", `snapshotStore.regions[0].region: "Local" must be a unique lower-case region name`},
+		{`{"regions":[{"region":"local"}]}`, "", `snapshotStore.regions[0].shards: 0 must be the region's lockplane:entity.shards`},
 		{`{"regions":["local"]}`, "", `"local": each region is now {region: local, shards: N}`},
 		{`{"regions":[{"region":"local","shards":1,"storer":"x"}]}`, "", `unknown field "storer"`},
-		{`{"regions":[{"region":"local","shards":1}],"keepDays":-1}`, "", "vault.keepDays: -1 must be at least 1"},
-		{`{"regions":[{"region":"local","shards":1}]}`, `[{"name":"vault-1","address":"10.231.0.30","roles":["vault","coord"],"root":"/"}]`, "must be [vault]: the vault's host is dedicated"},
-		{`{"regions":[{"region":"local","shards":1}]}`, `[]`, "hosts: 0 given; a vault stack has one host"},
+		{`{"regions":[{"region":"local","shards":1}],"keepDays":-1}`, "", "snapshotStore.keepDays: -1 must be at least 1"},
+		{`{"regions":[{"region":"local","shards":1}]}`, `[{"name":"snapshots-1","address":"10.231.0.30","roles":["snapshot-store","coord"],"root":"/"}]`, "must be [snapshot-store]: the snapshot store's host is dedicated"},
+		{`{"regions":[{"region":"local","shards":1}]}`, `[]`, "hosts: 0 given; a store stack has one host"},
 	} {
-		_, err := run(t, "local-vault", func(cfg map[string]string) {
+		_, err := run(t, "local-snapshots", func(cfg map[string]string) {
 			localHosts(cfg)
-			cfg["lockplane:vault"] = c.vault
+			cfg["lockplane:snapshotStore"] = c.store
 			if c.hosts != "" {
 				cfg["lockplane:hosts"] = c.hosts
 			}
 		})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("vault %s hosts %s: err %v, want %q", c.vault, c.hosts, err, c.want)
+			t.Errorf("snapshot store %s hosts %s: err %v, want %q", c.store, c.hosts, err, c.want)
 		}
 	}
 }
@@ -329,10 +329,10 @@ func TestAVaultStackIsValidated(t *testing.T) {
 // A region's snapshots are checked field by field before anything is made.
 func TestARegionsSnapshotsAreValidated(t *testing.T) {
 	for _, c := range []struct{ snapshots, want string }{
-		{`{"vaultStack":"local-vault","every":"30s"}`, `snapshots.every: "30s" must be a duration from 1m to 168h`},
-		{`{"vaultStack":"Local_Vault"}`, `snapshots.vaultStack: "Local_Vault" must be a stack name`},
-		{`{"vaultStack":"local-vault","metricsPort":2379}`, "snapshots.metricsPort: 2379 is one of etcd's ports"},
-		{`{"every":"1h"}`, "snapshots: set without snapshots.vaultStack"},
+		{`{"storeStack":"local-snapshots","every":"30s"}`, `snapshots.every: "30s" must be a duration from 1m to 168h`},
+		{`{"storeStack":"Local_Snapshots"}`, `snapshots.storeStack: "Local_Snapshots" must be a stack name`},
+		{`{"storeStack":"local-snapshots","metricsPort":2379}`, "snapshots.metricsPort: 2379 is one of etcd's ports"},
+		{`{"every":"1h"}`, "snapshots: set without snapshots.storeStack"},
 	} {
 		m := &mocks{}
 		_, err := runWith(t, m, "local", func(cfg map[string]string) { localHosts(cfg); cfg["lockplane:snapshots"] = c.snapshots })
@@ -345,10 +345,10 @@ func TestARegionsSnapshotsAreValidated(t *testing.T) {
 	}
 }
 
-// The repository's vault stack file keeps the local region in the form
+// The repository's store stack file keeps the local region in the form
 // {region, shards}, with the local region's shards.
-func TestTheLocalVaultStackFileNamesTheLocalRegionsShards(t *testing.T) {
-	m, err := run(t, "local-vault", localHosts)
+func TestTheLocalStoreStackFileNamesTheLocalRegionsShards(t *testing.T) {
+	m, err := run(t, "local-snapshots", localHosts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,14 @@ import (
 )
 
 // Restore makes a stack a DR stack (docs/dr.md): every cluster of the
-// region is stood up from a snapshot in the region's vault instead of
+// region is stood up from a snapshot in the region's snapshot store instead of
 // empty, and stays sealed until the operators advance its epoch.
 type Restore struct {
-	// VaultStack is the vault's stack the snapshots are read from, as the
+	// StoreStack is the snapshot store's stack the snapshots are read from, as the
 	// region's restorer. Empty: not a DR stack.
-	VaultStack string `json:"vaultStack,omitempty"`
+	StoreStack string `json:"storeStack,omitempty"`
+	// OldStoreStack is vaultStack, StoreStack's old name: read as it.
+	OldStoreStack string `json:"vaultStack,omitempty"`
 	// From is "latest" (the default): each cluster's newest whole
 	// snapshot, chosen once when the stack is first deployed.
 	From string `json:"from,omitempty"`
@@ -29,7 +31,7 @@ type Restore struct {
 }
 
 // Enabled reports whether the stack restores its clusters.
-func (r Restore) Enabled() bool { return r.VaultStack != "" }
+func (r Restore) Enabled() bool { return r.StoreStack != "" }
 
 // MaxEpochFloor is the highest restore.epochFloor: the unseal's --above
 // (the floor plus 100) must stay below token.MaxEpoch.
@@ -40,14 +42,17 @@ const Latest = "latest"
 
 func (s *Stack) validateRestore(bad func(string, ...any)) {
 	r := s.Restore
+	if r.OldStoreStack != "" {
+		bad("restore.%s: is the old name of restore.storeStack: set only storeStack", oldStoreStackKey)
+	}
 	if !r.Enabled() {
 		if r.From != "" || len(r.Objects) > 0 || r.EpochFloor != 0 {
-			bad("restore: set without restore.vaultStack: name the vault's stack")
+			bad("restore: set without restore.storeStack: name the snapshot store's stack")
 		}
 		return
 	}
-	if !name.MatchString(r.VaultStack) {
-		bad("restore.vaultStack: %q must be a stack name (lower-case letters, digits, dashes)", r.VaultStack)
+	if !name.MatchString(r.StoreStack) {
+		bad("restore.storeStack: %q must be a stack name (lower-case letters, digits, dashes)", r.StoreStack)
 	}
 	if r.From != Latest {
 		bad("restore.from: %q must be %s (pin a cluster's snapshot with restore.objects)", r.From, Latest)
@@ -77,7 +82,7 @@ func (s *Stack) validateRestore(bad func(string, ...any)) {
 }
 
 // validateRestoreInPlace checks the shards a region restores in place
-// (docs/dr.md): entity shards only, from the region's own vault.
+// (docs/dr.md): entity shards only, from the region's own snapshot store.
 func (s *Stack) validateRestoreInPlace(bad func(string, ...any)) {
 	if len(s.RestoreInPlace) == 0 {
 		return
@@ -85,8 +90,8 @@ func (s *Stack) validateRestoreInPlace(bad func(string, ...any)) {
 	switch {
 	case s.Restore.Enabled():
 		bad("restoreInPlace: a DR stack restores every cluster already; restore a shard in place in a running region's stack")
-	case s.Snapshots.VaultStack == "":
-		bad("restoreInPlace: needs the region's vault: set snapshots.vaultStack")
+	case s.Snapshots.StoreStack == "":
+		bad("restoreInPlace: needs the region's snapshot store: set snapshots.storeStack")
 	}
 	for shard, from := range s.RestoreInPlace {
 		var i int

@@ -73,12 +73,12 @@ type Stack struct {
 	// Spire is the SPIRE server on the host with role spire, and its
 	// agents; without one, the stack's CA signs month-long SVID files.
 	Spire Spire `json:"spire"`
-	// Snapshots is the clusters' snapshot schedule into a vault stack.
+	// Snapshots is the clusters' snapshot schedule into a store stack.
 	Snapshots Snapshots `json:"snapshots"`
-	// Restore, in a DR stack, stands the clusters up from the vault.
+	// Restore, in a DR stack, stands the clusters up from the snapshot store.
 	Restore Restore `json:"restore"`
 	// RestoreInPlace restores entity shards of a running region from its
-	// snapshot vault, by shard: the snapshot's name, or "latest".
+	// snapshot store, by shard: the snapshot's name, or "latest".
 	RestoreInPlace map[string]string `json:"restoreInPlace,omitempty"`
 	// Kubernetes is the arbiter's placement under the kubernetes runtime.
 	Kubernetes Kubernetes `json:"kubernetes"`
@@ -333,6 +333,13 @@ var (
 
 // Defaults fills what a stack may leave out.
 func (s *Stack) Defaults() {
+	// The old names of the store stack's keys, read as the new ones.
+	if s.Snapshots.StoreStack == "" {
+		s.Snapshots.StoreStack, s.Snapshots.OldStoreStack = s.Snapshots.OldStoreStack, ""
+	}
+	if s.Restore.StoreStack == "" {
+		s.Restore.StoreStack, s.Restore.OldStoreStack = s.Restore.OldStoreStack, ""
+	}
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d

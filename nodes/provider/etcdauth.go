@@ -42,7 +42,7 @@ type EtcdAuthInputs struct {
 	TailerPassword  string `json:"tailerPassword"`
 	// SnapshotPassword, when set, makes the snapshot job's user (etcd's
 	// root role: etcd serves snapshots to no other); a region without a
-	// snapshot vault has no such user.
+	// snapshot store has no such user.
 	SnapshotPassword string `json:"snapshotPassword,omitempty"`
 	// RestoredAt, for a shard restored in place, is the restore's time: a
 	// new one applies the spec again (an update), since the snapshot

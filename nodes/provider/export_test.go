@@ -10,12 +10,12 @@ func SetArchiverPolicy(f func(historyBucket, recordsBucket string, recordsYears 
 	return func() { archiverPolicy = old }
 }
 
-// SetVaultStorerPolicy replaces the vault storers' policy until the
+// SetStorerPolicy replaces the snapshot store storers' policy until the
 // returned func is called.
-func SetVaultStorerPolicy(f func(region, cluster string) []byte) (restore func()) {
-	old := vaultStorerPolicy
-	vaultStorerPolicy = f
-	return func() { vaultStorerPolicy = old }
+func SetStorerPolicy(f func(region, cluster string) []byte) (restore func()) {
+	old := storerPolicy
+	storerPolicy = f
+	return func() { storerPolicy = old }
 }
 
 // ShardHead is a ShardRestore's read of the running shard's head revision.

@@ -70,7 +70,7 @@ func (e s3Endpoint) client() (*minio.Client, error) {
 }
 
 // minioRoot is a MinIO server reached as its root user, which is how
-// deploy steps (the archive's and the vault's buckets and users) set it
+// deploy steps (the archive's and the snapshot store's buckets and users) set it
 // up.
 type minioRoot s3Endpoint
 

@@ -8,29 +8,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 )
 
-// A VaultSnapshot's refused output says, per snapshot "latest" left out,
+// A StoreSnapshot's refused output says, per snapshot "latest" left out,
 // its name and a machine-readable reason: "untrusted" only for one not
 // signed by its cluster's key (a forgery); a snapshot half expired,
 // written twice or unreadable is named with its own reason, so `up` does
-// not call the vault's wear a forgery.
+// not call the snapshot store's wear a forgery.
 func TestRefusedSnapshotsCarryTheirReason(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sv := &signedVault{mio: resourcetest.StartMinIO(t), region: fmt.Sprintf("rr%d", time.Now().UnixNano()%1e9)}
+	sv := &signedStore{mio: resourcetest.StartMinIO(t), region: fmt.Sprintf("rr%d", time.Now().UnixNano()%1e9)}
 	sv.root = sv.mio.Client(t)
-	if err := (vault.Vault{Client: sv.root, Region: sv.region}).Ensure(ctx); err != nil {
+	if err := (snapstore.Store{Client: sv.root, Region: sv.region}).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	coordKey, pub := newKey(t)
 	forgerKey, _ := newKey(t)
-	bucket := vault.Bucket(sv.region)
+	bucket := snapstore.Bucket(sv.region)
 	at := time.Now().Add(-time.Hour)
 
 	gm, gfile := sv.manifest(t, "genuine", at, 900)

@@ -15,47 +15,47 @@ import (
 
 	"github.com/lockplane/lockplane/dr/restore"
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/nodes/remote"
 )
 
-// Deadlines of the restore's network calls: a vault call that moves no
+// Deadlines of the restore's network calls: a snapshot store call that moves no
 // snapshot, a check on the host, and the two that move one (a snapshot
 // or a data dir may be gigabytes).
 const (
-	vaultCall    = time.Minute
+	storeCall    = time.Minute
 	hostCall     = time.Minute
 	fetchTimeout = 30 * time.Minute
 	copyTimeout  = 30 * time.Minute
 )
 
-// Latest names the newest snapshot in the vault as a snapshot input.
+// Latest names the newest snapshot in the snapshot store as a snapshot input.
 const Latest = "latest"
 
-// vaultRef is a snapshot in a region's vault, and how to reach the vault.
-type vaultRef struct {
+// storeRef is a snapshot in a region's snapshot store, and how to reach the snapshot store.
+type storeRef struct {
 	URL, CACertPem, AccessKey, SecretKey string
 	Region, Cluster, Snapshot            string
 	// Trusted are the cluster's snapshot signing public keys, text form.
 	Trusted []string
 }
 
-func (v vaultRef) endpoint() s3Endpoint {
+func (v storeRef) endpoint() s3Endpoint {
 	return s3Endpoint{URL: v.URL, CACertPem: v.CACertPem, User: v.AccessKey, Password: v.SecretKey}
 }
 
 // check names the first field that is wrong.
-func (v vaultRef) check() error {
+func (v storeRef) check() error {
 	if err := v.endpoint().check("vaultUrl", "vaultCaCertPem"); err != nil {
 		return err
 	}
 	if v.AccessKey == "" || v.SecretKey == "" {
-		return errors.New("vaultAccessKey, vaultSecretKey: are required (a vault user that can read the region's bucket)")
+		return errors.New("vaultAccessKey, vaultSecretKey: are required (a snapshot store user that can read the region's bucket)")
 	}
-	if err := vault.CheckName("region", v.Region); err != nil {
+	if err := snapstore.CheckName("region", v.Region); err != nil {
 		return err
 	}
-	if err := vault.CheckName("cluster", v.Cluster); err != nil {
+	if err := snapstore.CheckName("cluster", v.Cluster); err != nil {
 		return err
 	}
 	if _, err := v.trusted(); err != nil {
@@ -64,7 +64,7 @@ func (v vaultRef) check() error {
 	if v.Snapshot == Latest {
 		return nil
 	}
-	_, cluster, err := vault.ParseName(v.Snapshot)
+	_, cluster, err := snapstore.ParseName(v.Snapshot)
 	if err != nil {
 		return fmt.Errorf("snapshot: want %q or a snapshot's name: %w", Latest, err)
 	}
@@ -78,37 +78,37 @@ func (v vaultRef) check() error {
 
 // trusted are the cluster's keys a snapshot must be signed by: required,
 // so a restore given none fails closed instead of trusting any writer.
-func (v vaultRef) trusted() (vault.Keys, error) {
+func (v storeRef) trusted() (snapstore.Keys, error) {
 	if len(v.Trusted) == 0 {
-		return nil, fmt.Errorf("trustedKeys: cluster %s's snapshot signing public keys (the vault stack's vaultRegions.%s.clusters.%s.publicKey) are required: "+
+		return nil, fmt.Errorf("trustedKeys: cluster %s's snapshot signing public keys (the store stack's storeRegions.%s.clusters.%s.publicKey) are required: "+
 			"a restore uses only snapshots signed by them (docs/dr.md)", v.Cluster, v.Region, v.Cluster)
 	}
-	keys, err := vault.ParseKeys(map[string][]string{v.Cluster: v.Trusted})
+	keys, err := snapstore.ParseKeys(map[string][]string{v.Cluster: v.Trusted})
 	if err != nil {
 		return nil, fmt.Errorf("trustedKeys: %w", err)
 	}
 	return keys, nil
 }
 
-// open is the region's vault, trusting the cluster's keys only; it does
+// open is the region's snapshot store, trusting the cluster's keys only; it does
 // not connect.
-func (v vaultRef) open() (vault.Vault, error) {
+func (v storeRef) open() (snapstore.Store, error) {
 	keys, err := v.trusted()
 	if err != nil {
-		return vault.Vault{}, err
+		return snapstore.Store{}, err
 	}
 	cli, err := v.endpoint().client()
 	if err != nil {
-		return vault.Vault{}, fmt.Errorf("vaultUrl, vaultCaCertPem: %w", err)
+		return snapstore.Store{}, fmt.Errorf("storeUrl, storeCaCertPem: %w", err)
 	}
-	return vault.Vault{Client: cli, Region: v.Region, OpTimeout: vaultCall, Trusted: keys}, nil
+	return snapstore.Store{Client: cli, Region: v.Region, OpTimeout: storeCall, Trusted: keys}, nil
 }
 
 // resolve reads the manifest of the snapshot named, or of the newest
 // signed by a trusted key; refused names the snapshots "latest" left out
 // (a forged one newer than the chosen among them). A named snapshot that
 // is not signed by a trusted key is refused by name.
-func (v vaultRef) resolve(ctx context.Context) (vt vault.Vault, m snapshot.Manifest, refused []error, err error) {
+func (v storeRef) resolve(ctx context.Context) (vt snapstore.Store, m snapshot.Manifest, refused []error, err error) {
 	if vt, err = v.open(); err != nil {
 		return vt, m, nil, err
 	}
@@ -125,15 +125,15 @@ func (v vaultRef) resolve(ctx context.Context) (vt vault.Vault, m snapshot.Manif
 
 // Why a snapshot was refused, as the refused output's reason: only
 // RefusedUntrusted says someone other than the cluster's snapshot job
-// wrote it (a forgery); the others are the vault's own wear.
+// wrote it (a forgery); the others are the snapshot store's own wear.
 const (
 	// RefusedUntrusted: its manifest is not signed by a key of its
-	// cluster (vault.ErrUntrusted).
+	// cluster (snapstore.ErrUntrusted).
 	RefusedUntrusted = "untrusted"
 	// RefusedIncomplete: one of its two objects expired or is missing.
 	RefusedIncomplete = "incomplete"
 	// RefusedOverwritten: one of its objects was written again since it
-	// was stored (vault.ErrOverwritten); its first version, kept under
+	// was stored (snapstore.ErrOverwritten); its first version, kept under
 	// object lock, is what a restore reads.
 	RefusedOverwritten = "overwritten"
 	// RefusedUnreadable: its manifest could not be read or does not
@@ -142,7 +142,7 @@ const (
 )
 
 // refusals are the refused snapshots as the resource's refused output:
-// each one's name, why (a Refused* reason) and the vault's error.
+// each one's name, why (a Refused* reason) and the snapshot store's error.
 func refusals(refused []error) []any {
 	out := []any{}
 	for _, e := range refused {
@@ -152,14 +152,14 @@ func refusals(refused []error) []any {
 }
 
 // refusalReason classifies a snapshot List skipped. Untrusted and
-// overwritten are told by the error itself; dr/vault has no sentinel for
+// overwritten are told by the error itself; dr/snapstore has no sentinel for
 // a half-expired snapshot yet, so it is told by the message, and one not
 // recognised is "unreadable": only ErrUntrusted is called a forgery.
 func refusalReason(err error) string {
 	switch {
-	case errors.Is(err, vault.ErrUntrusted):
+	case errors.Is(err, snapstore.ErrUntrusted):
 		return RefusedUntrusted
-	case errors.Is(err, vault.ErrOverwritten):
+	case errors.Is(err, snapstore.ErrOverwritten):
 		return RefusedOverwritten
 	case strings.Contains(err.Error(), "has expired or is missing"):
 		return RefusedIncomplete
@@ -172,7 +172,7 @@ func refusalReason(err error) string {
 // snapshot's name, without suffix); "" if none is.
 func refusedName(err error) string {
 	for _, w := range strings.Fields(err.Error()) {
-		if base, _, err := vault.ParseName(strings.Trim(w, ":,;()\"'")); err == nil {
+		if base, _, err := snapstore.ParseName(strings.Trim(w, ":,;()\"'")); err == nil {
 			return base
 		}
 	}
@@ -183,7 +183,7 @@ func refusedName(err error) string {
 // (when set: another snapshot put under the chosen one's name), and
 // downloads it, checked against its manifest, into a new work directory
 // the caller removes.
-func (v vaultRef) fetch(ctx context.Context, sha256 string) (m snapshot.Manifest, work, file string, err error) {
+func (v storeRef) fetch(ctx context.Context, sha256 string) (m snapshot.Manifest, work, file string, err error) {
 	vt, m, _, err := v.resolve(ctx)
 	if err != nil {
 		return m, "", "", err
@@ -226,46 +226,46 @@ func described(m snapshot.Manifest) map[string]any {
 	return out
 }
 
-// VaultSnapshotInputs choose one snapshot of a cluster in the region's
-// vault, by name or "latest", and record it. "latest" is resolved once,
+// StoreSnapshotInputs choose one snapshot of a cluster in the region's
+// snapshot store, by name or "latest", and record it. "latest" is resolved once,
 // when the resource is made, and never again: refresh and update keep
 // the choice, so every member's EtcdRestore fed its outputs restores the
-// same snapshot, however many snapshots the vault gains between them (an
+// same snapshot, however many snapshots the snapshot store gains between them (an
 // up that fails half way and is run again included). Only a change of
 // region, cluster or snapshot chooses again (a replace).
-type VaultSnapshotInputs struct {
-	VaultSnapshotRef
+type StoreSnapshotInputs struct {
+	StoreSnapshotRef
 }
 
-// VaultSnapshotRef is the vault of a region, how to reach it, and one
+// StoreSnapshotRef is the snapshot store of a region, how to reach it, and one
 // snapshot of one of its clusters, by name (or "latest" where the kind
 // allows it): the inputs of every kind that reads a snapshot.
-type VaultSnapshotRef struct {
-	VaultURL       string `json:"vaultUrl"`
-	VaultCACertPem string `json:"vaultCaCertPem,omitempty"`
-	VaultAccessKey string `json:"vaultAccessKey"`
-	VaultSecretKey string `json:"vaultSecretKey"`
+type StoreSnapshotRef struct {
+	StoreURL       string `json:"vaultUrl"`
+	StoreCACertPem string `json:"vaultCaCertPem,omitempty"`
+	StoreAccessKey string `json:"vaultAccessKey"`
+	StoreSecretKey string `json:"vaultSecretKey"`
 	Region         string `json:"region"`
 	Cluster        string `json:"cluster"`
 	Snapshot       string `json:"snapshot"`
 	// TrustedKeys are the cluster's snapshot signing public keys (text
-	// form, the vault stack's outputs): a snapshot not signed by one is
+	// form, the store stack's outputs): a snapshot not signed by one is
 	// refused. Required.
 	TrustedKeys []string `json:"trustedKeys"`
 }
 
-func (in *VaultSnapshotRef) ref() vaultRef {
-	return vaultRef{URL: in.VaultURL, CACertPem: in.VaultCACertPem, AccessKey: in.VaultAccessKey, SecretKey: in.VaultSecretKey,
+func (in *StoreSnapshotRef) ref() storeRef {
+	return storeRef{URL: in.StoreURL, CACertPem: in.StoreCACertPem, AccessKey: in.StoreAccessKey, SecretKey: in.StoreSecretKey,
 		Region: in.Region, Cluster: in.Cluster, Snapshot: in.Snapshot, Trusted: in.TrustedKeys}
 }
 
 // EtcdRestoreInputs make one etcd member's data directory on its host
-// from a snapshot in the region's vault, before the member first starts:
+// from a snapshot in the region's snapshot store, before the member first starts:
 // the snapshot's keys, as a member of a new cluster (Members, Token), so
 // with a new cluster ID, which seals it until the operators advance its
 // epoch (ADR-03). It writes only a data dir that is absent or empty, and
 // never over a member's data. The snapshot is the one named (Snapshot;
-// a VaultSnapshot's manifest, so every member restores the same one),
+// a StoreSnapshot's manifest, so every member restores the same one),
 // checked against SnapshotSha256 when set and against its manifest's
 // digest always. Delete leaves the data dir: the member's data belongs
 // to the member, which its own service's deletion owns.
@@ -276,7 +276,7 @@ type EtcdRestoreInputs struct {
 	// Snapshot is a snapshot's name, or "latest" for a one-member cluster
 	// only: members that each resolved "latest" could restore different
 	// snapshots into one cluster.
-	VaultSnapshotRef
+	StoreSnapshotRef
 	SnapshotSha256 string `json:"snapshotSha256,omitempty"`
 	// MemberName is this member; Members every member of the restored
 	// cluster, name to advertised peer URL, the same on every member's
@@ -310,7 +310,7 @@ func (in *EtcdRestoreInputs) validate() error {
 	}
 	if in.Snapshot == Latest && len(in.Members) > 1 {
 		return fmt.Errorf("snapshot: %q would be resolved by each of the %d members on its own, and they could restore different snapshots: "+
-			"resolve it once with a VaultSnapshot and give every member its manifest", Latest, len(in.Members))
+			"resolve it once with a StoreSnapshot and give every member its manifest", Latest, len(in.Members))
 	}
 	urls := map[string]string{}
 	for name, peer := range in.Members {
@@ -423,9 +423,9 @@ func (in *EtcdRestoreInputs) create(ctx context.Context, env *Env) (map[string]a
 }
 
 func init() {
-	register("VaultSnapshot", spec[VaultSnapshotInputs]{
-		Validate: func(in *VaultSnapshotInputs) error { return in.ref().check() },
-		Create: func(ctx context.Context, _ *Env, in *VaultSnapshotInputs) (string, map[string]any, error) {
+	register("VaultSnapshot", spec[StoreSnapshotInputs]{
+		Validate: func(in *StoreSnapshotInputs) error { return in.ref().check() },
+		Create: func(ctx context.Context, _ *Env, in *StoreSnapshotInputs) (string, map[string]any, error) {
 			_, m, refused, err := in.ref().resolve(ctx)
 			if err != nil {
 				return "", nil, err
@@ -439,8 +439,8 @@ func init() {
 		// expired since is no drift either: restores already made keep
 		// their data, and one yet to be made is refused by name.
 		Read: nil,
-		// A new URL, CA or user reaches the same vault: the choice stands.
-		Update: func(_ context.Context, _ *Env, _ string, _, _ *VaultSnapshotInputs, st map[string]any) (map[string]any, error) {
+		// A new URL, CA or user reaches the same snapshot store: the choice stands.
+		Update: func(_ context.Context, _ *Env, _ string, _, _ *StoreSnapshotInputs, st map[string]any) (map[string]any, error) {
 			return st, nil
 		},
 		Replaces: []string{"region", "cluster", "snapshot"},
@@ -471,7 +471,7 @@ func init() {
 			}
 			return st, nil
 		},
-		// Nothing an update may change alters the restore: the vault's
+		// Nothing an update may change alters the restore: the snapshot store's
 		// address or user, or the connection to the same host (a rotated
 		// key, a new address), which must still find the data dir there.
 		Update: func(ctx context.Context, env *Env, _ string, olds, news *EtcdRestoreInputs, st map[string]any) (map[string]any, error) {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/resourcetest"
@@ -29,13 +29,13 @@ import (
 )
 
 // restoreRig is what the EtcdRestore tests share: three standby hosts, a
-// vault on a real MinIO, and the source region's coord cluster (etcd
-// processes with an epoch record) whose snapshots go in the vault.
+// snapshot store on a real MinIO, and the source region's coord cluster (etcd
+// processes with an epoch record) whose snapshots go in the snapshot store.
 type restoreRig struct {
 	h      *hosts.Harness
 	p      *provider.Server
 	mio    *resourcetest.MinIO
-	v      vault.Vault
+	v      snapstore.Store
 	src    *cluster.Cluster
 	cli    *clientv3.Client
 	etcd   string
@@ -73,7 +73,7 @@ func newRestoreRig(t *testing.T, ctx context.Context) *restoreRig {
 		t.Fatal(err)
 	}
 	r.pub = pub
-	r.v = vault.Vault{Client: r.mio.Client(t), Region: r.region, Signer: key, Trusted: vault.Keys{}}
+	r.v = snapstore.Store{Client: r.mio.Client(t), Region: r.region, Signer: key, Trusted: snapstore.Keys{}}
 	if err := r.v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func (r *restoreRig) put(t *testing.T, ctx context.Context, key, val string) {
 }
 
 // snap takes a snapshot of the source cluster, as cluster name, into the
-// vault, and returns its manifest and file.
+// snapshot store, and returns its manifest and file.
 func (r *restoreRig) snap(t *testing.T, ctx context.Context, name string) (snapshot.Manifest, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "snap.db")
@@ -129,7 +129,7 @@ func (r *restoreRig) trust(cluster string) {
 	r.v.Trusted[cluster] = []ed25519.PublicKey{pub}
 }
 
-func (r *restoreRig) vaultInputs(cluster, snap string) map[string]any {
+func (r *restoreRig) storeInputs(cluster, snap string) map[string]any {
 	return map[string]any{"vaultUrl": "http://" + r.mio.Endpoint, "vaultAccessKey": resourcetest.MinIOUser,
 		"vaultSecretKey": resourcetest.MinIOPassword, "region": r.region, "cluster": cluster, "snapshot": snap, "trustedKeys": []any{r.pub}}
 }
@@ -156,7 +156,7 @@ func members() map[string]any {
 // restoreInputs are host's EtcdRestore of snap of cluster into dir (under
 // the host's root).
 func (r *restoreRig) restoreInputs(t *testing.T, host, dir, cluster, snap, token string) map[string]any {
-	in := r.vaultInputs(cluster, snap)
+	in := r.storeInputs(cluster, snap)
 	in["connection"] = target(t, r.h, host)
 	in["dataDir"] = filepath.Join(r.h.Host(host).Root, dir)
 	in["memberName"] = host
@@ -208,13 +208,13 @@ func (r *restoreRig) startEtcd(t *testing.T, host, dataDir, token string) {
 	})
 }
 
-func TestEtcdRestoreFromTheVault(t *testing.T) {
+func TestEtcdRestoreFromTheStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	r := newRestoreRig(t, ctx)
 
 	// Three members of a new cluster restored, one before a newer
-	// snapshot reaches the vault and two after, from one resolution of
+	// snapshot reaches the snapshot store and two after, from one resolution of
 	// "latest": the snapshot's keys come back, on a new cluster ID, with
 	// the old epoch record (so every arbiter seals it).
 	t.Run("every member restores the snapshot latest was resolved to, sealed", func(t *testing.T) {
@@ -226,18 +226,18 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		// Every member resolving "latest" on its own is refused.
 		bad := r.restoreInputs(t, "r1", "var/lib/etcd/coord", snapshot.CoordCluster, provider.Latest, token)
 		if check, _ := r.p.Check(ctx, &pulumirpc.CheckRequest{Urn: urn("EtcdRestore", "x"), News: props(t, bad)}); len(check.GetFailures()) != 1 ||
-			!strings.Contains(check.Failures[0].Reason, "resolve it once with a VaultSnapshot") {
+			!strings.Contains(check.Failures[0].Reason, "resolve it once with a StoreSnapshot") {
 			t.Fatalf("latest on a 3-member cluster: %v", check.GetFailures())
 		}
 
-		vin := r.vaultInputs(snapshot.CoordCluster, provider.Latest)
+		vin := r.storeInputs(snapshot.CoordCluster, provider.Latest)
 		chosen, err := r.create(t, "VaultSnapshot", "coord", vin)
 		if err != nil {
 			t.Fatal(err)
 		}
 		pin := outputs(t, chosen.Properties)
 		if pin["manifest"] != strings.TrimSuffix(first.Object, ".db") || pin["sha256"] != first.SHA256 {
-			t.Fatalf("VaultSnapshot chose %v, want the latest, %s", pin, first.Object)
+			t.Fatalf("StoreSnapshot chose %v, want the latest, %s", pin, first.Object)
 		}
 		restoreOf := func(host string, pin map[string]any) map[string]any {
 			in := r.restoreInputs(t, host, "var/lib/etcd/coord", snapshot.CoordCluster, pin["manifest"].(string), token)
@@ -268,14 +268,14 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 			t.Fatalf("latest is %s (%v), want the newer %s", latest.Object, err, second.Object)
 		}
 		// The program runs again (an up that failed half way): a refresh
-		// and a diff of the VaultSnapshot keep the first choice.
+		// and a diff of the StoreSnapshot keep the first choice.
 		read, err := r.p.Read(ctx, &pulumirpc.ReadRequest{Urn: urn("VaultSnapshot", "coord"), Id: chosen.Id, Properties: chosen.Properties, Inputs: props(t, vin)})
 		if err != nil || read.Id == "" {
-			t.Fatalf("refresh of the VaultSnapshot: %v %v", read, err)
+			t.Fatalf("refresh of the StoreSnapshot: %v %v", read, err)
 		}
 		if d, err := r.p.Diff(ctx, &pulumirpc.DiffRequest{Urn: urn("VaultSnapshot", "coord"), Olds: read.Properties, News: props(t, vin)}); err != nil ||
 			d.Changes != pulumirpc.DiffResponse_DIFF_NONE {
-			t.Fatalf("diff of the VaultSnapshot with its inputs unchanged: %v %v", d, err)
+			t.Fatalf("diff of the StoreSnapshot with its inputs unchanged: %v %v", d, err)
 		}
 		pin = outputs(t, read.Properties)
 		do("r2", pin)
@@ -366,12 +366,12 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		if resp := r1(); resp.Id != ids["r1"] {
 			t.Fatalf("refresh of a running member's restore: %v", resp)
 		}
-		// Another vault user is an update; another token a replace.
+		// Another snapshot store user is an update; another token a replace.
 		news := restoreOf("r1", pin)
 		news["vaultSecretKey"] = "rotated"
 		if d, err := r.p.Diff(ctx, &pulumirpc.DiffRequest{Urn: urn("EtcdRestore", "r1"), Olds: props(t, created["r1"]), OldInputs: props(t, ins["r1"]),
 			News: props(t, news)}); err != nil || len(d.Replaces) != 0 || strings.Join(d.Diffs, ",") != "vaultSecretKey" {
-			t.Fatalf("diff of a new vault secret: %v %v", d, err)
+			t.Fatalf("diff of a new snapshot store secret: %v %v", d, err)
 		}
 		news = restoreOf("r1", pin)
 		news["token"] = "another"
@@ -398,7 +398,7 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		r.snap(t, ctx, "full")
 		dir := filepath.Join(r.h.Host("r1").Root, "var/lib/etcd/full")
 		run(t, r.h, "r1", "mkdir -p "+dir+"/member && echo live > "+dir+"/member/marker")
-		pin, err := r.create(t, "VaultSnapshot", "full", r.vaultInputs("full", provider.Latest))
+		pin, err := r.create(t, "VaultSnapshot", "full", r.storeInputs("full", provider.Latest))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,7 +417,7 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 	// serve unsealed.
 	t.Run("a token that reproduces the snapshot's cluster ID is refused", func(t *testing.T) {
 		r.snap(t, ctx, "same")
-		pin, err := r.create(t, "VaultSnapshot", "same", r.vaultInputs("same", provider.Latest))
+		pin, err := r.create(t, "VaultSnapshot", "same", r.storeInputs("same", provider.Latest))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,18 +442,18 @@ func TestEtcdRestoreFromTheVault(t *testing.T) {
 		chosen, _ := r.snap(t, ctx, "tamper")
 		r.put(t, ctx, "/sys/forged", "x")
 		other, otherFile := r.snap(t, ctx, "tamper")
-		vin := r.vaultInputs("tamper", strings.TrimSuffix(chosen.Object, ".db"))
+		vin := r.storeInputs("tamper", strings.TrimSuffix(chosen.Object, ".db"))
 		pin, err := r.create(t, "VaultSnapshot", "tamper", vin)
 		if err != nil {
 			t.Fatal(err)
 		}
 		in := r.restoreInputs(t, "r3", "var/lib/etcd/tamper", "tamper", outputs(t, pin.Properties)["manifest"].(string), "tamper-new")
 		in["snapshotSha256"] = outputs(t, pin.Properties)["sha256"]
-		bucket := vault.Bucket(r.region)
+		bucket := snapstore.Bucket(r.region)
 		mc := r.mio.Client(t)
 		// The object replaced by another snapshot: its digest is not the
 		// manifest's. A plain overwrite leaves a second version, which the
-		// vault refuses first (written once); an intruder with the vault's
+		// snapshot store refuses first (written once); an intruder with the snapshot store's
 		// root also removes the locked first version, so only the digests
 		// are left to tell.
 		replace := func(key string, put func() error) {

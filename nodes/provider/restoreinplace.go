@@ -17,7 +17,7 @@ import (
 )
 
 // ShardRestoreInputs restore a running entity shard in place from one
-// snapshot in the region's vault, while the rest of the region serves:
+// snapshot in the region's snapshot store, while the rest of the region serves:
 // every member is stopped before any data dir is touched, each member's
 // data dir is moved aside (kept, never deleted) and replaced by the
 // snapshot's, restored as a member of a new cluster (a token made here),
@@ -38,9 +38,9 @@ import (
 // from it, and an older coord could allocate them again. A DR stack
 // restores it.
 type ShardRestoreInputs struct {
-	// Snapshot is a VaultSnapshot's manifest and SnapshotSha256 its
+	// Snapshot is a StoreSnapshot's manifest and SnapshotSha256 its
 	// digest: one snapshot, chosen once, for every member.
-	VaultSnapshotRef
+	StoreSnapshotRef
 	SnapshotSha256 string          `json:"snapshotSha256"`
 	Members        []InPlaceMember `json:"members"`
 	// Endpoints, CACertPem, CertPem and KeyPem reach the running shard
@@ -79,13 +79,13 @@ func (m *InPlaceMember) service() *ServiceInputs {
 }
 
 // restoreInputs is member m as an EtcdRestore would see it, which checks
-// the member set, the vault and the snapshot's name with one set of rules.
+// the member set, the snapshot store and the snapshot's name with one set of rules.
 func (in *ShardRestoreInputs) restoreInputs(m InPlaceMember, token string) *EtcdRestoreInputs {
 	members := map[string]string{}
 	for _, o := range in.Members {
 		members[o.Name] = o.PeerURL
 	}
-	return &EtcdRestoreInputs{Connection: m.Connection, DataDir: m.DataDir, VaultSnapshotRef: in.VaultSnapshotRef,
+	return &EtcdRestoreInputs{Connection: m.Connection, DataDir: m.DataDir, StoreSnapshotRef: in.StoreSnapshotRef,
 		SnapshotSha256: in.SnapshotSha256, MemberName: m.Name, Members: members, Token: token, RevisionBump: in.RevisionBump}
 }
 
@@ -95,7 +95,7 @@ func (in *ShardRestoreInputs) validate() error {
 			"could allocate them again): restore the region with a DR stack (docs/dr.md)")
 	}
 	if in.Snapshot == Latest {
-		return fmt.Errorf("snapshot: %q: give a VaultSnapshot's manifest, chosen once for every member", Latest)
+		return fmt.Errorf("snapshot: %q: give a StoreSnapshot's manifest, chosen once for every member", Latest)
 	}
 	if !sha256Hex.MatchString(in.SnapshotSha256) {
 		return fmt.Errorf("snapshotSha256: %q must be the chosen manifest's sha256 (64 lower-case hex digits)", in.SnapshotSha256)
@@ -281,7 +281,7 @@ func init() {
 		// Done once: the running members change what was restored, and
 		// a restore is never repeated by a refresh.
 		Read: nil,
-		// A new vault user, URL or CA, new connections, certificates or
+		// A new snapshot store user, URL or CA, new connections, certificates or
 		// revision bump, or even new members restore nothing again: the
 		// restore is what was done.
 		Update: func(_ context.Context, _ *Env, _ string, _, _ *ShardRestoreInputs, st map[string]any) (map[string]any, error) {

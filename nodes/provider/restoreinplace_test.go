@@ -124,7 +124,7 @@ func (s *shard) agreed(ctx context.Context, cli *clientv3.Client) (uint64, error
 }
 
 func (s *shard) restoreInputs(t *testing.T, pin map[string]any) map[string]any {
-	in := s.r.vaultInputs("entity-0", pin["manifest"].(string))
+	in := s.r.storeInputs("entity-0", pin["manifest"].(string))
 	in["snapshotSha256"] = pin["sha256"]
 	var ms []any
 	for _, h := range restoreHosts {
@@ -155,9 +155,9 @@ func (s *shard) restoreInputs(t *testing.T, pin map[string]any) map[string]any {
 // restoreBump is the tests' margin above the shard's head.
 const restoreBump = 1000
 
-// snapInVault snapshots the running shard into the vault and chooses it
-// with a VaultSnapshot, as the program does.
-func (s *shard) snapInVault(t *testing.T, ctx context.Context, name string) (snapshot.Manifest, map[string]any) {
+// snapInStore snapshots the running shard into the snapshot store and chooses it
+// with a StoreSnapshot, as the program does.
+func (s *shard) snapInStore(t *testing.T, ctx context.Context, name string) (snapshot.Manifest, map[string]any) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "shard.db")
 	m, err := snapshot.Take(ctx, snapshot.Source{Region: s.r.region, Cluster: "entity-0",
@@ -169,7 +169,7 @@ func (s *shard) snapInVault(t *testing.T, ctx context.Context, name string) (sna
 	if m, err = s.r.v.Put(ctx, m, file); err != nil {
 		t.Fatal(err)
 	}
-	pin, err := s.r.create(t, "VaultSnapshot", name, s.r.vaultInputs("entity-0", provider.Latest))
+	pin, err := s.r.create(t, "VaultSnapshot", name, s.r.storeInputs("entity-0", provider.Latest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestAShardIsRestoredInPlace(t *testing.T) {
 		return resp.Header.Revision
 	}
 	put(cli, "/test/before")
-	first, pin := s.snapInVault(t, ctx, "first")
+	first, pin := s.snapInStore(t, ctx, "first")
 	seen := put(cli, "/test/after")
 
 	in := s.restoreInputs(t, pin)
@@ -309,7 +309,7 @@ func TestAShardIsRestoredInPlace(t *testing.T) {
 		t.Fatalf("advance after the restore: %+v %v, want an epoch above %d bound to %s", adv.State, err, boot.Epoch, restored)
 	}
 	put(cli2, "/test/unsealed")
-	_, pin2 := s.snapInVault(t, ctx, "second")
+	_, pin2 := s.snapInStore(t, ctx, "second")
 	resp2, err := r.create(t, "ShardRestore", "entity-0-again", s.restoreInputs(t, pin2))
 	if err != nil {
 		t.Fatalf("a second restore in place, from a snapshot taken after the advance: %v", err)
@@ -328,7 +328,7 @@ func TestAShardIsRestoredInPlace(t *testing.T) {
 	// A process that still names a member's data dir after the stop (a
 	// member started by hand, or one that outlived SIGKILL; here a
 	// stand-in on r2) stops the restore before any data dir moves.
-	_, pin3 := s.snapInVault(t, ctx, "third")
+	_, pin3 := s.snapInStore(t, ctx, "third")
 	pidFile := filepath.Join(r.h.Host("r2").Root, "run", "stray.pid")
 	run(t, r.h, "r2", "setsid sh -c 'echo $$ > "+pidFile+"; sleep 600' stray "+s.dataDir("r2")+" > /dev/null 2>&1 < /dev/null &"+
 		" for i in $(seq 50); do [ -s "+pidFile+" ] && break; sleep 0.1; done")

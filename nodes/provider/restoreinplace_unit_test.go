@@ -39,7 +39,7 @@ func sshKeys(t *testing.T) (private, host string) {
 }
 
 // shardRestoreInputs are a ShardRestore's inputs as the program gives
-// them, the members' SSH keys and the vault's secret key secret.
+// them, the members' SSH keys and the snapshot store's secret key secret.
 func shardRestoreInputs(t *testing.T, key string) resource.PropertyMap {
 	t.Helper()
 	_, hostKey := sshKeys(t)
@@ -72,7 +72,7 @@ func marshal(t *testing.T, m resource.PropertyMap) *pulumirpc.CreateResponse {
 	return &pulumirpc.CreateResponse{Properties: s}
 }
 
-// An update of a ShardRestore (a rotated SSH key, a new vault password)
+// An update of a ShardRestore (a rotated SSH key, a new snapshot store password)
 // restores nothing, and keeps every member's SSH key secret in the state:
 // the members' connections are nested, not the top-level connection.
 func TestShardRestoreUpdateKeepsTheMembersKeysSecret(t *testing.T) {

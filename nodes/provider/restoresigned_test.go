@@ -15,17 +15,17 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 )
 
-// signedVault is a region's vault on the test MinIO with one genuine
+// signedStore is a region's snapshot store on the test MinIO with one genuine
 // coord snapshot, signed by coord's key (pub), and what a forger with
 // write access to the bucket can add.
-type signedVault struct {
+type signedStore struct {
 	mio    *resourcetest.MinIO
 	root   *minio.Client
 	region string
@@ -47,7 +47,7 @@ func newKey(t *testing.T) (ed25519.PrivateKey, string) {
 
 // manifest describes a snapshot file of content taken at at, claiming
 // highest as the region's highest allocated epoch.
-func (sv *signedVault) manifest(t *testing.T, content string, at time.Time, highest uint32) (snapshot.Manifest, string) {
+func (sv *signedStore) manifest(t *testing.T, content string, at time.Time, highest uint32) (snapshot.Manifest, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "snap.db")
 	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
@@ -59,11 +59,11 @@ func (sv *signedVault) manifest(t *testing.T, content string, at time.Time, high
 		SHA256: hex.EncodeToString(sum[:]), EtcdVersion: "3.5.17"}, file
 }
 
-// put stores a snapshot signed with key, as the vault does for whoever
+// put stores a snapshot signed with key, as the snapshot store does for whoever
 // holds the key.
-func (sv *signedVault) put(t *testing.T, ctx context.Context, m snapshot.Manifest, file string, key ed25519.PrivateKey) snapshot.Manifest {
+func (sv *signedStore) put(t *testing.T, ctx context.Context, m snapshot.Manifest, file string, key ed25519.PrivateKey) snapshot.Manifest {
 	t.Helper()
-	m, err := vault.Vault{Client: sv.root, Region: sv.region, Signer: key}.Put(ctx, m, file)
+	m, err := snapstore.Store{Client: sv.root, Region: sv.region, Signer: key}.Put(ctx, m, file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,20 +72,20 @@ func (sv *signedVault) put(t *testing.T, ctx context.Context, m snapshot.Manifes
 
 // putUnsigned writes a snapshot and a manifest without a signature
 // straight into the bucket, as a forger with write access would.
-func (sv *signedVault) putUnsigned(t *testing.T, ctx context.Context, m snapshot.Manifest, content string) string {
+func (sv *signedStore) putUnsigned(t *testing.T, ctx context.Context, m snapshot.Manifest, content string) string {
 	t.Helper()
 	base := fmt.Sprintf("%s/%s-r%d-%s", m.Cluster, m.TakenAt.UTC().Format("20060102T150405.000Z"), m.Revision, m.SHA256[:12])
 	m.Object = base + ".db"
 	doc, _ := json.Marshal(m)
 	for name, b := range map[string][]byte{base + ".db": []byte(content), base + ".json": doc} {
-		if _, err := sv.root.PutObject(ctx, vault.Bucket(sv.region), name, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
+		if _, err := sv.root.PutObject(ctx, snapstore.Bucket(sv.region), name, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return base
 }
 
-func (sv *signedVault) inputs(snap string, trusted ...string) map[string]any {
+func (sv *signedStore) inputs(snap string, trusted ...string) map[string]any {
 	in := map[string]any{"vaultUrl": "http://" + sv.mio.Endpoint, "vaultAccessKey": resourcetest.MinIOUser,
 		"vaultSecretKey": resourcetest.MinIOPassword, "region": sv.region, "cluster": snapshot.CoordCluster, "snapshot": snap}
 	if trusted != nil {
@@ -98,7 +98,7 @@ func (sv *signedVault) inputs(snap string, trusted ...string) map[string]any {
 	return in
 }
 
-// A restore uses only snapshots signed by its cluster's key (the vault
+// A restore uses only snapshots signed by its cluster's key (the snapshot store
 // stack's): with "latest" it skips a forged newer snapshot (signed by
 // another key, or not signed), restores the genuine one, and names the
 // forged ones in its refused output; a forged snapshot pinned by name is
@@ -108,9 +108,9 @@ func (sv *signedVault) inputs(snap string, trusted ...string) map[string]any {
 func TestARestoreUsesOnlySnapshotsSignedByItsClustersKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sv := &signedVault{mio: resourcetest.StartMinIO(t), region: fmt.Sprintf("sg%d", time.Now().UnixNano()%1e9)}
+	sv := &signedStore{mio: resourcetest.StartMinIO(t), region: fmt.Sprintf("sg%d", time.Now().UnixNano()%1e9)}
 	sv.root = sv.mio.Client(t)
-	if err := (vault.Vault{Client: sv.root, Region: sv.region}).Ensure(ctx); err != nil {
+	if err := (snapstore.Store{Client: sv.root, Region: sv.region}).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	coordKey, pub := newKey(t)

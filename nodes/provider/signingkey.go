@@ -5,14 +5,14 @@ import (
 	"fmt"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 )
 
 // SnapshotSigningKeyInputs make one cluster's snapshot signing key
-// (snapshot.GenerateKey), made once and kept in the vault stack's state:
+// (snapshot.GenerateKey), made once and kept in the store stack's state:
 // the private key (secret) goes to that cluster's snapshot jobs only, the
 // public key to every restore, which trusts no snapshot it does not
-// verify. The state that holds it is the vault stack's, which no region
+// verify. The state that holds it is the store stack's, which no region
 // host can write, so it is the trust anchor (docs/dr.md).
 type SnapshotSigningKeyInputs struct {
 	Region  string `json:"region"`
@@ -22,10 +22,10 @@ type SnapshotSigningKeyInputs struct {
 func init() {
 	register("SnapshotSigningKey", spec[SnapshotSigningKeyInputs]{
 		Validate: func(in *SnapshotSigningKeyInputs) error {
-			if err := vault.CheckName("region", in.Region); err != nil {
+			if err := snapstore.CheckName("region", in.Region); err != nil {
 				return err
 			}
-			return vault.CheckName("cluster", in.Cluster)
+			return snapstore.CheckName("cluster", in.Cluster)
 		},
 		Create: func(_ context.Context, _ *Env, in *SnapshotSigningKeyInputs) (string, map[string]any, error) {
 			priv, pub, err := snapshot.GenerateKey()

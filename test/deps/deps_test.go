@@ -29,7 +29,7 @@ var rules = []struct {
 	{"services/fanin", []string{mod + "services/client/lockclient"},
 		"the fan-in control plane needs the routing header's name (services/client/protocol), not the client"},
 	{"services/cmd/lockplane-snapshot", []string{mod + "services/audit", mod + "services/internal/arbiter"},
-		"the snapshot job copies etcd to the vault under its own election (services/election): it reads no audit log and runs no arbiter"},
+		"the snapshot job copies etcd to the snapshot store under its own election (services/election): it reads no audit log and runs no arbiter"},
 }
 
 // kits are what no shipped binary may link: benchmarks and test kits.

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/client/token"
 	"github.com/lockplane/lockplane/services/operator/devidp"
 	"github.com/lockplane/lockplane/services/operator/login"
@@ -135,7 +135,7 @@ func advance(as func(who string, args ...string) string, line string) bool {
 }
 
 // drill is the disaster: the region is gone (destroyed), its snapshots
-// are in the vault. The DR stack stands it up on standby hosts from them,
+// are in the snapshot store. The DR stack stands it up on standby hosts from them,
 // sealed; two operators of an OpenID provider the arbiters trust advance
 // every cluster's epoch; a grant then carries a token above every token
 // the region issued before, and the RTO (from the start of the DR up to
@@ -147,7 +147,7 @@ func drill(t *testing.T, dir string, ops *operators, before []uint64, shardsBefo
 	pulumiConfig(t, dir, "local-dr", "lockplane:operators", ops.config())
 	t.Cleanup(func() { exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-dr").Run() })
 
-	// Someone with write access to the vault left a forged coord snapshot,
+	// Someone with write access to the snapshot store left a forged coord snapshot,
 	// newer than the genuine one and claiming a far lower epoch.
 	forged, genuine := forgeNewerCoordSnapshot(t, dir)
 
@@ -399,26 +399,26 @@ func refusedSealed(t *testing.T, dir, profile, key, class string) {
 	t.Fatalf("%s (class %s) was not refused SEALED within a minute; last answer: %s", key, class, got)
 }
 
-// vaultStackOutput is `pulumi stack output --show-secrets --json key` of
-// the vault stack local-vault: what its operator (and no region host)
+// storeStackOutput is `pulumi stack output --show-secrets --json key` of
+// the store stack local-snapshots: what its operator (and no region host)
 // can read.
-func vaultStackOutput(t *testing.T, dir, key string, into any) {
+func storeStackOutput(t *testing.T, dir, key string, into any) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(dir, "bin", "pulumi"), "stack", "output", "--stack", "local-vault", "--show-secrets", "--json", key, "--non-interactive")
+	cmd := exec.Command(filepath.Join(dir, "bin", "pulumi"), "stack", "output", "--stack", "local-snapshots", "--show-secrets", "--json", key, "--non-interactive")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PULUMI_BACKEND_URL=file://"+filepath.Join(dir, ".lockplane", "state"),
 		"PULUMI_HOME="+filepath.Join(dir, ".lockplane", "pulumi-home"), "PULUMI_CONFIG_PASSPHRASE=lockplane-local-stack",
 		"PULUMI_SKIP_UPDATE_CHECK=true", "PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("pulumi stack output %s of local-vault: %v", key, err)
+		t.Fatalf("pulumi stack output %s of local-snapshots: %v", key, err)
 	}
 	if err := json.Unmarshal(out, into); err != nil {
-		t.Fatalf("pulumi stack output %s of local-vault: %v", key, err)
+		t.Fatalf("pulumi stack output %s of local-snapshots: %v", key, err)
 	}
 }
 
-// forgeNewerCoordSnapshot is the attack the vault must not let through:
+// forgeNewerCoordSnapshot is the attack the snapshot store must not let through:
 // a host of entity-0 (holding entity-0's signing key) with write access
 // to coord's prefix (coord's storer, as a region-wide storer once gave
 // every host) copies coord's newest snapshot under a newer name, with a
@@ -434,13 +434,13 @@ func forgeNewerCoordSnapshot(t *testing.T, dir string) (forged, genuine string) 
 			Storer, StorerPassword, SigningKey, PublicKey string
 		}
 	}
-	vaultStackOutput(t, dir, "vaultUrl", &url)
-	vaultStackOutput(t, dir, "vaultCaCertPem", &ca)
-	vaultStackOutput(t, dir, "vaultRegions", &regions)
+	storeStackOutput(t, dir, "storeUrl", &url)
+	storeStackOutput(t, dir, "storeCaCertPem", &ca)
+	storeStackOutput(t, dir, "storeRegions", &regions)
 	coord, shard := regions["local"].Clusters["coord"], regions["local"].Clusters["entity-0"]
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(ca)) {
-		t.Fatal("vaultCaCertPem: no certificate")
+		t.Fatal("storeCaCertPem: no certificate")
 	}
 	host := strings.TrimPrefix(url, "https://")
 	cli, err := minio.New(host, &minio.Options{Creds: credentials.NewStaticV4(coord.Storer, coord.StorerPassword, ""), Secure: true,
@@ -448,7 +448,7 @@ func forgeNewerCoordSnapshot(t *testing.T, dir string) (forged, genuine string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	trusted, err := vault.ParseKeys(map[string][]string{"coord": {coord.PublicKey}})
+	trusted, err := snapstore.ParseKeys(map[string][]string{"coord": {coord.PublicKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func forgeNewerCoordSnapshot(t *testing.T, dir string) (forged, genuine string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := vault.Vault{Client: cli, Region: "local", Trusted: trusted, Signer: signer}
+	v := snapstore.Store{Client: cli, Region: "local", Trusted: trusted, Signer: signer}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	m, _, err := v.Latest(ctx, "coord")

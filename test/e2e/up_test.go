@@ -137,7 +137,7 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hostsDir, hosts.StateFile)); err == nil {
 		unavailable(t, "the local test hosts are up already (make up): run `make down` first")
 	}
-	run(t, dir, "testhosts", "up", "--stack", "stacks/Pulumi.local.yaml", "--stack", "stacks/Pulumi.local-vault.yaml", "--stack", "stacks/Pulumi.local-dr.yaml", "--dir", hostsDir)
+	run(t, dir, "testhosts", "up", "--stack", "stacks/Pulumi.local.yaml", "--stack", "stacks/Pulumi.local-snapshots.yaml", "--stack", "stacks/Pulumi.local-dr.yaml", "--dir", hostsDir)
 	h, err := hosts.Load(hostsDir)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	t.Cleanup(func() {
 		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local").Run()
 		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-dr").Run()
-		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-vault").Run()
+		exec.Command(filepath.Join(dir, "bin", "lockplane"), "destroy", "--stack", "local-snapshots").Run()
 		h.Down()
 	})
 	// Runs before the teardown above: a failed drill shows what every
@@ -159,11 +159,11 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	// signalled by anyone but its own Service resource during the drill.
 	t.Cleanup(func() { noOutsideSignals(t, h) })
 
-	// The snapshot vault first, in its own stack: the region reads it.
-	var vaultUp summary
-	out := run(t, dir, "lockplane", "up", "--stack", "local-vault", "-o", "json")
-	if err := json.Unmarshal(lastLine(out), &vaultUp); err != nil || vaultUp.Result != "succeeded" || vaultUp.Outputs["vaultUrl"] != "https://10.231.0.30:9000" {
-		t.Fatalf("up --stack local-vault: %s (%v)", out, err)
+	// The snapshot store first, in its own stack: the region reads it.
+	var storeUp summary
+	out := run(t, dir, "lockplane", "up", "--stack", "local-snapshots", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &storeUp); err != nil || storeUp.Result != "succeeded" || storeUp.Outputs["storeUrl"] != "https://10.231.0.30:9000" {
+		t.Fatalf("up --stack local-snapshots: %s (%v)", out, err)
 	}
 
 	// The region's etcd root password is the operators' to keep (the DR
@@ -341,16 +341,16 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 
 	shardsBefore := shardMap(t, dir, up.Profile)
 
-	// The disaster: the region is destroyed; its vault survives.
+	// The disaster: the region is destroyed; its snapshot store survives.
 	var down summary
 	out = run(t, dir, "lockplane", "destroy", "--stack", "local", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != up.Changes["create"]+shardCreated {
 		t.Fatalf("destroy: %s (%v)", out, err)
 	}
 	drill(t, dir, ops, append(shardTokens, tok, last), shardsBefore)
-	out = run(t, dir, "lockplane", "destroy", "--stack", "local-vault", "-o", "json")
-	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != vaultUp.Changes["create"] {
-		t.Fatalf("destroy --stack local-vault: %s (%v)", out, err)
+	out = run(t, dir, "lockplane", "destroy", "--stack", "local-snapshots", "-o", "json")
+	if err := json.Unmarshal(lastLine(out), &down); err != nil || down.Changes["delete"] != storeUp.Changes["create"] {
+		t.Fatalf("destroy --stack local-snapshots: %s (%v)", out, err)
 	}
 	for host, pids := range h.Processes() {
 		for _, pid := range pids {

@@ -1,7 +1,7 @@
 // Command lockplane-snapshot is the snapshot job of one etcd cluster
 // (dr/snapshot.Job). It runs on every member host of the cluster; the
 // instances elect one on the cluster itself, which snapshots its member on
-// a schedule into the region's vault (docs/dr.md). It signs in as etcd's
+// a schedule into the region's snapshot store (docs/dr.md). It signs in as etcd's
 // snapshot user, whose root role a snapshot needs, so it belongs on the
 // cluster's own hosts, never on an arbiter's.
 //
@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/credfile"
 	"github.com/lockplane/lockplane/services/internal/s3client"
@@ -51,7 +51,7 @@ type flags struct {
 	region, cluster, endpoint, name, dir         string
 	etcdCA, etcdCert, etcdKey, etcdCredentials   string
 	etcdWithoutAuth                              bool
-	vaultURL, vaultCA, vaultCredentials, metrics string
+	storeURL, storeCA, storeCredentials, metrics string
 	signingKey                                   string
 	every                                        time.Duration
 	once                                         bool
@@ -62,7 +62,7 @@ func parse(args []string, stderr io.Writer) (flags, error) {
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("lockplane-snapshot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.region, "region", "", "the region: the vault bucket is lockplane-snapshots-REGION")
+	fs.StringVar(&f.region, "region", "", "the region: the snapshot store bucket is lockplane-snapshots-REGION")
 	fs.StringVar(&f.cluster, "cluster", "", "the cluster snapshotted: coord, or the entity shard's name")
 	fs.StringVar(&f.endpoint, "endpoint", "", "this host's member's client URL, e.g. https://10.0.0.5:2379: the member snapshotted")
 	fs.StringVar(&f.name, "name", host, "this instance's name in the election (this host)")
@@ -72,9 +72,9 @@ func parse(args []string, stderr io.Writer) (flags, error) {
 	fs.StringVar(&f.etcdKey, "etcd-key", "", "client key for etcd (PEM)")
 	fs.StringVar(&f.etcdCredentials, "etcd-credentials", "", "etcd's snapshot user: "+credfile.Rule("snapshot"))
 	fs.BoolVar(&f.etcdWithoutAuth, "etcd-without-auth", false, "the cluster has etcd authentication off (trials and tests only)")
-	fs.StringVar(&f.vaultURL, "vault", "", "the vault's MinIO (S3) base URL, e.g. https://vault:9000")
-	fs.StringVar(&f.vaultCA, "vault-ca", "", "CA bundle that signed the vault's serving certificate (PEM), for an https --vault")
-	fs.StringVar(&f.vaultCredentials, "vault-credentials", "", "the vault user that puts this region's snapshots: "+credfile.Rule("vault")+" (the access key, then the secret key)")
+	fs.StringVar(&f.storeURL, "store", "", "the snapshot store's MinIO (S3) base URL, e.g. https://snapshots:9000")
+	fs.StringVar(&f.storeCA, "store-ca", "", "CA bundle that signed the snapshot store's serving certificate (PEM), for an https --store")
+	fs.StringVar(&f.storeCredentials, "store-credentials", "", "the snapshot store user that puts this region's snapshots: "+credfile.Rule("vault")+" (the access key, then the secret key)")
 	fs.StringVar(&f.signingKey, "signing-key", "", "the cluster's snapshot signing key (PEM, PKCS #8 Ed25519, mode 0600): every manifest is signed with it, and a restore trusts no other")
 	fs.DurationVar(&f.every, "every", time.Hour, "the schedule: a snapshot every this long (1m to 168h)")
 	fs.StringVar(&f.metrics, "metrics", "", "address to serve Prometheus metrics on, e.g. 10.0.0.5:9470 (off when empty)")
@@ -83,16 +83,16 @@ func parse(args []string, stderr io.Writer) (flags, error) {
 		return f, err
 	}
 	switch {
-	case vault.CheckName("--region", f.region) != nil:
-		return f, vault.CheckName("--region", f.region)
-	case vault.CheckName("--cluster", f.cluster) != nil:
-		return f, vault.CheckName("--cluster", f.cluster)
+	case snapstore.CheckName("--region", f.region) != nil:
+		return f, snapstore.CheckName("--region", f.region)
+	case snapstore.CheckName("--cluster", f.cluster) != nil:
+		return f, snapstore.CheckName("--cluster", f.cluster)
 	case f.endpoint == "":
 		return f, errors.New("--endpoint: this host's member's client URL is required")
-	case f.vaultURL == "":
-		return f, errors.New("--vault: the vault's base URL is required")
-	case f.vaultCredentials == "":
-		return f, errors.New("--vault-credentials: required: " + credfile.Rule("vault"))
+	case f.storeURL == "":
+		return f, errors.New("--store: the snapshot store's base URL is required")
+	case f.storeCredentials == "":
+		return f, errors.New("--store-credentials: required: " + credfile.Rule("vault"))
 	case f.signingKey == "":
 		return f, errors.New("--signing-key: the cluster's snapshot signing key file is required: a restore trusts only signed snapshots")
 	case f.etcdCredentials != "" && f.etcdWithoutAuth:
@@ -148,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--etcd-credentials: %s: the snapshot line names root; it must name the %s user, whose only use is snapshots (docs/etcd-roles.md)", f.etcdCredentials, etcdauth.Snapshotter)
 		}
 	}
-	v, err := openVault(f)
+	v, err := openStore(f)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "stored %s (%s/%s, revision %d, %d bytes) in %s\n", got.Object, got.Region, got.Cluster, got.Revision, got.Size, vault.Bucket(f.region))
+		fmt.Fprintf(stdout, "stored %s (%s/%s, revision %d, %d bytes) in %s\n", got.Object, got.Region, got.Cluster, got.Revision, got.Size, snapstore.Bucket(f.region))
 		return nil
 	}
 	if f.metrics != "" {
@@ -178,21 +178,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return job.Run(ctx)
 }
 
-// openVault is the region's vault at --vault as --vault-credentials' user.
-func openVault(f flags) (vault.Vault, error) {
-	c, err := credfile.Read("--vault-credentials", f.vaultCredentials, "vault")
+// openStore is the region's snapshot store at --store as --store-credentials' user.
+func openStore(f flags) (snapstore.Store, error) {
+	c, err := credfile.Read("--store-credentials", f.storeCredentials, "vault")
 	if err != nil {
-		return vault.Vault{}, err
+		return snapstore.Store{}, err
 	}
-	cli, err := s3client.Endpoint{URL: f.vaultURL, URLFlag: "--vault", CA: f.vaultCA, CAFlag: "--vault-ca", User: c["vault"]}.Client()
+	cli, err := s3client.Endpoint{URL: f.storeURL, URLFlag: "--store", CA: f.storeCA, CAFlag: "--store-ca", User: c["vault"]}.Client()
 	if err != nil {
-		return vault.Vault{}, err
+		return snapstore.Store{}, err
 	}
 	key, err := readSigningKey(f.signingKey)
 	if err != nil {
-		return vault.Vault{}, err
+		return snapstore.Store{}, err
 	}
-	return vault.Vault{Client: cli, Region: f.region, Signer: key}, nil
+	return snapstore.Store{Client: cli, Region: f.region, Signer: key}, nil
 }
 
 // readSigningKey reads the key at path, refusing one others may read:
@@ -228,7 +228,7 @@ func newMetrics(cluster string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
-			Help: "When the last snapshot this instance took was stored in the vault (Unix seconds; 0 until it has taken one). Only the elected instance takes them: alert on the age of max by (cluster)."}),
+			Help: "When the last snapshot this instance took was stored in the snapshot store (Unix seconds; 0 until it has taken one). Only the elected instance takes them: alert on the age of max by (cluster)."}),
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_bytes", ConstLabels: labels,
 			Help: "The size of the last snapshot stored."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/etcdembed"
@@ -55,10 +55,10 @@ func signingKeyFile(t *testing.T) (string, ed25519.PublicKey) {
 
 // Every refusal names its flag and the rule, before anything is reached.
 func TestBadFlagsAreRefusedByName(t *testing.T) {
-	vaultCreds := credentialsFile(t, "vault a:b")
+	storeCreds := credentialsFile(t, "vault a:b")
 	key, _ := signingKeyFile(t)
-	good := []string{"--region", "eu-west", "--cluster", "coord", "--endpoint", "https://10.0.0.5:2379", "--etcd-ca", vaultCreds,
-		"--vault", "https://vault:9000", "--vault-credentials", vaultCreds, "--signing-key", key, "--etcd-without-auth=true"}
+	good := []string{"--region", "eu-west", "--cluster", "coord", "--endpoint", "https://10.0.0.5:2379", "--etcd-ca", storeCreds,
+		"--store", "https://vault:9000", "--store-credentials", storeCreds, "--signing-key", key, "--etcd-without-auth=true"}
 	with := func(kv ...string) []string {
 		out := append([]string(nil), good...)
 		for i := 0; i < len(kv); i += 2 {
@@ -86,13 +86,13 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 		{with("--cluster", ""), "--cluster"},
 		{with("--endpoint", ""), "--endpoint: this host's member's client URL is required"},
 		{with("--endpoint", "10.0.0.5:2379"), "--endpoint: want a client URL"},
-		{with("--endpoint", "http://10.0.0.5:2379", "--etcd-ca", vaultCreds), "--endpoint: an http URL would drop --etcd-ca"},
-		{with("--etcd-without-auth", "false", "--etcd-credentials", vaultCreds, "--endpoint", "http://10.0.0.5:2379", "--etcd-ca", ""), "password in clear"},
+		{with("--endpoint", "http://10.0.0.5:2379", "--etcd-ca", storeCreds), "--endpoint: an http URL would drop --etcd-ca"},
+		{with("--etcd-without-auth", "false", "--etcd-credentials", storeCreds, "--endpoint", "http://10.0.0.5:2379", "--etcd-ca", ""), "password in clear"},
 		{with("--dir", ""), "--dir: a directory"},
-		{with("--vault", ""), "--vault: the vault's base URL is required"},
+		{with("--store", ""), "--store: the snapshot store's base URL is required"},
 		{with("--signing-key", ""), "--signing-key: the cluster's snapshot signing key file is required"},
 		{with("--every", "10s"), "--every: 10s must be between 1m and 168h"},
-		{with("--etcd-credentials", vaultCreds), "--etcd-credentials and --etcd-without-auth: choose one"},
+		{with("--etcd-credentials", storeCreds), "--etcd-credentials and --etcd-without-auth: choose one"},
 		{good[: len(good)-1 : len(good)-1], "--etcd-credentials FILE is required"},
 	} {
 		var stderr bytes.Buffer
@@ -124,7 +124,7 @@ func TestSigningKeyFileIsCheckedByName(t *testing.T) {
 }
 
 // --once against a cluster with authentication on, as its snapshot user,
-// stores one snapshot in the region's vault whose manifest names the
+// stores one snapshot in the region's snapshot store whose manifest names the
 // cluster and its epoch.
 func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -146,12 +146,12 @@ func TestOnceStoresASnapshotAsTheSnapshotUser(t *testing.T) {
 	}
 	mio := resourcetest.StartMinIO(t)
 	key, pub := signingKeyFile(t)
-	v := vault.Vault{Client: mio.Client(t), Region: "once", Trusted: vault.Keys{snapshot.CoordCluster: {pub}}}
+	v := snapstore.Store{Client: mio.Client(t), Region: "once", Trusted: snapstore.Keys{snapshot.CoordCluster: {pub}}}
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"--region", "once", "--cluster", snapshot.CoordCluster, "--endpoint", c.Endpoints()[0],
-		"--vault", "http://" + mio.Endpoint, "--vault-credentials", credentialsFile(t, "vault "+resourcetest.MinIOUser+":"+resourcetest.MinIOPassword),
+		"--store", "http://" + mio.Endpoint, "--store-credentials", credentialsFile(t, "vault "+resourcetest.MinIOUser+":"+resourcetest.MinIOPassword),
 		"--signing-key", key, "--dir", t.TempDir(), "--once"}
 
 	// The arbiter's user may not take a snapshot: etcd refuses it.

@@ -29,8 +29,8 @@ import (
 )
 
 // LocalPassphrase encrypts the local stacks' secrets (local, and local-*
-// such as its vault) when no passphrase is set: they live on this machine
-// only, and one passphrase lets a region read its vault stack's secret
+// such as its snapshot store) when no passphrase is set: they live on this machine
+// only, and one passphrase lets a region read its store stack's secret
 // outputs. Every other stack needs PULUMI_CONFIG_PASSPHRASE (or _FILE).
 const LocalPassphrase = "lockplane-local-stack"
 
@@ -86,13 +86,13 @@ func projectRoot() (string, error) {
 
 // openStack selects (creating if new) the stack, with the program inline,
 // the repository's Pulumi CLI and provider plugin, and a file backend.
-// The program reads the vault stacks it names from the same backend.
+// The program reads the store stacks it names from the same backend.
 func openStack(ctx context.Context, f *stackFlags) (auto.Stack, string, error) {
 	root, opts, err := workspaceOptions(f)
 	if err != nil {
 		return auto.Stack{}, "", err
 	}
-	s, err := auto.UpsertStackInlineSource(ctx, f.stack, "lockplane", program.New(vaultReader(opts)), opts...)
+	s, err := auto.UpsertStackInlineSource(ctx, f.stack, "lockplane", program.New(storeReader(opts)), opts...)
 	return s, root, err
 }
 
@@ -143,37 +143,37 @@ func workspaceOptions(f *stackFlags) (string, []auto.LocalWorkspaceOption, error
 	return root, []auto.LocalWorkspaceOption{auto.WorkDir(root), auto.Pulumi(cmd), auto.EnvVars(env), auto.SecretsProvider("passphrase")}, nil
 }
 
-// vaultReadTimeout bounds one read of a vault stack's outputs (two
+// storeReadTimeout bounds one read of a store stack's outputs (two
 // pulumi commands on the backend), so a stuck backend fails the up.
-const vaultReadTimeout = time.Minute
+const storeReadTimeout = time.Minute
 
-// vaultReader reads a vault stack's outputs from the region's backend,
+// storeReader reads a store stack's outputs from the region's backend,
 // with the region's workspace options, for the program to keep its own
 // region's users: a stack reference would copy every region's users
 // into the region's state.
-func vaultReader(opts []auto.LocalWorkspaceOption) program.VaultReader {
-	return func(ctx context.Context, stack string) (program.VaultOutputs, error) {
-		ctx, cancel := context.WithTimeout(ctx, vaultReadTimeout)
+func storeReader(opts []auto.LocalWorkspaceOption) program.StoreReader {
+	return func(ctx context.Context, stack string) (program.StoreOutputs, error) {
+		ctx, cancel := context.WithTimeout(ctx, storeReadTimeout)
 		defer cancel()
 		// Read by name, not selected: selecting would change the
 		// workspace's current stack under the region's running update.
 		ws, err := auto.NewLocalWorkspace(ctx, opts...)
 		if err != nil {
-			return program.VaultOutputs{}, fmt.Errorf("open the workspace: %w", err)
+			return program.StoreOutputs{}, fmt.Errorf("open the workspace: %w", err)
 		}
 		out, err := ws.StackOutputs(ctx, stack)
 		if err != nil && noSuchStack.MatchString(err.Error()) {
-			return program.VaultOutputs{}, fmt.Errorf("no such stack in the backend: run `lockplane up --stack %s` first", stack)
+			return program.StoreOutputs{}, fmt.Errorf("no such stack in the backend: run `lockplane up --stack %s` first", stack)
 		}
 		if err != nil {
-			return program.VaultOutputs{}, fmt.Errorf("read its outputs: %s", withoutOutput(err))
+			return program.StoreOutputs{}, fmt.Errorf("read its outputs: %s", withoutOutput(err))
 		}
-		return vaultOutputs(out)
+		return storeOutputs(out)
 	}
 }
 
 // withoutOutput is a Pulumi CLI error without the command's stdout, which
-// for `stack output --show-secrets` holds every region's vault users.
+// for `stack output --show-secrets` holds every region's snapshot store users.
 func withoutOutput(err error) string {
 	msg, rest, _ := strings.Cut(err.Error(), "\nstdout:")
 	if _, stderr, ok := strings.Cut(rest, "\nstderr:"); ok {
@@ -185,20 +185,25 @@ func withoutOutput(err error) string {
 // noSuchStack is the Pulumi CLI's answer for a stack the backend lacks.
 var noSuchStack = regexp.MustCompile(`no stack named .* found`)
 
-// vaultOutputs decodes a vault stack's outputs (secrets shown) into the
-// program's VaultOutputs, whose JSON tags are the exported keys.
-func vaultOutputs(out auto.OutputMap) (program.VaultOutputs, error) {
+// storeOutputs decodes a store stack's outputs (secrets shown) into the
+// program's StoreOutputs, whose JSON tags are the exported keys.
+func storeOutputs(out auto.OutputMap) (program.StoreOutputs, error) {
 	plain := map[string]any{}
 	for k, v := range out {
 		plain[k] = v.Value
 	}
-	var v program.VaultOutputs
+	for old, now := range program.OldStoreOutputKeys {
+		if _, ok := plain[now]; !ok && plain[old] != nil {
+			plain[now] = plain[old]
+		}
+	}
+	var v program.StoreOutputs
 	b, err := json.Marshal(plain)
 	if err == nil {
 		err = json.Unmarshal(b, &v)
 	}
 	if err != nil {
-		return program.VaultOutputs{}, fmt.Errorf("its outputs are not a vault's: %w", err)
+		return program.StoreOutputs{}, fmt.Errorf("its outputs are not a snapshot store's: %w", err)
 	}
 	return v, nil
 }
@@ -230,7 +235,7 @@ type summary struct {
 	// Refused, after a DR stack's or an in-place restore's up, are the
 	// snapshots the restore left out, each "cluster: why"; RefusedReasons
 	// the same with each one's name and reason ("untrusted" is a forgery;
-	// "incomplete", "overwritten", "unreadable" the vault's wear).
+	// "incomplete", "overwritten", "unreadable" the snapshot store's wear).
 	Refused        []string  `json:"refused,omitempty"`
 	RefusedReasons []refusal `json:"refused_reasons,omitempty"`
 	// Answered, after up, is what answered each service's readiness
@@ -361,8 +366,8 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				}
 			}
 			if f.output == "text" {
-				if v, ok := res.Outputs["vaultUrl"]; ok {
-					fmt.Printf("snapshot vault %v\n", v.Value)
+				if v, ok := res.Outputs["storeUrl"]; ok {
+					fmt.Printf("snapshot store %v\n", v.Value)
 				} else {
 					fmt.Printf("coord cluster %v, arbiters %v\nprofile: %s (lockctl --profile %s status)\n",
 						res.Outputs["coordClusterId"].Value, res.Outputs["arbiterEndpoints"].Value, out.Profile, out.Profile)
@@ -374,7 +379,7 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
 					printRestored(os.Stdout, f.stack, out.Profile, operatorPeople(res.Outputs), restored, typedFloor(res.Outputs))
 				}
-				if v, ok := res.Outputs["snapshotVault"]; ok {
+				if v, ok := res.Outputs["snapshotStore"]; ok {
 					fmt.Printf("snapshots into %v (lockplane snapshot list --stack %s)\n", v.Value, f.stack)
 				}
 			}

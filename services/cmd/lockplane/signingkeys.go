@@ -10,11 +10,11 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 )
 
-// signingKeyType is the vault stack's per-cluster snapshot signing key,
+// signingKeyType is the store stack's per-cluster snapshot signing key,
 // protected in the state so that no up replaces it by accident.
 const signingKeyType = "lockplane:nodes:SnapshotSigningKey"
 
-// releaseSigningKeys lifts the protection of a vault stack's signing
+// releaseSigningKeys lifts the protection of a store stack's signing
 // keys before a destroy, which is the one deliberate way to drop them:
 // a protected resource fails every destroy. It says so, since snapshots
 // signed by a forgotten key can no longer be restored.
@@ -27,7 +27,7 @@ func releaseSigningKeys(ctx context.Context, s auto.Stack) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "destroy forgets the vault's %d snapshot signing key(s): snapshots signed by them can no longer be restored (docs/dr.md, \"Rotating a signing key\")\n", n)
+	fmt.Fprintf(os.Stderr, "destroy forgets the snapshot store's %d snapshot signing key(s): snapshots signed by them can no longer be restored (docs/dr.md, \"Rotating a signing key\")\n", n)
 	state.Deployment = edited
 	if err := s.Import(ctx, state); err != nil {
 		return fmt.Errorf("lift the signing keys' protection: %w", err)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/infra/program"
 	"github.com/lockplane/lockplane/services/etcdauth"
 	"github.com/lockplane/lockplane/services/internal/credfile"
@@ -27,10 +27,10 @@ import (
 )
 
 func snapshotCmd() *cobra.Command {
-	c := &cobra.Command{Use: "snapshot", Short: "A region's etcd snapshots in its vault: list them, take one now",
+	c := &cobra.Command{Use: "snapshot", Short: "A region's etcd snapshots in its snapshot store: list them, take one now",
 		Long: `The clusters of a region whose stack sets lockplane:snapshots are snapshotted on a
-schedule into the vault stack it names (docs/dr.md). These commands reach the
-vault and the clusters with what the region's stack holds, from where up runs.`}
+schedule into the snapshot store its store stack runs (docs/dr.md). These commands reach the
+snapshot store and the clusters with what the region's stack holds, from where up runs.`}
 	c.AddCommand(snapshotListCmd(), snapshotTakeCmd())
 	return c
 }
@@ -61,10 +61,13 @@ func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess,
 	}
 	raw, _ := out["snapshotAccess"].Value.(string)
 	if raw == "" {
-		return acc, "", fmt.Errorf("--stack %s: no snapshot vault: set lockplane:snapshots.vaultStack in stacks/Pulumi.%s.yaml and run `lockplane up --stack %s` (docs/dr.md)", f.stack, f.stack, f.stack)
+		return acc, "", fmt.Errorf("--stack %s: no snapshot store: set lockplane:snapshots.storeStack in stacks/Pulumi.%s.yaml and run `lockplane up --stack %s` (docs/dr.md)", f.stack, f.stack, f.stack)
 	}
 	if err := json.Unmarshal([]byte(raw), &acc); err != nil {
 		return acc, "", fmt.Errorf("--stack %s: snapshotAccess: %w", f.stack, err)
+	}
+	if acc.StoreURL == "" {
+		return acc, "", fmt.Errorf("--stack %s: snapshotAccess has no storeUrl: it was written by an older lockplane; run `lockplane up --stack %s` once", f.stack, f.stack)
 	}
 	if f.cluster != "" {
 		if _, ok := acc.Clusters[f.cluster]; !ok {
@@ -74,7 +77,7 @@ func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess,
 	if dir, err = os.MkdirTemp("", "lockplane-snapshot-"); err != nil {
 		return acc, "", err
 	}
-	for name, content := range map[string]string{"vault-ca.pem": acc.VaultCA, "etcd-ca.pem": acc.EtcdCA, "etcd.pem": acc.EtcdCert, "etcd-key.pem": acc.EtcdKey} {
+	for name, content := range map[string]string{"store-ca.pem": acc.StoreCA, "etcd-ca.pem": acc.EtcdCA, "etcd.pem": acc.EtcdCert, "etcd-key.pem": acc.EtcdKey} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			os.RemoveAll(dir)
 			return acc, "", err
@@ -85,8 +88,8 @@ func (f *snapshotFlags) access(ctx context.Context) (acc program.SnapshotAccess,
 
 // run is a verb's RunE: act gets the region's access, the private
 // directory of its TLS files (removed afterwards) and, by cluster, the
-// vault as that cluster's storer.
-func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAccess, dir string, v clusterVaults) error) func(*cobra.Command, []string) error {
+// snapshot store as that cluster's storer.
+func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAccess, dir string, v clusterStores) error) func(*cobra.Command, []string) error {
 	return func(*cobra.Command, []string) error {
 		if err := f.check(); err != nil {
 			return err
@@ -98,37 +101,37 @@ func (f *snapshotFlags) run(act func(ctx context.Context, acc program.SnapshotAc
 			return err
 		}
 		defer os.RemoveAll(dir)
-		return act(ctx, acc, dir, clusterVaults{acc: acc, dir: dir})
+		return act(ctx, acc, dir, clusterStores{acc: acc, dir: dir})
 	}
 }
 
-// clusterVaults open the region's vault as one cluster's storer.
-type clusterVaults struct {
+// clusterStores open the region's snapshot store as one cluster's storer.
+type clusterStores struct {
 	acc program.SnapshotAccess
 	dir string
 }
 
-// open is the vault as cluster's storer (which may write under its own
-// prefix only), trusting only cluster's signing keys (the vault stack's);
+// open is the snapshot store as cluster's storer (which may write under its own
+// prefix only), trusting only cluster's signing keys (the store stack's);
 // with its signing key too when sign is set (take).
-func (cv clusterVaults) open(cluster string, sign bool) (vault.Vault, error) {
+func (cv clusterStores) open(cluster string, sign bool) (snapstore.Store, error) {
 	c := cv.acc.Clusters[cluster]
-	if c.VaultUser == "" || c.VaultPassword == "" || len(c.TrustedKeys) == 0 {
-		return vault.Vault{}, fmt.Errorf("snapshotAccess.clusters.%s: no vault user or trusted keys: run `lockplane up` of the region, which hands each cluster its own (docs/dr.md)", cluster)
+	if c.StoreUser == "" || c.StorePassword == "" || len(c.TrustedKeys) == 0 {
+		return snapstore.Store{}, fmt.Errorf("snapshotAccess.clusters.%s: no snapshot store user or trusted keys: run `lockplane up` of the region, which hands each cluster its own (docs/dr.md)", cluster)
 	}
-	keys, err := vault.ParseKeys(map[string][]string{cluster: c.TrustedKeys})
+	keys, err := snapstore.ParseKeys(map[string][]string{cluster: c.TrustedKeys})
 	if err != nil {
-		return vault.Vault{}, fmt.Errorf("snapshotAccess.clusters.%s.%w", cluster, err)
+		return snapstore.Store{}, fmt.Errorf("snapshotAccess.clusters.%s.%w", cluster, err)
 	}
-	cli, err := s3client.Endpoint{URL: cv.acc.VaultURL, URLFlag: "snapshotAccess.vaultUrl", CA: filepath.Join(cv.dir, "vault-ca.pem"),
-		CAFlag: "snapshotAccess.vaultCaCertPem", User: credfile.Account{User: c.VaultUser, Password: c.VaultPassword}}.Client()
+	cli, err := s3client.Endpoint{URL: cv.acc.StoreURL, URLFlag: "snapshotAccess.storeUrl", CA: filepath.Join(cv.dir, "store-ca.pem"),
+		CAFlag: "snapshotAccess.storeCaCertPem", User: credfile.Account{User: c.StoreUser, Password: c.StorePassword}}.Client()
 	if err != nil {
-		return vault.Vault{}, err
+		return snapstore.Store{}, err
 	}
-	v := vault.Vault{Client: cli, Region: cv.acc.Region, Trusted: keys}
+	v := snapstore.Store{Client: cli, Region: cv.acc.Region, Trusted: keys}
 	if sign {
 		if v.Signer, err = snapshot.ParsePrivateKey([]byte(c.SigningKey)); err != nil {
-			return vault.Vault{}, fmt.Errorf("snapshotAccess.clusters.%s.signingKey: %w", cluster, err)
+			return snapstore.Store{}, fmt.Errorf("snapshotAccess.clusters.%s.signingKey: %w", cluster, err)
 		}
 	}
 	return v, nil
@@ -146,8 +149,8 @@ func (f *snapshotFlags) clusters(acc program.SnapshotAccess) []string {
 
 func snapshotListCmd() *cobra.Command {
 	f := &snapshotFlags{}
-	c := &cobra.Command{Use: "list", Short: "List the region's snapshots in its vault, newest last", Args: cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, cv clusterVaults) error {
+	c := &cobra.Command{Use: "list", Short: "List the region's snapshots in its snapshot store, newest last", Args: cobra.NoArgs,
+		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, cv clusterStores) error {
 			var all []snapshot.Manifest
 			var skipped []string
 			for _, cl := range f.clusters(acc) {
@@ -190,7 +193,7 @@ func takeFromAMember(ctx context.Context, progress io.Writer, acc program.Snapsh
 // snapshotList is list's JSON.
 type snapshotList struct {
 	Region    string              `json:"region"`
-	Vault     string              `json:"vault"`
+	Store     string              `json:"store"`
 	Bucket    string              `json:"bucket"`
 	Snapshots []snapshot.Manifest `json:"snapshots"`
 	// Skipped are objects that are not whole, verified snapshots signed
@@ -203,9 +206,9 @@ func printSnapshots(w io.Writer, acc program.SnapshotAccess, ms []snapshot.Manif
 		if ms == nil {
 			ms = []snapshot.Manifest{}
 		}
-		return json.NewEncoder(w).Encode(snapshotList{Region: acc.Region, Vault: acc.VaultStack, Bucket: vault.Bucket(acc.Region), Snapshots: ms, Skipped: skipped})
+		return json.NewEncoder(w).Encode(snapshotList{Region: acc.Region, Store: acc.StoreStack, Bucket: snapstore.Bucket(acc.Region), Snapshots: ms, Skipped: skipped})
 	}
-	fmt.Fprintf(w, "region %s, vault %s (%s, bucket %s)\n", acc.Region, acc.VaultStack, acc.VaultURL, vault.Bucket(acc.Region))
+	fmt.Fprintf(w, "region %s, snapshot store %s (%s, bucket %s)\n", acc.Region, acc.StoreStack, acc.StoreURL, snapstore.Bucket(acc.Region))
 	if len(ms) == 0 {
 		fmt.Fprintln(w, "no snapshots yet")
 	} else {
@@ -234,11 +237,11 @@ func printSnapshots(w io.Writer, acc program.SnapshotAccess, ms []snapshot.Manif
 
 func snapshotTakeCmd() *cobra.Command {
 	f := &snapshotFlags{}
-	c := &cobra.Command{Use: "take", Short: "Take a snapshot of the region's clusters now and store it in the vault", Args: cobra.NoArgs,
+	c := &cobra.Command{Use: "take", Short: "Take a snapshot of the region's clusters now and store it in the snapshot store", Args: cobra.NoArgs,
 		Long: `take snapshots each cluster (or --cluster) from the first of its members that
-answers, as etcd's snapshot user, verifies it and stores it in the vault beside
+answers, as etcd's snapshot user, verifies it and stores it in the snapshot store beside
 the scheduled ones. Run it before a risky change.`,
-		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, cv clusterVaults) error {
+		RunE: f.run(func(ctx context.Context, acc program.SnapshotAccess, dir string, cv clusterStores) error {
 			tlsCfg, err := tlsfiles.Files{CA: filepath.Join(dir, "etcd-ca.pem"), CAFlag: "snapshotAccess.etcdCaCertPem",
 				Cert: filepath.Join(dir, "etcd.pem"), Key: filepath.Join(dir, "etcd-key.pem"), CertFlag: "snapshotAccess.etcdCertPem", KeyFlag: "snapshotAccess.etcdKeyPem"}.Client()
 			if err != nil {
@@ -255,22 +258,22 @@ the scheduled ones. Run it before a risky change.`,
 				if err != nil {
 					return err
 				}
-				// A vault that refuses is no member's fault: stop, do not
+				// A snapshot store that refuses is no member's fault: stop, do not
 				// snapshot the next member into the same refusal.
 				pctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 				m, err = v.Put(pctx, m, filepath.Join(dir, cl+".db"))
 				cancel()
 				os.Remove(filepath.Join(dir, cl+".db"))
 				if err != nil {
-					return fmt.Errorf("%s: store the snapshot in vault %s: %w", cl, acc.VaultStack, err)
+					return fmt.Errorf("%s: store the snapshot in snapshot store %s: %w", cl, acc.StoreStack, err)
 				}
 				fmt.Fprintf(f.progress(), "%s: stored %s (revision %d, %d bytes)\n", cl, m.Object, m.Revision, m.Size)
 				taken = append(taken, m)
 			}
 			if f.output == "json" {
-				return json.NewEncoder(os.Stdout).Encode(snapshotList{Region: acc.Region, Vault: acc.VaultStack, Bucket: vault.Bucket(acc.Region), Snapshots: taken})
+				return json.NewEncoder(os.Stdout).Encode(snapshotList{Region: acc.Region, Store: acc.StoreStack, Bucket: snapstore.Bucket(acc.Region), Snapshots: taken})
 			}
-			fmt.Printf("took %d snapshots of region %s into vault %s\n", len(taken), acc.Region, acc.VaultStack)
+			fmt.Printf("took %d snapshots of region %s into snapshot store %s\n", len(taken), acc.Region, acc.StoreStack)
 			return nil
 		})}
 	f.add(c)

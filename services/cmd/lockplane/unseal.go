@@ -17,7 +17,7 @@ type restoredCluster struct {
 	revision, epoch, highest            int64
 	// restoredAt is when a shard was restored in place (zero otherwise).
 	restoredAt time.Time
-	// keyID is the signing key (the vault stack's, for this cluster) the
+	// keyID is the signing key (the store stack's, for this cluster) the
 	// snapshot's manifest was verified by: empty for a restore made
 	// before snapshots were signed, whose epochs are no floor.
 	keyID string
@@ -25,7 +25,7 @@ type restoredCluster struct {
 	refused []refusal
 }
 
-// refusal is one snapshot "latest" left out: the VaultSnapshot's refused
+// refusal is one snapshot "latest" left out: the StoreSnapshot's refused
 // entry {name, reason, detail}. An entry of an older state is its detail
 // alone, with no reason.
 type refusal struct {
@@ -133,7 +133,7 @@ const maxFloor = token.MaxEpoch - 1 - EpochMargin
 // them, docs/dr.md) or typed, whichever is higher, and that floor. Each
 // line runs as one of people (the stack's operators.people, the
 // profile's identities of the same names). The snapshots' floor is taken
-// only from snapshots verified against the vault stack's signing keys
+// only from snapshots verified against the store stack's signing keys
 // (floorOf). typed is the DR stack's restore.epochFloor (0: none).
 func unsealCommands(profile string, people []string, restored map[string]any, typed int64) ([]string, int64, error) {
 	cs, err := restoredClusters(restored)
@@ -182,9 +182,9 @@ type floorSource struct {
 }
 
 // floorOf is the highest epoch the restored snapshots show, and whose. It
-// refuses a snapshot not verified against the vault stack's signing
+// refuses a snapshot not verified against the store stack's signing
 // keys (no keyId): only a snapshot its cluster's key signed is evidence
-// of the epochs the region served; anyone who could write to the vault
+// of the epochs the region served; anyone who could write to the snapshot store
 // could have put any other there. A signed claim can still be false (a
 // cluster's member hosts hold its key): one so high that no unseal could
 // be anchored above it (maxFloor) is refused by cluster and snapshot, or,
@@ -200,7 +200,7 @@ func floorOf(cs []restoredCluster, typed int64) (floorSource, error) {
 	}
 	for _, c := range cs {
 		if c.keyID == "" {
-			return f, fmt.Errorf("%s was restored from %s, which was not verified against the vault stack's snapshot signing keys (no keyId): "+
+			return f, fmt.Errorf("%s was restored from %s, which was not verified against the store stack's snapshot signing keys (no keyId): "+
 				"its epochs are no floor for the unseal; restore it again (docs/dr.md, \"A refused snapshot\")", c.name, c.manifest)
 		}
 		for _, n := range []struct {
@@ -261,12 +261,12 @@ func printRestored(w io.Writer, stack, profile string, people []string, restored
 		src, err = floorOf(cs, typed)
 	}
 	if err != nil {
-		fmt.Fprintf(w, "\nrestored from the vault, and SEALED; the unseal cannot be worked out: %v\n", err)
+		fmt.Fprintf(w, "\nrestored from the snapshot store, and SEALED; the unseal cannot be worked out: %v\n", err)
 		return
 	}
 	floor := max(typed, src.floor)
 	cmds := advances(profile, people, cs, "DR restore from ", floor)
-	fmt.Fprintf(w, "\nrestored from the vault, and SEALED: no grant until two operators advance every cluster's epoch\n")
+	fmt.Fprintf(w, "\nrestored from the snapshot store, and SEALED: no grant until two operators advance every cluster's epoch\n")
 	for _, c := range cs {
 		fmt.Fprintf(w, "  %-10s %s (revision %d, epoch %d of cluster %s, signed by key %s), now cluster %s\n", c.name, c.manifest, c.revision, c.epoch, c.sourceID, c.keyID, c.clusterID)
 	}
@@ -276,7 +276,7 @@ func printRestored(w io.Writer, stack, profile string, people []string, restored
 		fmt.Fprintln(w, "  "+c)
 	}
 	fmt.Fprint(w, identityNote(people))
-	snaps := fmt.Sprintf("the highest epoch the restored snapshots show (%d: the %s of %s's %s, whose manifest key %s of the vault stack's\n"+
+	snaps := fmt.Sprintf("the highest epoch the restored snapshots show (%d: the %s of %s's %s, whose manifest key %s of the store stack's\n"+
 		"snapshot signing keys verified)", src.floor, src.what, src.c.name, src.c.manifest, src.c.keyID)
 	for _, o := range src.overruled {
 		fmt.Fprintf(w, "WARNING: left out of the floor, beyond any epoch a token carries: %s. restore.epochFloor stands in for it; find out who signed it before you unseal.\n", o)
@@ -338,7 +338,7 @@ func refusals(cs []restoredCluster) []refusal {
 // other than the cluster's snapshot job: a loud WARNING, since one newer
 // than the restored one is what a forger would leave. Those half expired,
 // written again (whose first version is what is read) or unreadable are
-// the vault's wear: a note.
+// the snapshot store's wear: a note.
 func printRefused(w io.Writer, cs []restoredCluster) {
 	var forged, worn []refusal
 	for _, r := range refusals(cs) {
@@ -349,14 +349,14 @@ func printRefused(w io.Writer, cs []restoredCluster) {
 		}
 	}
 	if len(forged) > 0 {
-		fmt.Fprintf(w, "\nWARNING: the vault holds %d snapshot(s) the restore REFUSED as not signed by their cluster's key, and did not restore (docs/dr.md, \"A refused snapshot\"):\n", len(forged))
+		fmt.Fprintf(w, "\nWARNING: the snapshot store holds %d snapshot(s) the restore REFUSED as not signed by their cluster's key, and did not restore (docs/dr.md, \"A refused snapshot\"):\n", len(forged))
 		for _, r := range forged {
 			fmt.Fprintln(w, "  "+r.Cluster+": "+r.Detail)
 		}
 		fmt.Fprintln(w, "a snapshot not signed by its cluster's key was put there by someone other than the cluster's snapshot job: find out who before you unseal.")
 	}
 	if len(worn) > 0 {
-		fmt.Fprintf(w, "\nnote: the vault also holds %d snapshot(s) not whole or not readable (left out), or written again since they were stored (only their\n"+
+		fmt.Fprintf(w, "\nnote: the snapshot store also holds %d snapshot(s) not whole or not readable (left out), or written again since they were stored (only their\n"+
 			"first version is read); none is a forgery (docs/dr.md, \"A refused snapshot\"):\n", len(worn))
 		for _, r := range worn {
 			fmt.Fprintf(w, "  %s: %s: %s\n", r.Cluster, r.Reason, r.Detail)
@@ -408,7 +408,7 @@ func inPlaceUnseal(w io.Writer, stack, profile string, people []string, restored
 	// Coord is never restored in place: no --above is printed.
 	cmds := advances(profile, people, done, "restored in place from ", 0)
 	printRefused(w, done)
-	fmt.Fprintf(w, "\nrestored in place from the vault, and SEALED: no grant on these shards until two operators advance each one's epoch;\n"+
+	fmt.Fprintf(w, "\nrestored in place from the snapshot store, and SEALED: no grant on these shards until two operators advance each one's epoch;\n"+
 		"coord and the other shards serve on. Each member's old data dir is kept beside the new one.\n")
 	for _, name := range sortedKeys(now) {
 		m := now[name].(map[string]any)

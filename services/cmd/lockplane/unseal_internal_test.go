@@ -136,21 +136,21 @@ func TestAnInPlaceRestoreIsUnsealedUntilItIsRecorded(t *testing.T) {
 	}
 }
 
-// The unseal floor comes only from snapshots verified against the vault
+// The unseal floor comes only from snapshots verified against the snapshot store
 // stack's signing keys, and the printed text names which snapshot and
 // key it came from; snapshots the restore refused are named as a
 // warning. A restored output without a keyId (a snapshot not verified)
 // gives no floor at all.
 func TestTheUnsealFloorComesFromVerifiedSnapshotsAndSaysWhich(t *testing.T) {
 	coord := cluster("coord/y", 2, 7)
-	coord["refused"] = []any{"vault: untrusted snapshot coord/20991231T000000.000Z-r9-aaaaaaaaaaaa: it is not signed: refusing it"}
+	coord["refused"] = []any{"snapstore: untrusted snapshot coord/20991231T000000.000Z-r9-aaaaaaaaaaaa: it is not signed: refusing it"}
 	restored := map[string]any{"coord": coord, "entity-0": cluster("entity-0/z", 5, 0)}
 	var w strings.Builder
 	printRestored(&w, "local-dr", "p.json", []string{"alice", "bob"}, restored, 0)
 	out := w.String()
 	for _, want := range []string{
-		"WARNING: the vault holds 1 snapshot(s) the restore REFUSED",
-		"coord: vault: untrusted snapshot coord/20991231T000000.000Z-r9-aaaaaaaaaaaa: it is not signed",
+		"WARNING: the snapshot store holds 1 snapshot(s) the restore REFUSED",
+		"coord: snapstore: untrusted snapshot coord/20991231T000000.000Z-r9-aaaaaaaaaaaa: it is not signed",
 		"--above 107 comes from the snapshots alone: it is the highest epoch the restored snapshots show (7: the highest allocated epoch of coord's coord/y, whose manifest key k-coord/y",
 	} {
 		if !strings.Contains(out, want) {
@@ -158,11 +158,11 @@ func TestTheUnsealFloorComesFromVerifiedSnapshotsAndSaysWhich(t *testing.T) {
 		}
 	}
 	cs, _ := restoredClusters(restored)
-	if got := refusedSnapshots(cs); len(got) != 1 || !strings.HasPrefix(got[0], "coord: vault: untrusted snapshot") {
+	if got := refusedSnapshots(cs); len(got) != 1 || !strings.HasPrefix(got[0], "coord: snapstore: untrusted snapshot") {
 		t.Errorf("refused %q", got)
 	}
 	delete(restored["entity-0"].(map[string]any), "keyId")
-	if _, _, err := unsealCommands("", nil, restored, 0); err == nil || !strings.Contains(err.Error(), "not verified against the vault stack's snapshot signing keys") {
+	if _, _, err := unsealCommands("", nil, restored, 0); err == nil || !strings.Contains(err.Error(), "not verified against the store stack's snapshot signing keys") {
 		t.Fatalf("an unverified snapshot's floor: err %v", err)
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// refusedEntry is a VaultSnapshot's refused entry, as the provider
+// refusedEntry is a StoreSnapshot's refused entry, as the provider
 // writes it.
 func refusedEntry(name, reason string) map[string]any {
-	return map[string]any{"name": name, "reason": reason, "detail": "vault: " + reason + " " + name}
+	return map[string]any{"name": name, "reason": reason, "detail": "snapstore: " + reason + " " + name}
 }
 
 // An in-place restore from "latest" that skipped a forged snapshot says
@@ -23,8 +23,8 @@ func TestAnInPlaceUpWarnsOfTheSnapshotsLatestRefused(t *testing.T) {
 	if _, _, err := inPlaceUnseal(&w, "region", "p.json", []string{"alice", "bob"}, restored, at.Add(-time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
-	if out := w.String(); !strings.Contains(out, "WARNING: the vault holds 1 snapshot(s) the restore REFUSED") ||
-		!strings.Contains(out, "entity-0: vault: untrusted entity-0/20991231T000000.000Z-r9-aaaaaaaaaaaa") {
+	if out := w.String(); !strings.Contains(out, "WARNING: the snapshot store holds 1 snapshot(s) the restore REFUSED") ||
+		!strings.Contains(out, "entity-0: snapstore: untrusted entity-0/20991231T000000.000Z-r9-aaaaaaaaaaaa") {
 		t.Fatalf("in-place up printed:\n%s\nwant the forged snapshot named in a WARNING", out)
 	}
 }
@@ -41,7 +41,7 @@ func TestOnlyUntrustedRefusalsAreWarnedOfAsForgeries(t *testing.T) {
 	printRestored(&w, "local-dr", "p.json", []string{"alice", "bob"}, restored, 0)
 	out := w.String()
 	warning, note, _ := strings.Cut(out, "\nnote:")
-	if !strings.Contains(warning, "WARNING: the vault holds 1 snapshot(s) the restore REFUSED") || !strings.Contains(warning, "coord/f") {
+	if !strings.Contains(warning, "WARNING: the snapshot store holds 1 snapshot(s) the restore REFUSED") || !strings.Contains(warning, "coord/f") {
 		t.Fatalf("printed:\n%s\nwant one forgery warned of, coord/f", out)
 	}
 	for _, worn := range []string{"coord/h", "coord/o", "coord/u"} {
@@ -49,7 +49,7 @@ func TestOnlyUntrustedRefusalsAreWarnedOfAsForgeries(t *testing.T) {
 			t.Errorf("printed:\n%s\nwant %s in the note, not the warning", out, worn)
 		}
 	}
-	if !strings.Contains(note, "coord: incomplete: vault: incomplete coord/h") {
+	if !strings.Contains(note, "coord: incomplete: snapstore: incomplete coord/h") {
 		t.Errorf("printed:\n%s\nwant the note to give each one's reason", out)
 	}
 	cs, _ := restoredClusters(restored)

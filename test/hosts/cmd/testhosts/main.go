@@ -3,7 +3,7 @@
 // namespace host per entry of lockplane:hosts on the bridge that
 // lockplane:testHosts names; `testhosts down` removes them all. --stack
 // may be repeated for stacks that share one bridge (a region and its
-// snapshot vault), which then reach each other.
+// snapshot store), which then reach each other.
 package main
 
 import (

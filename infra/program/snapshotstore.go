@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/infra/nodes"
 	"github.com/lockplane/lockplane/infra/topology"
@@ -16,15 +16,15 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
 )
 
-// vaultKeys are a vault stack's top-level keys, as in topology.VaultStack.
-var vaultKeys = []string{"vault", "hosts", "ssh", "binDir"}
+// storeKeys are a store stack's top-level keys, as in topology.StoreConfig.
+var storeKeys = []string{"snapshotStore", "vault", "hosts", "ssh", "binDir"}
 
-// LoadVaultStack reads a vault stack's configuration, with defaults filled
+// LoadStoreConfig reads a store stack's configuration, with defaults filled
 // and relative paths made absolute against base.
-func LoadVaultStack(get func(key string) string, base string) (*topology.VaultStack, error) {
-	var v topology.VaultStack
-	if err := strictJSON(configJSON(get, vaultKeys), &v); err != nil {
-		return nil, fmt.Errorf("vault stack configuration: %v", err)
+func LoadStoreConfig(get func(key string) string, base string) (*topology.StoreConfig, error) {
+	var v topology.StoreConfig
+	if err := strictJSON(configJSON(get, storeKeys), &v); err != nil {
+		return nil, fmt.Errorf("store stack configuration: %v", err)
 	}
 	v.Defaults()
 	for _, p := range []*string{&v.SSH.PrivateKeyFile, &v.SSH.KnownHostsFile, &v.BinDir} {
@@ -36,11 +36,11 @@ func LoadVaultStack(get func(key string) string, base string) (*topology.VaultSt
 	return &v, nil
 }
 
-// runVault is a vault stack's program: the Vault component on its host.
-// Its outputs (VaultOutputs) are what `lockplane up` hands each region
+// runStore is a store stack's program: the snapshot store component on its host.
+// Its outputs (StoreOutputs) are what `lockplane up` hands each region
 // its own users from: the URL, the CA and each region's users, secret.
-func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
-	vs, err := LoadVaultStack(cfg.Get, base)
+func runStore(ctx *pulumi.Context, cfg *config.Config, base string) error {
+	vs, err := LoadStoreConfig(cfg.Get, base)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 		return err
 	}
 	// MinIO, and lockplane-node, whose probe up waits on before it says
-	// the vault serves.
+	// the snapshot store serves.
 	for _, b := range []struct {
 		name, make string
 		into       *components.Binary
@@ -65,8 +65,8 @@ func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 		}
 		*b.into = components.Binary{Path: p, Sha256: sum}
 	}
-	v, err := components.NewVault(ctx, env, components.VaultArgs{Host: host, Port: vs.Vault.Port,
-		KeepDays: vs.Vault.KeepDays, Regions: vs.Vault.Regions})
+	v, err := components.NewSnapshotStore(ctx, env, components.SnapshotStoreArgs{Host: host, Port: vs.Store.Port,
+		KeepDays: vs.Store.KeepDays, Regions: vs.Store.Regions})
 	if err != nil {
 		return err
 	}
@@ -78,72 +78,77 @@ func runVault(ctx *pulumi.Context, cfg *config.Config, base string) error {
 				"signingKey": cc.SigningKey, "publicKey": cc.PublicKey}
 			pubs[cl] = cc.PublicKey
 		}
-		regions[r] = pulumi.Map{"bucket": pulumi.String(vault.Bucket(r)), "restorer": pulumi.String(c.Restorer),
+		regions[r] = pulumi.Map{"bucket": pulumi.String(snapstore.Bucket(r)), "restorer": pulumi.String(c.Restorer),
 			"restorerPassword": c.RestorerPassword, "clusters": clusters}
 		keys[r] = pubs
 	}
-	ctx.Export("vaultUrl", pulumi.String(v.URL))
-	ctx.Export("vaultCaCertPem", v.CA.CertPem)
-	ctx.Export("vaultRegions", pulumi.ToSecret(regions))
+	ctx.Export("storeUrl", pulumi.String(v.URL))
+	ctx.Export("storeCaCertPem", v.CA.CertPem)
+	ctx.Export("storeRegions", pulumi.ToSecret(regions))
 	// The public keys alone, readable without --show-secrets: what an
 	// operator compares a snapshot's key ID against.
-	ctx.Export("vaultPublicKeys", keys)
+	ctx.Export("storePublicKeys", keys)
 	return nil
 }
 
-// VaultRegion is one region's entry in a vault stack's vaultRegions
+// StoreRegion is one region's entry in a store stack's storeRegions
 // output: its bucket, its restorer and each cluster's storer and key.
-type VaultRegion struct {
+type StoreRegion struct {
 	Bucket           string                  `json:"bucket"`
 	Restorer         string                  `json:"restorer"`
 	RestorerPassword string                  `json:"restorerPassword"`
-	Clusters         map[string]VaultCluster `json:"clusters"`
+	Clusters         map[string]StoreCluster `json:"clusters"`
 }
 
-// VaultCluster is one cluster's storer (its prefix only) and snapshot
+// StoreCluster is one cluster's storer (its prefix only) and snapshot
 // signing key: the private key PEM (secret) and the public key's text
 // form, which every restore of the cluster verifies by.
-type VaultCluster struct {
+type StoreCluster struct {
 	Storer         string `json:"storer"`
 	StorerPassword string `json:"storerPassword"`
 	SigningKey     string `json:"signingKey"`
 	PublicKey      string `json:"publicKey"`
 }
 
-// VaultOutputs are a deployed vault stack's outputs, under the keys
-// runVault exports. Regions holds every region's users; a region's
+// StoreOutputs are a deployed store stack's outputs, under the keys
+// runStore exports. Regions holds every region's users; a region's
 // program keeps its own only.
-type VaultOutputs struct {
-	URL       string                 `json:"vaultUrl"`
-	CACertPem string                 `json:"vaultCaCertPem"`
-	Regions   map[string]VaultRegion `json:"vaultRegions"`
+type StoreOutputs struct {
+	URL       string                 `json:"storeUrl"`
+	CACertPem string                 `json:"storeCaCertPem"`
+	Regions   map[string]StoreRegion `json:"storeRegions"`
 }
 
-// VaultReader reads the outputs of the vault stack named stack, from the
-// backend the region's stack is in. It is how a region gets its vault
+// OldStoreOutputKeys are a store stack's output keys before the snapshot
+// store was renamed (old → new): a store stack not yet updated by this
+// version still answers with them.
+var OldStoreOutputKeys = map[string]string{"vaultUrl": "storeUrl", "vaultCaCertPem": "storeCaCertPem", "vaultRegions": "storeRegions"}
+
+// StoreReader reads the outputs of the store stack named stack, from the
+// backend the region's stack is in. It is how a region gets its snapshot store
 // users: a stack reference would store every region's in its state.
-type VaultReader func(ctx context.Context, stack string) (VaultOutputs, error)
+type StoreReader func(ctx context.Context, stack string) (StoreOutputs, error)
 
-// vaults reads the vault stacks a region names, each once per run
+// stores reads the store stacks a region names, each once per run
 // however many fields name it.
-type vaults struct {
-	read VaultReader
-	got  map[string]*components.VaultAccess
+type stores struct {
+	read StoreReader
+	got  map[string]*components.StoreAccess
 }
 
-// access is the region's access to the vault stack name, its users'
+// access is the region's access to the store stack name, its users'
 // passwords and signing keys secret: refused, before anything is made,
 // without a reader (a plain `pulumi up`), when that stack has not been
 // deployed, or when it keeps no bucket for the region or no storer and
 // signing key for one of its clusters. field names the configuration
 // that named the stack.
-func (vs *vaults) access(ctx *pulumi.Context, s *topology.Stack, field, name string) (*components.VaultAccess, error) {
+func (vs *stores) access(ctx *pulumi.Context, s *topology.Stack, field, name string) (*components.StoreAccess, error) {
 	if v := vs.got[name]; v != nil {
 		return v, nil
 	}
 	region := s.Region
 	if vs.read == nil {
-		return nil, fmt.Errorf("%s: %s: run `bin/lockplane up --stack %s`, which hands the region its own vault users (a stack reference would copy every region's users into this state)", field, name, ctx.Stack())
+		return nil, fmt.Errorf("%s: %s: run `bin/lockplane up --stack %s`, which hands the region its own snapshot store users (a stack reference would copy every region's users into this state)", field, name, ctx.Stack())
 	}
 	out, err := vs.read(ctx.Context(), name)
 	if err != nil {
@@ -153,22 +158,22 @@ func (vs *vaults) access(ctx *pulumi.Context, s *topology.Stack, field, name str
 	entry := fmt.Sprintf("{region: %s, shards: %d}", region, s.Entity.Shards)
 	switch {
 	case out.URL == "" || out.CACertPem == "":
-		return nil, fmt.Errorf("%s: %s has no vaultUrl or vaultCaCertPem: run `lockplane up --stack %s` first", field, name, name)
+		return nil, fmt.Errorf("%s: %s has no storeUrl or storeCaCertPem: run `lockplane up --stack %s` first", field, name, name)
 	case !ok || mine.Restorer == "" || mine.RestorerPassword == "":
-		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:vault.regions and run `lockplane up --stack %s`", field, name, region, entry, name)
+		return nil, fmt.Errorf("%s: %s keeps no snapshots of region %s: add %s to its lockplane:snapshotStore.regions and run `lockplane up --stack %s`", field, name, region, entry, name)
 	}
 	secret := func(v string) pulumi.StringOutput { return pulumi.ToSecret(pulumi.String(v)).(pulumi.StringOutput) }
-	v := &components.VaultAccess{Stack: name, URL: out.URL, CACertPem: pulumi.String(out.CACertPem),
-		Restorer: mine.Restorer, RestorerPassword: secret(mine.RestorerPassword), Clusters: map[string]components.VaultClusterAccess{}}
+	v := &components.StoreAccess{Stack: name, URL: out.URL, CACertPem: pulumi.String(out.CACertPem),
+		Restorer: mine.Restorer, RestorerPassword: secret(mine.RestorerPassword), Clusters: map[string]components.StoreClusterAccess{}}
 	for _, cl := range topology.RegionClusters(s.Entity.Shards) {
 		c := mine.Clusters[cl]
 		if c.Storer == "" || c.StorerPassword == "" || c.SigningKey == "" || c.PublicKey == "" {
-			// A shard the vault does not know would go unsnapshotted, or
+			// A shard the snapshot store does not know would go unsnapshotted, or
 			// restored against no key: name the field that covers it.
-			return nil, fmt.Errorf("%s: %s has no storer or snapshot signing key for cluster %s of region %s: set region %s's entry in its lockplane:vault.regions to %s and run `lockplane up --stack %s`",
+			return nil, fmt.Errorf("%s: %s has no storer or snapshot signing key for cluster %s of region %s: set region %s's entry in its lockplane:snapshotStore.regions to %s and run `lockplane up --stack %s`",
 				field, name, cl, region, region, entry, name)
 		}
-		v.Clusters[cl] = components.VaultClusterAccess{Storer: c.Storer, StorerPassword: secret(c.StorerPassword),
+		v.Clusters[cl] = components.StoreClusterAccess{Storer: c.Storer, StorerPassword: secret(c.StorerPassword),
 			SigningKey: secret(c.SigningKey), PublicKeys: []string{c.PublicKey}}
 	}
 	vs.got[name] = v
@@ -179,14 +184,14 @@ func (vs *vaults) access(ctx *pulumi.Context, s *topology.Stack, field, name str
 // `lockplane snapshot list|take` needs, from where `up` runs.
 type SnapshotAccess struct {
 	Region     string `json:"region"`
-	VaultStack string `json:"vaultStack"`
-	VaultURL   string `json:"vaultUrl"`
-	VaultCA    string `json:"vaultCaCertPem"`
+	StoreStack string `json:"storeStack"`
+	StoreURL   string `json:"storeUrl"`
+	StoreCA    string `json:"storeCaCertPem"`
 	EtcdCA     string `json:"etcdCaCertPem"`
 	EtcdCert   string `json:"etcdCertPem"`
 	EtcdKey    string `json:"etcdKeyPem"`
 	// Clusters are each cluster's members, snapshot user's password,
-	// vault storer and signing key, and the keys its snapshots verify by.
+	// snapshot store storer and signing key, and the keys its snapshots verify by.
 	Clusters map[string]SnapshotCluster `json:"clusters"`
 }
 
@@ -196,17 +201,17 @@ type SnapshotAccess struct {
 type SnapshotCluster struct {
 	Endpoints     []string `json:"endpoints"`
 	Password      string   `json:"snapshotPassword"`
-	VaultUser     string   `json:"vaultUser"`
-	VaultPassword string   `json:"vaultPassword"`
+	StoreUser     string   `json:"storeUser"`
+	StorePassword string   `json:"storePassword"`
 	SigningKey    string   `json:"signingKey"`
 	TrustedKeys   []string `json:"trustedKeys"`
 }
 
 // exportSnapshotAccess exports the region's SnapshotAccess (secret): the
 // deployer's etcd certificate, the clusters' snapshot users' passwords
-// and each cluster's vault storer and signing key, which the state holds
+// and each cluster's snapshot store storer and signing key, which the state holds
 // already.
-func exportSnapshotAccess(ctx *pulumi.Context, s *topology.Stack, v *components.VaultAccess, r *components.Region) {
+func exportSnapshotAccess(ctx *pulumi.Context, s *topology.Stack, v *components.StoreAccess, r *components.Region) {
 	clusters := append([]*components.EtcdCluster{r.Coord}, r.Shards...)
 	in := []any{v.CACertPem, r.EtcdCA.CertPem, r.Coord.Client.CertPem, r.Coord.Client.KeyPem}
 	const fixed, each = 4, 3
@@ -215,18 +220,18 @@ func exportSnapshotAccess(ctx *pulumi.Context, s *topology.Stack, v *components.
 		in = append(in, r.EtcdUsers.Snapshot[c.Name], own.StorerPassword, own.SigningKey)
 	}
 	access := pulumi.All(in...).ApplyT(func(p []any) (string, error) {
-		a := SnapshotAccess{Region: s.Region, VaultStack: v.Stack, VaultURL: v.URL, VaultCA: p[0].(string),
+		a := SnapshotAccess{Region: s.Region, StoreStack: v.Stack, StoreURL: v.URL, StoreCA: p[0].(string),
 			EtcdCA: p[1].(string), EtcdCert: p[2].(string), EtcdKey: p[3].(string), Clusters: map[string]SnapshotCluster{}}
 		for i, c := range clusters {
 			q := p[fixed+each*i:]
 			a.Clusters[c.Name] = SnapshotCluster{Endpoints: c.Endpoints, Password: q[0].(string),
-				VaultUser: v.Clusters[c.Name].Storer, VaultPassword: q[1].(string), SigningKey: q[2].(string), TrustedKeys: v.Trusted(c.Name)}
+				StoreUser: v.Clusters[c.Name].Storer, StorePassword: q[1].(string), SigningKey: q[2].(string), TrustedKeys: v.Trusted(c.Name)}
 		}
 		b, err := json.Marshal(a)
 		return string(b), err
 	})
-	ctx.Export("snapshotVault", pulumi.Map{"stack": pulumi.String(v.Stack), "url": pulumi.String(v.URL),
-		"bucket": pulumi.String(vault.Bucket(s.Region))})
+	ctx.Export("snapshotStore", pulumi.Map{"stack": pulumi.String(v.Stack), "url": pulumi.String(v.URL),
+		"bucket": pulumi.String(snapstore.Bucket(s.Region))})
 	ctx.Export("snapshotAccess", pulumi.ToSecret(access))
 }
 
@@ -265,7 +270,7 @@ func exportRestore(ctx *pulumi.Context, r *components.Region) {
 }
 
 // restoredEntry is one cluster's entry in the restored output.
-func restoredEntry(s *nodes.VaultSnapshot, clusterID pulumi.StringOutput) pulumi.Map {
+func restoredEntry(s *nodes.StoreSnapshot, clusterID pulumi.StringOutput) pulumi.Map {
 	return pulumi.Map{"manifest": s.Manifest, "revision": s.Revision, "epoch": s.Epoch,
 		"sourceClusterId": s.SourceClusterID, "clusterId": clusterID, "highestAllocated": s.HighestAllocated,
 		"takenAt": s.TakenAt, "keyId": s.KeyID, "refused": s.Refused}
@@ -289,7 +294,7 @@ func exportRestoreInPlace(ctx *pulumi.Context, r *components.Region) {
 }
 
 // inPlaceEntry is one shard's entry in the restoredInPlace output. Its
-// refused is the chosen VaultSnapshot's: a forged snapshot "latest"
+// refused is the chosen StoreSnapshot's: a forged snapshot "latest"
 // skipped is as much a warning here as in a DR stack.
 func inPlaceEntry(p *nodes.ShardRestore) pulumi.Map {
 	return pulumi.Map{"manifest": p.Manifest, "revision": p.Revision, "epoch": p.Epoch,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
@@ -17,9 +17,9 @@ import (
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 )
 
-// vaultInputs are a VaultBuckets resource of two fresh regions, each of
+// storeInputs are a StoreBuckets resource of two fresh regions, each of
 // clusters coord and entity-0, on the test MinIO (plain http on loopback).
-func vaultInputs(mio *resourcetest.MinIO) (map[string]any, [2]string) {
+func storeInputs(mio *resourcetest.MinIO) (map[string]any, [2]string) {
 	n := fmt.Sprintf("%d", time.Now().UnixNano()%1e12)
 	regions := [2]string{"a" + n, "b" + n}
 	var rs []any
@@ -34,7 +34,7 @@ func vaultInputs(mio *resourcetest.MinIO) (map[string]any, [2]string) {
 		"keepDays": 30, "regions": rs}, regions
 }
 
-// storerOf is cluster's storer in region, as the vault stack names it.
+// storerOf is cluster's storer in region, as the store stack names it.
 func storerOf(region, cluster string) string { return "snap-" + region + "-" + cluster }
 
 func storerClient(t *testing.T, mio *resourcetest.MinIO, region, cluster string) *minio.Client {
@@ -50,16 +50,16 @@ func userClient(t *testing.T, mio *resourcetest.MinIO, user, password string) *m
 	return c
 }
 
-// vaultRefusals tries what a region's users must not do and returns what
+// storeRefusals tries what a region's users must not do and returns what
 // was let through: a cluster's storer erasing or re-ruling its bucket,
 // writing or reading another cluster's snapshots, or touching another
 // region's; a restorer writing or erasing.
-func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, regions [2]string) []string {
+func storeRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, regions [2]string) []string {
 	t.Helper()
 	a, b := regions[0], regions[1]
 	storer := storerClient(t, mio, a, "coord")
 	restorer := userClient(t, mio, "restore-"+a, "restorer-secret-"+a)
-	bucketA, bucketB := vault.Bucket(a), vault.Bucket(b)
+	bucketA, bucketB := snapstore.Bucket(a), snapstore.Bucket(b)
 	put := func(c *minio.Client, bucket, name string) error {
 		_, err := c.PutObject(ctx, bucket, name, bytes.NewReader([]byte("x")), 1, minio.PutObjectOptions{})
 		return err
@@ -104,18 +104,18 @@ func vaultRefusals(ctx context.Context, t *testing.T, mio *resourcetest.MinIO, r
 	return let
 }
 
-// VaultBuckets makes each region's versioned bucket with its expiry rule,
+// StoreBuckets makes each region's versioned bucket with its expiry rule,
 // per cluster a storer that can put and read back its own cluster's
 // snapshots and nothing else (not another cluster's prefix, not another
 // region's bucket), and a restorer that can only read them. A broken
 // variant (a storer policy of s3:* on its bucket) fails the same check.
-func TestVaultBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
+func TestStoreBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
 	mio := resourcetest.StartMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p := provider.New()
-	in, regions := vaultInputs(mio)
-	u := urn("VaultBuckets", "vault")
+	in, regions := storeInputs(mio)
+	u := urn("VaultBuckets", "snapshots")
 	created, err := p.Create(ctx, &pulumirpc.CreateRequest{Urn: u, Properties: props(t, in)})
 	if err != nil {
 		t.Fatal(err)
@@ -125,25 +125,25 @@ func TestVaultBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
 	}
 	root := mio.Client(t)
 	for _, r := range regions {
-		v, err := root.GetBucketVersioning(ctx, vault.Bucket(r))
+		v, err := root.GetBucketVersioning(ctx, snapstore.Bucket(r))
 		if err != nil || !v.Enabled() {
-			t.Fatalf("bucket %s: versioning %+v, %v", vault.Bucket(r), v, err)
+			t.Fatalf("bucket %s: versioning %+v, %v", snapstore.Bucket(r), v, err)
 		}
-		rules, err := root.GetBucketLifecycle(ctx, vault.Bucket(r))
+		rules, err := root.GetBucketLifecycle(ctx, snapstore.Bucket(r))
 		if err != nil || len(rules.Rules) == 0 || rules.Rules[0].Expiration.Days != 30 {
-			t.Fatalf("bucket %s: lifecycle %+v, %v", vault.Bucket(r), rules, err)
+			t.Fatalf("bucket %s: lifecycle %+v, %v", snapstore.Bucket(r), rules, err)
 		}
 	}
 	a := regions[0]
 	storer := storerClient(t, mio, a, "coord")
-	if _, err := storer.PutObject(ctx, vault.Bucket(a), "coord/mine.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
+	if _, err := storer.PutObject(ctx, snapstore.Bucket(a), "coord/mine.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
 		t.Fatalf("the storer putting a snapshot: %v", err)
 	}
 	restorer := userClient(t, mio, "restore-"+a, "restorer-secret-"+a)
-	if _, err := restorer.StatObject(ctx, vault.Bucket(a), "coord/mine.db", minio.StatObjectOptions{}); err != nil {
+	if _, err := restorer.StatObject(ctx, snapstore.Bucket(a), "coord/mine.db", minio.StatObjectOptions{}); err != nil {
 		t.Fatalf("the restorer reading a snapshot: %v", err)
 	}
-	if let := vaultRefusals(ctx, t, mio, regions); len(let) > 0 {
+	if let := storeRefusals(ctx, t, mio, regions); len(let) > 0 {
 		t.Fatalf("let through:\n%s", strings.Join(let, "\n"))
 	}
 
@@ -154,33 +154,33 @@ func TestVaultBucketsGiveEachRegionUsersThatCannotErase(t *testing.T) {
 	}
 
 	// The broken variant: a storer with s3:* on its bucket.
-	defer provider.SetVaultStorerPolicy(func(region, _ string) []byte {
-		b := "arn:aws:s3:::" + vault.Bucket(region)
+	defer provider.SetStorerPolicy(func(region, _ string) []byte {
+		b := "arn:aws:s3:::" + snapstore.Bucket(region)
 		return []byte(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["` + b + `","` + b + `/*"]}]}`)
 	})()
 	if _, err := p.Update(ctx, &pulumirpc.UpdateRequest{Urn: u, Id: created.Id, Olds: created.Properties, News: props(t, in)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storer.PutObject(ctx, vault.Bucket(a), "coord/mine.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
+	if _, err := storer.PutObject(ctx, snapstore.Bucket(a), "coord/mine.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if let := vaultRefusals(ctx, t, mio, regions); len(let) == 0 {
+	if let := storeRefusals(ctx, t, mio, regions); len(let) == 0 {
 		t.Fatal("a storer with s3:* was refused everything: the check proves nothing")
 	} else {
 		t.Logf("the broken variant let through: %v", let)
 	}
 
 	// Delete removes the users and keeps the buckets and their snapshots.
-	if _, err := storer.PutObject(ctx, vault.Bucket(a), "coord/kept.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
+	if _, err := storer.PutObject(ctx, snapstore.Bucket(a), "coord/kept.db", bytes.NewReader([]byte("snapshot")), 8, minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Delete(ctx, &pulumirpc.DeleteRequest{Urn: u, Id: created.Id, Properties: created.Properties}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storer.StatObject(ctx, vault.Bucket(a), "coord/kept.db", minio.StatObjectOptions{}); err == nil {
+	if _, err := storer.StatObject(ctx, snapstore.Bucket(a), "coord/kept.db", minio.StatObjectOptions{}); err == nil {
 		t.Error("the storer still reads after the resource was deleted")
 	}
-	if _, err := root.StatObject(ctx, vault.Bucket(a), "coord/kept.db", minio.StatObjectOptions{}); err != nil {
+	if _, err := root.StatObject(ctx, snapstore.Bucket(a), "coord/kept.db", minio.StatObjectOptions{}); err != nil {
 		t.Errorf("the snapshot after the resource was deleted: %v; want kept", err)
 	}
 }

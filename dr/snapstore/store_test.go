@@ -1,4 +1,4 @@
-package vault_test
+package snapstore_test
 
 import (
 	"bytes"
@@ -22,13 +22,13 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// These tests are about what the vault stores and reads, not about etcd:
+// These tests are about what the snapshot store stores and reads, not about etcd:
 // their snapshot files are made by hand, with manifests that describe
 // them as Take would.
 
@@ -47,17 +47,17 @@ func handMade(t *testing.T, region, content string) (snapshot.Manifest, string) 
 		Revision: 42, TakenAt: time.Now().UTC(), Size: size, SHA256: sum}, file
 }
 
-// storeCtx bounds a test's vault calls.
+// storeCtx bounds a test's snapshot store calls.
 func storeCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// ensured is region's vault on the test MinIO, reached through cli.
-func ensured(t *testing.T, ctx context.Context, cli *minio.Client, region string) vault.Vault {
+// ensured is region's snapshot store on the test MinIO, reached through cli.
+func ensured(t *testing.T, ctx context.Context, cli *minio.Client, region string) snapstore.Store {
 	t.Helper()
-	v := keyed(vault.Vault{Client: cli, Region: region})
+	v := keyed(snapstore.Store{Client: cli, Region: region})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestAWriteRetriedAfterItLandedLeavesOneVersion(t *testing.T) {
 			}
 			base := strings.TrimSuffix(stored.Object, ".db")
 			for _, key := range []string{base + ".db", base + ".json"} {
-				if n := versionCount(t, ctx, mio.Client(t), vault.Bucket(tc.region), key); n != 1 {
+				if n := versionCount(t, ctx, mio.Client(t), snapstore.Bucket(tc.region), key); n != 1 {
 					t.Errorf("%s has %d versions after a retried write, want 1", key, n)
 				}
 			}
@@ -228,7 +228,7 @@ func TestAPutRunAgainWhileTheFirstIsUnderWayLeavesOneVersion(t *testing.T) {
 	}
 	base := strings.TrimSuffix(stored.Object, ".db")
 	for _, key := range []string{base + ".db", base + ".json"} {
-		if n := versionCount(t, ctx, mio.Client(t), vault.Bucket("twice-at-once"), key); n != 1 {
+		if n := versionCount(t, ctx, mio.Client(t), snapstore.Bucket("twice-at-once"), key); n != 1 {
 			t.Errorf("%s has %d versions after two Puts at once, want 1", key, n)
 		}
 	}
@@ -247,7 +247,7 @@ func TestAPutOverAnExistingNameChecksWhatIsThere(t *testing.T) {
 	mio := resourcetest.StartMinIO(t)
 	root := mio.Client(t)
 	v := ensured(t, ctx, root, "taken")
-	bucket := vault.Bucket("taken")
+	bucket := snapstore.Bucket("taken")
 	count := func(key string) int { return versionCount(t, ctx, root, bucket, key) }
 
 	t.Run("the same snapshot again", func(t *testing.T) {
@@ -286,7 +286,7 @@ func TestAPutOverAnExistingNameChecksWhatIsThere(t *testing.T) {
 		_, otherSum, _ := snapshot.Sum(strings.NewReader(other))
 		for _, sum := range regexp.MustCompile(`[0-9a-f]{64}`).FindAllString(err.Error(), -1) {
 			if sum != m.SHA256 && sum != otherSum {
-				t.Errorf("the refusal names sha256 %s, neither this snapshot's nor the object's in the vault (%s)", sum, otherSum)
+				t.Errorf("the refusal names sha256 %s, neither this snapshot's nor the object's in the snapshot store (%s)", sum, otherSum)
 			}
 		}
 		if count(name+".db") != 1 || count(name+".json") != 0 {
@@ -331,7 +331,7 @@ func TestReadsAreOfTheVersionsListed(t *testing.T) {
 	ctx := storeCtx(t)
 	mio := resourcetest.StartMinIO(t)
 	root := mio.Client(t)
-	bucket := vault.Bucket("pinned")
+	bucket := snapstore.Bucket("pinned")
 
 	t.Run("a manifest overwritten after the listing", func(t *testing.T) {
 		var forgedOnce atomic.Bool
@@ -408,7 +408,7 @@ func TestASnapshotMissingHalfOfItsPairIsSkipped(t *testing.T) {
 	mio := resourcetest.StartMinIO(t)
 	root := mio.Client(t)
 	v := ensured(t, ctx, root, "half-expired")
-	bucket := vault.Bucket("half-expired")
+	bucket := snapstore.Bucket("half-expired")
 	var stored []snapshot.Manifest
 	for i := range 3 {
 		m, file := handMade(t, "half-expired", fmt.Sprintf("snapshot %d", i))
@@ -452,7 +452,7 @@ func TestASnapshotMissingHalfOfItsPairIsSkipped(t *testing.T) {
 	}
 }
 
-// A vault that stalls holds a Put or a Fetch for TransferTimeout, not for
+// A snapshot store that stalls holds a Put or a Fetch for TransferTimeout, not for
 // as long as the caller's context allows.
 func TestAStalledTransferEndsAtTheTransferTimeout(t *testing.T) {
 	ctx := storeCtx(t)
@@ -484,9 +484,9 @@ func TestAStalledTransferEndsAtTheTransferTimeout(t *testing.T) {
 	v.TransferTimeout, v.OpTimeout = time.Second, 10*time.Minute
 	other, otherFile := handMade(t, "stalled", "put during the stall")
 	if _, err := v.Put(ctx, other, otherFile); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Fatalf("put to a stalled vault: %v (the caller's context: %v), want it ended by the transfer timeout", err, ctx.Err())
+		t.Fatalf("put to a stalled store: %v (the caller's context: %v), want it ended by the transfer timeout", err, ctx.Err())
 	}
 	if err := v.Fetch(ctx, stored, filepath.Join(t.TempDir(), "out.db")); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Fatalf("fetch from a stalled vault: %v (the caller's context: %v), want it ended by the transfer timeout", err, ctx.Err())
+		t.Fatalf("fetch from a stalled store: %v (the caller's context: %v), want it ended by the transfer timeout", err, ctx.Err())
 	}
 }

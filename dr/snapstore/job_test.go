@@ -1,4 +1,4 @@
-package vault_test
+package snapstore_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -62,7 +62,7 @@ func receive[T any](tb testing.TB, ctx context.Context, ch <-chan T, what string
 func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 	ctx, c, cli := region(t)
 	mio := resourcetest.StartMinIO(t)
-	v := keyed(vault.Vault{Client: mio.Client(t), Region: "local"})
+	v := keyed(snapstore.Store{Client: mio.Client(t), Region: "local"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -112,37 +112,37 @@ func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 		t.Fatal(err, skipped)
 	}
 	if len(ms) != 2 || ms[0].Object != first.Object || ms[1].Object != second.Object || second.Revision < first.Revision {
-		t.Fatalf("vault holds %+v, want the two snapshots in order", ms)
+		t.Fatalf("snapshot store holds %+v, want the two snapshots in order", ms)
 	}
 }
 
-// failing is a vault that refuses every snapshot until healed.
+// failing is a snapshot store that refuses every snapshot until healed.
 type failing struct {
-	vault.Vault
+	snapstore.Store
 	down chan struct{} // closed when healed
 }
 
 func (f *failing) Put(ctx context.Context, m snapshot.Manifest, file string) (snapshot.Manifest, error) {
 	select {
 	case <-f.down:
-		return f.Vault.Put(ctx, m, file)
+		return f.Store.Put(ctx, m, file)
 	default:
-		return m, errors.New("vault unreachable")
+		return m, errors.New("snapshot store unreachable")
 	}
 }
 
 // A leader whose snapshots keep failing steps down after Resign of them,
-// so another member's host, whose vault path may work, takes over; each
+// so another member's host, whose snapshot store path may work, takes over; each
 // failure is reported and retried, never skipped silently.
 func TestALeaderWhoseSnapshotsKeepFailingStepsDown(t *testing.T) {
 	ctx, c, cli := region(t)
 	mio := resourcetest.StartMinIO(t)
-	v := keyed(vault.Vault{Client: mio.Client(t), Region: "step-down"})
+	v := keyed(snapstore.Store{Client: mio.Client(t), Region: "step-down"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	broken := &failing{Vault: v, down: make(chan struct{})}
-	healthy := &failing{Vault: v, down: make(chan struct{})}
+	broken := &failing{Store: v, down: make(chan struct{})}
+	healthy := &failing{Store: v, down: make(chan struct{})}
 	close(healthy.down)
 	type outcome struct {
 		who string
@@ -180,6 +180,6 @@ func TestALeaderWhoseSnapshotsKeepFailingStepsDown(t *testing.T) {
 		t.Fatalf("after member-a stepped down: %+v, want member-b's snapshot", o)
 	}
 	if ms, _, err := v.List(ctx, snapshot.CoordCluster); err != nil || len(ms) != 1 {
-		t.Fatalf("vault holds %d snapshots (%v), want member-b's one", len(ms), err)
+		t.Fatalf("snapshot store holds %d snapshots (%v), want member-b's one", len(ms), err)
 	}
 }

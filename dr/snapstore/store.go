@@ -1,4 +1,4 @@
-// Package vault keeps a region's etcd snapshots in MinIO (any S3 store
+// Package snapstore keeps a region's etcd snapshots in MinIO (any S3 store
 // with versioning): one bucket per region, versioned, with snapshots
 // expired after KeepDays. Each snapshot is two objects under its cluster's
 // prefix, the snapshot file and its manifest; the manifest is written
@@ -7,13 +7,13 @@
 //
 // A manifest is signed by its cluster's snapshot signing key, and every
 // read (List, Latest, Find) trusts only manifests signed by a key of
-// their cluster given in Vault.Trusted: write access to the bucket is not
+// their cluster given in Store.Trusted: write access to the bucket is not
 // enough to make a snapshot a restore will use. A snapshot that is not
 // signed, or signed by another key, is refused by name.
 //
-// The vault must outlive the region it protects: it lives at the DR site
-// (the DR stack's vault host), not beside the clusters it holds.
-package vault
+// The snapshot store must outlive the region it protects: it lives at the DR site
+// (the DR stack's snapshot store host), not beside the clusters it holds.
+package snapstore
 
 import (
 	"bytes"
@@ -36,25 +36,25 @@ import (
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
 )
 
-// DefaultKeepDays is how long a snapshot is kept when Vault.KeepDays is 0.
+// DefaultKeepDays is how long a snapshot is kept when Store.KeepDays is 0.
 const DefaultKeepDays = 30
 
 // DefaultTransferTimeout bounds moving one snapshot file when
-// Vault.TransferTimeout is 0: the snapshot job's StoreTimeout, room for a
+// Store.TransferTimeout is 0: the snapshot job's StoreTimeout, room for a
 // backend of gigabytes over a slow link.
 const DefaultTransferTimeout = 30 * time.Minute
 
 // ExpireRuleID is the ID of the bucket's lifecycle rule.
 const ExpireRuleID = "expire-snapshots"
 
-// Bucket is the vault bucket of a region.
+// Bucket is the snapshot store bucket of a region.
 func Bucket(region string) string { return "lockplane-snapshots-" + region }
 
 // A region or cluster name is one path segment of object names and a
 // bucket name's tail: lower-case letters, digits and '-'.
 var nameRule = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
 
-// CheckName refuses a region or cluster name the vault cannot store under.
+// CheckName refuses a region or cluster name the snapshot store cannot store under.
 func CheckName(field, name string) error {
 	if !nameRule.MatchString(name) {
 		return fmt.Errorf("%s: %q must be 1 to 40 lower-case letters, digits or '-', starting and ending with a letter or digit", field, name)
@@ -62,8 +62,8 @@ func CheckName(field, name string) error {
 	return nil
 }
 
-// Vault is one region's snapshot bucket.
-type Vault struct {
+// Store is one region's snapshot bucket.
+type Store struct {
 	Client *minio.Client
 	Region string
 	// KeepDays is how long a snapshot is kept; DefaultKeepDays when 0.
@@ -81,12 +81,12 @@ type Vault struct {
 	// context may end either sooner.
 	TransferTimeout time.Duration
 	// Signer signs the manifests Put writes: the snapshot signing key of
-	// the cluster whose snapshots this Vault puts. Put refuses without it.
+	// the cluster whose snapshots this Store puts. Put refuses without it.
 	Signer ed25519.PrivateKey
 	// Trusted are the public keys manifests are checked against, by
 	// cluster: List, Latest, Find and Fetch use only snapshots signed by
 	// one of their cluster's keys, and refuse to read without any. A
-	// Signer's key is not trusted by holding it: a Vault knows no cluster
+	// Signer's key is not trusted by holding it: a Store knows no cluster
 	// of its own, and a shard's key must never vouch for coord's.
 	Trusted Keys
 }
@@ -114,14 +114,14 @@ func ParseKeys(text map[string][]string) (Keys, error) {
 }
 
 // trusted is the keys a manifest of cluster is checked against.
-func (v Vault) trusted(cluster string) []ed25519.PublicKey { return v.Trusted[cluster] }
+func (v Store) trusted(cluster string) []ed25519.PublicKey { return v.Trusted[cluster] }
 
 // ErrUntrusted means a snapshot's manifest is not signed by a key of its
 // cluster: not one a restore may use.
-var ErrUntrusted = errors.New("vault: untrusted snapshot")
+var ErrUntrusted = errors.New("snapstore: untrusted snapshot")
 
 // op is a context for one call that moves no snapshot file.
-func (v Vault) op(ctx context.Context) (context.Context, context.CancelFunc) {
+func (v Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := v.OpTimeout
 	if d <= 0 {
 		d = time.Minute
@@ -130,7 +130,7 @@ func (v Vault) op(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // transfer is a context for one call that moves a snapshot file.
-func (v Vault) transfer(ctx context.Context) (context.Context, context.CancelFunc) {
+func (v Store) transfer(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := v.TransferTimeout
 	if d <= 0 {
 		d = DefaultTransferTimeout
@@ -138,19 +138,19 @@ func (v Vault) transfer(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, d)
 }
 
-func (v Vault) bucket() string { return Bucket(v.Region) }
+func (v Store) bucket() string { return Bucket(v.Region) }
 
-func (v Vault) check() error {
+func (v Store) check() error {
 	if v.Client == nil {
-		return errors.New("vault: a MinIO client is required")
+		return errors.New("snapstore: a MinIO client is required")
 	}
-	return CheckName("vault region", v.Region)
+	return CheckName("snapshot store region", v.Region)
 }
 
 // Ensure makes the region's bucket if it is missing, turns versioning on
 // and sets the expiry rule: what the deploy step does with MinIO's root
 // user. A snapshot job's user only puts and reads objects.
-func (v Vault) Ensure(ctx context.Context) error {
+func (v Store) Ensure(ctx context.Context) error {
 	if err := v.check(); err != nil {
 		return err
 	}
@@ -158,22 +158,22 @@ func (v Vault) Ensure(ctx context.Context) error {
 	defer cancel()
 	ok, err := v.Client.BucketExists(ctx, v.bucket())
 	if err != nil {
-		return fmt.Errorf("vault: bucket %s: %w", v.bucket(), err)
+		return fmt.Errorf("snapstore: bucket %s: %w", v.bucket(), err)
 	}
 	if !ok {
 		if err := v.Client.MakeBucket(ctx, v.bucket(), minio.MakeBucketOptions{ObjectLocking: true}); err != nil &&
 			minio.ToErrorResponse(err).Code != "BucketAlreadyOwnedByYou" {
-			return fmt.Errorf("vault: make bucket %s: %w", v.bucket(), err)
+			return fmt.Errorf("snapstore: make bucket %s: %w", v.bucket(), err)
 		}
 	}
 	// Object lock: a snapshot's versions cannot be deleted for KeepDays,
 	// so one overwritten (by a stolen storer) is still there, and List
 	// names the overwrite. It can only be turned on when a bucket is made.
 	if lock, _, _, _, err := v.Client.GetObjectLockConfig(ctx, v.bucket()); err != nil || lock != "Enabled" {
-		return fmt.Errorf("vault: bucket %s has no object lock (%q, %v): a vault bucket must be made with it; move its snapshots to a new one", v.bucket(), lock, err)
+		return fmt.Errorf("snapstore: bucket %s has no object lock (%q, %v): a snapshot store bucket must be made with it; move its snapshots to a new one", v.bucket(), lock, err)
 	}
 	if err := v.Client.EnableVersioning(ctx, v.bucket()); err != nil {
-		return fmt.Errorf("vault: versioning of %s: %w", v.bucket(), err)
+		return fmt.Errorf("snapstore: versioning of %s: %w", v.bucket(), err)
 	}
 	days := v.KeepDays
 	if days <= 0 {
@@ -181,7 +181,7 @@ func (v Vault) Ensure(ctx context.Context) error {
 	}
 	mode, validity, unit := minio.Governance, uint(days), minio.Days
 	if err := v.Client.SetObjectLockConfig(ctx, v.bucket(), &mode, &validity, &unit); err != nil {
-		return fmt.Errorf("vault: default retention of %s: %w", v.bucket(), err)
+		return fmt.Errorf("snapstore: default retention of %s: %w", v.bucket(), err)
 	}
 	rules := lifecycle.NewConfiguration()
 	rules.Rules = []lifecycle.Rule{{
@@ -194,7 +194,7 @@ func (v Vault) Ensure(ctx context.Context) error {
 		Expiration: lifecycle.Expiration{DeleteMarker: true},
 	}}
 	if err := v.Client.SetBucketLifecycle(ctx, v.bucket(), rules); err != nil {
-		return fmt.Errorf("vault: lifecycle of %s: %w", v.bucket(), err)
+		return fmt.Errorf("snapstore: lifecycle of %s: %w", v.bucket(), err)
 	}
 	return nil
 }
@@ -215,12 +215,12 @@ var tailRule = regexp.MustCompile(`^\d{8}T\d{6}\.\d{3}Z-r\d+-[0-9a-f]{12}$`)
 // leaves one version of each, or fails naming the object that holds
 // something else; run again with the same m and file, it succeeds and
 // writes nothing new.
-func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snapshot.Manifest, error) {
+func (v Store) Put(ctx context.Context, m snapshot.Manifest, file string) (snapshot.Manifest, error) {
 	if err := v.check(); err != nil {
 		return m, err
 	}
 	if m.Region != v.Region {
-		return m, fmt.Errorf("vault: a snapshot of region %q does not go in region %q's vault", m.Region, v.Region)
+		return m, fmt.Errorf("snapstore: a snapshot of region %q does not go in region %q's snapshot store", m.Region, v.Region)
 	}
 	if err := CheckName("cluster", m.Cluster); err != nil {
 		return m, err
@@ -232,7 +232,7 @@ func (v Vault) Put(ctx context.Context, m snapshot.Manifest, file string) (snaps
 		return m, err
 	}
 	if len(v.Signer) != ed25519.PrivateKeySize {
-		return m, fmt.Errorf("vault: put: no signing key: a snapshot of %s is signed with the cluster's snapshot signing key", m.Cluster)
+		return m, fmt.Errorf("snapstore: put: no signing key: a snapshot of %s is signed with the cluster's snapshot signing key", m.Cluster)
 	}
 	f, err := os.Open(file)
 	if err != nil {
@@ -281,7 +281,7 @@ type object struct {
 // make a second version, which List would refuse as an overwrite: it
 // finds the name taken (412), which is no error when the name holds o.
 // bound is the deadline of each call: the put, and the read-back.
-func (v Vault) create(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), o object) (string, error) {
+func (v Store) create(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), o object) (string, error) {
 	// One PUT, never a multipart upload: minio-go sends If-None-Match when
 	// it starts one but not when it completes it, so two uploads of one
 	// name under way at once would both land. MinIO takes 5 TiB in one PUT.
@@ -294,7 +294,7 @@ func (v Vault) create(ctx context.Context, bound func(context.Context) (context.
 		return info.VersionID, nil
 	}
 	if minio.ToErrorResponse(err).StatusCode != http.StatusPreconditionFailed {
-		return "", fmt.Errorf("vault: put %s: %w", o.key, err)
+		return "", fmt.Errorf("snapstore: put %s: %w", o.key, err)
 	}
 	rctx, cancel := bound(ctx)
 	defer cancel()
@@ -303,7 +303,7 @@ func (v Vault) create(ctx context.Context, bound func(context.Context) (context.
 
 // holds is the version of o's name if that name's one version is o's
 // content (same size and SHA-256), and an error naming it if not.
-func (v Vault) holds(ctx context.Context, o object) (string, error) {
+func (v Store) holds(ctx context.Context, o object) (string, error) {
 	l, err := v.versions(ctx, o.key)
 	if err != nil {
 		return "", err
@@ -314,21 +314,21 @@ func (v Vault) holds(ctx context.Context, o object) (string, error) {
 	}
 	obj, err := v.Client.GetObject(ctx, v.bucket(), o.key, minio.GetObjectOptions{VersionID: id})
 	if err != nil {
-		return "", fmt.Errorf("vault: read back %s: %w", o.key, err)
+		return "", fmt.Errorf("snapstore: read back %s: %w", o.key, err)
 	}
 	defer obj.Close()
 	// A byte past o's size is enough to tell another object.
 	size, sum, err := snapshot.Sum(io.LimitReader(obj, o.size+1))
 	if err != nil {
-		return "", fmt.Errorf("vault: read back %s: %w", o.key, err)
+		return "", fmt.Errorf("snapstore: read back %s: %w", o.key, err)
 	}
 	switch {
 	case size > o.size:
 		// Only its start was read: its size and digest are not known.
-		return "", fmt.Errorf("vault: put %s: the name holds another object (over %d bytes; this one is size %d, sha256 %s): refusing to write over it",
+		return "", fmt.Errorf("snapstore: put %s: the name holds another object (over %d bytes; this one is size %d, sha256 %s): refusing to write over it",
 			o.key, o.size, o.size, o.sha256)
 	case size != o.size || sum != o.sha256:
-		return "", fmt.Errorf("vault: put %s: the name holds another object (size %d, sha256 %s; this one is size %d, sha256 %s): refusing to write over it",
+		return "", fmt.Errorf("snapstore: put %s: the name holds another object (size %d, sha256 %s; this one is size %d, sha256 %s): refusing to write over it",
 			o.key, size, sum, o.size, o.sha256)
 	}
 	return id, nil
@@ -343,7 +343,7 @@ func (v Vault) holds(ctx context.Context, o object) (string, error) {
 // bad object (a newer format, a forged one) hides nothing else. A listed
 // snapshot whose objects were written again since is named in skipped
 // too, wrapping ErrOverwritten.
-func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest, skipped []error, err error) {
+func (v Store) List(ctx context.Context, cluster string) (ms []snapshot.Manifest, skipped []error, err error) {
 	if err := v.check(); err != nil {
 		return nil, nil, err
 	}
@@ -390,7 +390,7 @@ func (v Vault) List(ctx context.Context, cluster string) (ms []snapshot.Manifest
 // replace a snapshot nor make it unreadable. The manifest's signature and
 // the file's digest are checked against that first version, and the
 // overwrite is reported (overwritten).
-func (v Vault) read(ctx context.Context, l listing, base string) (m snapshot.Manifest, overwritten error, err error) {
+func (v Store) read(ctx context.Context, l listing, base string) (m snapshot.Manifest, overwritten error, err error) {
 	db, err := l.first(base + ".db")
 	if err != nil {
 		return snapshot.Manifest{}, nil, err
@@ -404,7 +404,7 @@ func (v Vault) read(ctx context.Context, l listing, base string) (m snapshot.Man
 	if err == nil && m.TakenAt.After(doc.modified.Add(MaxClockSkew)) {
 		// Signed by a key of the cluster, yet dated after it was stored:
 		// dated ahead to win Latest, which only a holder of the key can do.
-		err = fmt.Errorf("%w %s: taken_at %s is after the vault stored it (%s): refusing it", ErrUntrusted, base,
+		err = fmt.Errorf("%w %s: taken_at %s is after the snapshot store stored it (%s): refusing it", ErrUntrusted, base,
 			m.TakenAt.UTC().Format(time.RFC3339), doc.modified.UTC().Format(time.RFC3339))
 	}
 	if err == nil && (db.later > 0 || doc.later > 0) {
@@ -415,34 +415,34 @@ func (v Vault) read(ctx context.Context, l listing, base string) (m snapshot.Man
 }
 
 // MaxClockSkew is how far a manifest's taken_at may run ahead of the
-// time the vault stored it (the member host's clock against MinIO's).
+// time the snapshot store stored it (the member host's clock against MinIO's).
 const MaxClockSkew = 5 * time.Minute
 
 // ErrOverwritten notes a snapshot whose objects were put again after Put
 // wrote them: not refused (its first version is read), but someone with
-// its cluster's vault credential wrote there, which wants looking into.
-var ErrOverwritten = errors.New("vault: snapshot overwritten")
+// its cluster's snapshot store credential wrote there, which wants looking into.
+var ErrOverwritten = errors.New("snapstore: snapshot overwritten")
 
 // manifest reads version of one manifest object and checks it describes
 // that object.
-func (v Vault) manifest(ctx context.Context, name, version string) (snapshot.Manifest, error) {
+func (v Store) manifest(ctx context.Context, name, version string) (snapshot.Manifest, error) {
 	ctx, cancel := v.op(ctx)
 	defer cancel()
 	obj, err := v.Client.GetObject(ctx, v.bucket(), name, minio.GetObjectOptions{VersionID: version})
 	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("vault: get %s: %w", name, err)
+		return snapshot.Manifest{}, fmt.Errorf("snapstore: get %s: %w", name, err)
 	}
 	defer obj.Close()
 	raw, err := io.ReadAll(io.LimitReader(obj, 1<<20))
 	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("vault: read %s: %w", name, err)
+		return snapshot.Manifest{}, fmt.Errorf("snapstore: read %s: %w", name, err)
 	}
 	var m snapshot.Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("vault: %s is not a manifest: %w", name, err)
+		return snapshot.Manifest{}, fmt.Errorf("snapstore: %s is not a manifest: %w", name, err)
 	}
 	bad := func(field string, got any, want string) error {
-		return fmt.Errorf("vault: manifest %s: %s is %v, want %s", name, field, got, want)
+		return fmt.Errorf("snapstore: manifest %s: %s is %v, want %s", name, field, got, want)
 	}
 	cluster, _, _ := strings.Cut(name, "/")
 	switch {
@@ -456,7 +456,7 @@ func (v Vault) manifest(ctx context.Context, name, version string) (snapshot.Man
 		return m, bad("object", strconv.Quote(m.Object), "the snapshot beside it, "+strings.TrimSuffix(name, ".json")+".db")
 	}
 	if err := check(m); err != nil {
-		return m, fmt.Errorf("vault: manifest %s: %w", name, err)
+		return m, fmt.Errorf("snapstore: manifest %s: %w", name, err)
 	}
 	if err := m.CheckSignature(v.trusted(m.Cluster)); err != nil {
 		return m, fmt.Errorf("%w %s: %w: refusing it (a snapshot's manifest is signed by its cluster's snapshot job)", ErrUntrusted, strings.TrimSuffix(name, ".json"), err)
@@ -466,7 +466,7 @@ func (v Vault) manifest(ctx context.Context, name, version string) (snapshot.Man
 
 // checkTrust refuses to read snapshots with no key to check them by:
 // cluster's, or any cluster's when cluster is "".
-func (v Vault) checkTrust(cluster string) error {
+func (v Store) checkTrust(cluster string) error {
 	if cluster == "" && len(v.Trusted) > 0 || len(v.trusted(cluster)) > 0 {
 		return nil
 	}
@@ -474,7 +474,7 @@ func (v Vault) checkTrust(cluster string) error {
 	if cluster != "" {
 		what = "cluster " + cluster
 	}
-	return fmt.Errorf("vault: no trusted snapshot signing key for %s: snapshots are read only against their cluster's keys (the vault stack's outputs, docs/dr.md)", what)
+	return fmt.Errorf("snapstore: no trusted snapshot signing key for %s: snapshots are read only against their cluster's keys (the store stack's outputs, docs/dr.md)", what)
 }
 
 // check refuses a manifest with a field no snapshot can have.
@@ -496,14 +496,14 @@ func check(m snapshot.Manifest) error {
 
 var sha256Rule = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// ErrNone means the vault holds no snapshot of a cluster.
-var ErrNone = errors.New("vault: no snapshot")
+// ErrNone means the snapshot store holds no snapshot of a cluster.
+var ErrNone = errors.New("snapstore: no snapshot")
 
 // Latest is the newest readable snapshot of cluster that a trusted key
 // signed. refused names each snapshot left out (List's skipped): one
 // newer than the chosen is what a forger would have put there, and the
 // caller says so rather than restoring an older one in silence.
-func (v Vault) Latest(ctx context.Context, cluster string) (m snapshot.Manifest, refused []error, err error) {
+func (v Store) Latest(ctx context.Context, cluster string) (m snapshot.Manifest, refused []error, err error) {
 	ms, skipped, err := v.List(ctx, cluster)
 	if err != nil {
 		return snapshot.Manifest{}, nil, err
@@ -519,13 +519,13 @@ func (v Vault) Latest(ctx context.Context, cluster string) (m snapshot.Manifest,
 
 // Find is the snapshot whose manifest or snapshot object is named name
 // (as List prints it, with or without its .json or .db suffix).
-func (v Vault) Find(ctx context.Context, name string) (snapshot.Manifest, error) {
+func (v Store) Find(ctx context.Context, name string) (snapshot.Manifest, error) {
 	if err := v.check(); err != nil {
 		return snapshot.Manifest{}, err
 	}
 	base, cluster, err := ParseName(name)
 	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("vault: %w", err)
+		return snapshot.Manifest{}, fmt.Errorf("snapstore: %w", err)
 	}
 	if err := v.checkTrust(cluster); err != nil {
 		return snapshot.Manifest{}, err
@@ -550,13 +550,13 @@ type listed struct {
 }
 
 // versions lists the versions of each object under prefix.
-func (v Vault) versions(ctx context.Context, prefix string) (listing, error) {
+func (v Store) versions(ctx context.Context, prefix string) (listing, error) {
 	lctx, cancel := v.op(ctx)
 	defer cancel()
 	l := listing{}
 	for obj := range v.Client.ListObjects(lctx, v.bucket(), minio.ListObjectsOptions{Prefix: prefix, Recursive: true, WithVersions: true}) {
 		if obj.Err != nil {
-			return nil, fmt.Errorf("vault: list %s: %w", v.bucket(), obj.Err)
+			return nil, fmt.Errorf("snapstore: list %s: %w", v.bucket(), obj.Err)
 		}
 		o := l[obj.Key]
 		if obj.IsDeleteMarker {
@@ -584,9 +584,9 @@ func (l listing) one(key string) (string, error) {
 	}
 	switch ids := l[key].ids; {
 	case l.gone(key):
-		return "", fmt.Errorf("vault: snapshot %s: its %s has expired or is missing (%s has no live version)", snapshotBase(key), part, key)
+		return "", fmt.Errorf("snapstore: snapshot %s: its %s has expired or is missing (%s has no live version)", snapshotBase(key), part, key)
 	case len(ids) > 1:
-		return "", fmt.Errorf("vault: %s has %d versions: a snapshot is written once, so it was overwritten since; its first version is kept under object lock", key, len(ids))
+		return "", fmt.Errorf("snapstore: %s has %d versions: a snapshot is written once, so it was overwritten since; its first version is kept under object lock", key, len(ids))
 	default:
 		return ids[0], nil
 	}
@@ -654,13 +654,13 @@ func ParseName(name string) (base, cluster string, err error) {
 // the version of m.Object that List, Latest or Find read (m.ObjectVersion,
 // its first); for a manifest without one (built by hand), the object's
 // first version.
-func (v Vault) Fetch(ctx context.Context, m snapshot.Manifest, file string) error {
+func (v Store) Fetch(ctx context.Context, m snapshot.Manifest, file string) error {
 	if err := v.check(); err != nil {
 		return err
 	}
 	// A name Put could not have written is refused before any read.
 	if _, cluster, err := ParseName(m.Object); err != nil || !strings.HasSuffix(m.Object, ".db") || cluster != m.Cluster {
-		return fmt.Errorf("vault: fetch: %q is not a snapshot object of cluster %q: want %s/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST.db, as List sets it", m.Object, m.Cluster, m.Cluster)
+		return fmt.Errorf("snapstore: fetch: %q is not a snapshot object of cluster %q: want %s/YYYYMMDDTHHMMSS.mmmZ-rREVISION-DIGEST.db, as List sets it", m.Object, m.Cluster, m.Cluster)
 	}
 	// A manifest built by hand is held to what List holds a stored one to.
 	if err := m.CheckSignature(v.trusted(m.Cluster)); err != nil {
@@ -681,7 +681,7 @@ func (v Vault) Fetch(ctx context.Context, m snapshot.Manifest, file string) erro
 	tctx, cancel := v.transfer(ctx)
 	defer cancel()
 	if err := v.Client.FGetObject(tctx, v.bucket(), m.Object, file, minio.GetObjectOptions{VersionID: version}); err != nil {
-		return fmt.Errorf("vault: get %s: %w", m.Object, err)
+		return fmt.Errorf("snapstore: get %s: %w", m.Object, err)
 	}
 	if err := m.Verify(file); err != nil {
 		os.Remove(file)

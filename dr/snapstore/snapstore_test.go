@@ -1,4 +1,4 @@
-package vault_test
+package snapstore_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/epoch"
 	"github.com/lockplane/lockplane/services/lockkey"
 	"github.com/lockplane/lockplane/services/resourcetest"
@@ -71,11 +71,11 @@ func put(t *testing.T, ctx context.Context, cli *clientv3.Client, key, val strin
 	return resp.Header.Revision
 }
 
-// A snapshot taken into the vault comes back whole and restores to a new
+// A snapshot taken into the snapshot store comes back whole and restores to a new
 // cluster holding exactly the snapshot's revision, its epoch record bound
 // to the old cluster ID (so the arbiters seal it), and nothing written
 // after it.
-func TestASnapshotInTheVaultRestoresToANewSealedCluster(t *testing.T) {
+func TestASnapshotInTheStoreRestoresToANewSealedCluster(t *testing.T) {
 	ctx, c, cli := region(t)
 	put(t, ctx, cli, "/sys/shards/map", "v1")
 	before := put(t, ctx, cli, "/l/before", "granted before the snapshot")
@@ -102,7 +102,7 @@ func TestASnapshotInTheVaultRestoresToANewSealedCluster(t *testing.T) {
 	after := put(t, ctx, cli, "/l/after", "granted after the snapshot")
 
 	mio := resourcetest.StartMinIO(t)
-	v := keyed(vault.Vault{Client: mio.Client(t), Region: "eu-west"})
+	v := keyed(snapstore.Store{Client: mio.Client(t), Region: "eu-west"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestASnapshotInTheVaultRestoresToANewSealedCluster(t *testing.T) {
 	if err != nil || found.Object != stored.Object {
 		t.Fatalf("find %s: %+v, %v", stored.Object, found, err)
 	}
-	if _, _, err := v.Latest(ctx, "s0"); !errors.Is(err, vault.ErrNone) {
+	if _, _, err := v.Latest(ctx, "s0"); !errors.Is(err, snapstore.ErrNone) {
 		t.Fatalf("latest of a cluster never snapshotted: %v, want ErrNone", err)
 	}
 
@@ -171,7 +171,7 @@ func TestATamperedSnapshotIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	mio := resourcetest.StartMinIO(t)
-	v := keyed(vault.Vault{Client: mio.Client(t), Region: "us-east"})
+	v := keyed(snapstore.Store{Client: mio.Client(t), Region: "us-east"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestATamperedSnapshotIsRefused(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("a refused fetch left %s behind", out)
 	}
-	if _, _, err := (vault.Vault{Client: mio.Client(t), Region: "EU_West"}).List(ctx, ""); err == nil || !strings.Contains(err.Error(), "vault region") {
+	if _, _, err := (snapstore.Store{Client: mio.Client(t), Region: "EU_West"}).List(ctx, ""); err == nil || !strings.Contains(err.Error(), "snapshot store region") {
 		t.Fatalf("a bad region name: %v", err)
 	}
 	if _, err := v.Find(ctx, "../coord/x"); err == nil {
@@ -211,7 +211,7 @@ func TestATamperedSnapshotIsRefused(t *testing.T) {
 	}
 }
 
-// A snapshot overwritten in the vault (a put by someone holding its
+// A snapshot overwritten in the snapshot store (a put by someone holding its
 // cluster's storer: S3 has no put-if-absent permission) is still read at
 // its first version, which object lock keeps: the overwrite neither
 // replaces the snapshot nor makes it unreadable, and it is reported.
@@ -227,7 +227,7 @@ func TestAnOverwrittenSnapshotIsReadAtItsFirstVersionAndNamed(t *testing.T) {
 	}
 	mio := resourcetest.StartMinIO(t)
 	cli := mio.Client(t)
-	v := keyed(vault.Vault{Client: cli, Region: "us-east"})
+	v := keyed(snapstore.Store{Client: cli, Region: "us-east"})
 	if err := v.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestAnOverwrittenSnapshotIsReadAtItsFirstVersionAndNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc, _ := json.Marshal(fm)
-	bucket := vault.Bucket("us-east")
+	bucket := snapstore.Bucket("us-east")
 	if _, err := cli.FPutObject(ctx, bucket, stored.Object, forged, minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestAnOverwrittenSnapshotIsReadAtItsFirstVersionAndNamed(t *testing.T) {
 	}
 	named := false
 	for _, e := range refused {
-		named = named || (errors.Is(e, vault.ErrOverwritten) && strings.Contains(e.Error(), strings.TrimSuffix(stored.Object, ".db")))
+		named = named || (errors.Is(e, snapstore.ErrOverwritten) && strings.Contains(e.Error(), strings.TrimSuffix(stored.Object, ".db")))
 	}
 	if !named {
 		t.Errorf("latest after the overwrite noted %v; want %s named as overwritten", refused, stored.Object)

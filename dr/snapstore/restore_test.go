@@ -1,4 +1,4 @@
-package vault_test
+package snapstore_test
 
 import (
 	"path/filepath"

@@ -1,4 +1,4 @@
-package vault_test
+package snapstore_test
 
 import (
 	"crypto/ed25519"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/epoch"
 )
 
@@ -30,15 +30,15 @@ var testKeys = func() map[string]ed25519.PrivateKey {
 }()
 
 // keyed is v signing as coord's snapshot job and trusting every test
-// cluster's own key, as a restore given the vault stack's keys does.
-func keyed(v vault.Vault) vault.Vault {
+// cluster's own key, as a restore given the store stack's keys does.
+func keyed(v snapstore.Store) snapstore.Store {
 	return signingAs(v, snapshot.CoordCluster)
 }
 
 // signingAs is v signing with cluster's key, trusting each cluster's own.
-func signingAs(v vault.Vault, cluster string) vault.Vault {
+func signingAs(v snapstore.Store, cluster string) snapstore.Store {
 	v.Signer = testKeys[cluster]
-	v.Trusted = vault.Keys{}
+	v.Trusted = snapstore.Keys{}
 	for c, k := range testKeys {
 		v.Trusted[c] = []ed25519.PublicKey{k.Public().(ed25519.PublicKey)}
 	}

@@ -1,4 +1,4 @@
-package vault_test
+package snapstore_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/dr/snapshot"
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/resourcetest"
 	"github.com/minio/minio-go/v7"
 )
@@ -21,7 +21,7 @@ import (
 // the bucket can (root here, a stolen storer in the finding): the file
 // and a manifest written as is, dated after every genuine one. sign, if
 // set, signs the manifest first.
-func forge(t *testing.T, v vault.Vault, m snapshot.Manifest, file string, sign func(*snapshot.Manifest)) string {
+func forge(t *testing.T, v snapstore.Store, m snapshot.Manifest, file string, sign func(*snapshot.Manifest)) string {
 	t.Helper()
 	ctx := storeCtx(t)
 	m.TakenAt = time.Now().UTC().Add(time.Hour)
@@ -31,7 +31,7 @@ func forge(t *testing.T, v vault.Vault, m snapshot.Manifest, file string, sign f
 		sign(&m)
 	}
 	doc, _ := json.Marshal(m)
-	bucket := vault.Bucket(v.Region)
+	bucket := snapstore.Bucket(v.Region)
 	if _, err := v.Client.FPutObject(ctx, bucket, m.Object, file, minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestAForgedNewerSnapshotIsRefusedByName(t *testing.T) {
 			if err := f.Sign(testKeys[snapshot.CoordCluster]); err != nil {
 				t.Fatal(err)
 			}
-		}): "after the vault stored it",
+		}): "after the snapshot store stored it",
 	}
 	latest, refused, err := v.Latest(ctx, snapshot.CoordCluster)
 	if err != nil {
@@ -88,7 +88,7 @@ func TestAForgedNewerSnapshotIsRefusedByName(t *testing.T) {
 		if !named(refused, base, why) {
 			t.Errorf("forged %s: not named in %v as %q", base, refused, why)
 		}
-		if _, err := v.Find(ctx, base); !errors.Is(err, vault.ErrUntrusted) || !strings.Contains(err.Error(), base) {
+		if _, err := v.Find(ctx, base); !errors.Is(err, snapstore.ErrUntrusted) || !strings.Contains(err.Error(), base) {
 			t.Errorf("find %s: %v, want ErrUntrusted naming it", base, err)
 		}
 	}
@@ -97,7 +97,7 @@ func TestAForgedNewerSnapshotIsRefusedByName(t *testing.T) {
 	hand.Object = ""
 	for base := range forged {
 		hand.Object = base + ".db"
-		if err := v.Fetch(ctx, hand, filepath.Join(t.TempDir(), "out.db")); !errors.Is(err, vault.ErrUntrusted) {
+		if err := v.Fetch(ctx, hand, filepath.Join(t.TempDir(), "out.db")); !errors.Is(err, snapstore.ErrUntrusted) {
 			t.Errorf("fetch %s by hand: %v, want ErrUntrusted", base, err)
 		}
 	}
@@ -110,8 +110,8 @@ func TestAForgedNewerSnapshotIsRefusedByName(t *testing.T) {
 	// Trusting another key for coord, every coord snapshot is refused
 	// by its signature: the key must be the cluster's own.
 	other := v
-	other.Trusted = vault.Keys{snapshot.CoordCluster: {testKeys["s0"].Public().(ed25519.PublicKey)}}
-	if got, refused, err := other.Latest(ctx, snapshot.CoordCluster); !errors.Is(err, vault.ErrNone) || len(refused) != len(forged)+1 {
+	other.Trusted = snapstore.Keys{snapshot.CoordCluster: {testKeys["s0"].Public().(ed25519.PublicKey)}}
+	if got, refused, err := other.Latest(ctx, snapshot.CoordCluster); !errors.Is(err, snapstore.ErrNone) || len(refused) != len(forged)+1 {
 		t.Errorf("latest of coord trusting s0's key: %s, %d refused, %v; want none, all %d refused", got.Object, len(refused), err, len(forged)+1)
 	}
 }

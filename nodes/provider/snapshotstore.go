@@ -7,77 +7,77 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/lockplane/lockplane/dr/vault"
+	"github.com/lockplane/lockplane/dr/snapstore"
 	"github.com/lockplane/lockplane/services/audit/archive/minioserver"
 	"github.com/minio/minio-go/v7"
 )
 
-// VaultBucketsInputs set up a snapshot vault's MinIO at deploy time, as
+// StoreBucketsInputs set up a snapshot store's MinIO at deploy time, as
 // its root user: for each region it keeps, the versioned bucket with its
-// expiry rule (vault.Ensure, the one way it is made), per cluster of the
+// expiry rule (snapstore.Ensure, the one way it is made), per cluster of the
 // region a storer (that cluster's snapshot jobs) that may put and read
 // snapshots under the cluster's own prefix only, and a restorer (the DR
 // stack) that may only read them. None may delete a snapshot, shorten
 // its retention or change the bucket's rules. The bucket is
 // object-locked, so a storer's overwrite (S3 has no put-only-if-absent
 // permission) leaves the first version in place for KeepDays, and
-// dr/vault refuses a snapshot written twice. A storer confined to its
+// dr/snapstore refuses a snapshot written twice. A storer confined to its
 // cluster cannot even place a forged snapshot of another cluster, and
 // every snapshot is signed by its cluster's key besides (docs/dr.md).
-type VaultBucketsInputs struct {
+type StoreBucketsInputs struct {
 	URL          string `json:"url"`
 	CACertPem    string `json:"caCertPem,omitempty"`
 	RootUser     string `json:"rootUser"`
 	RootPassword string `json:"rootPassword"`
-	// KeepDays is how long a snapshot is kept (vault.Vault.KeepDays).
+	// KeepDays is how long a snapshot is kept (snapstore.Store.KeepDays).
 	KeepDays int           `json:"keepDays"`
-	Regions  []VaultRegion `json:"regions"`
+	Regions  []StoreRegion `json:"regions"`
 }
 
-// VaultRegion is one region's bucket and users.
-type VaultRegion struct {
+// StoreRegion is one region's bucket and users.
+type StoreRegion struct {
 	Region           string         `json:"region"`
 	Restorer         string         `json:"restorer"`
 	RestorerPassword string         `json:"restorerPassword"`
-	Clusters         []VaultCluster `json:"clusters"`
+	Clusters         []StoreCluster `json:"clusters"`
 	// Storer is the region-wide storer of an older state, read from old
 	// inputs only so that an update removes it: a new one is refused.
 	Storer         string `json:"storer,omitempty"`
 	StorerPassword string `json:"storerPassword,omitempty"`
 }
 
-// VaultCluster is one cluster's storer: the only vault user its snapshot
+// StoreCluster is one cluster's storer: the only snapshot store user its snapshot
 // jobs are given.
-type VaultCluster struct {
+type StoreCluster struct {
 	Cluster        string `json:"cluster"`
 	Storer         string `json:"storer"`
 	StorerPassword string `json:"storerPassword"`
 }
 
-// VaultStorerPolicy lets one cluster's snapshot jobs put snapshots under
+// StorerPolicy lets one cluster's snapshot jobs put snapshots under
 // the cluster's prefix of its region's bucket and read them back
-// (vault.Put checks what it stored; List and Latest tell the job what is
+// (snapstore.Put checks what it stored; List and Latest tell the job what is
 // there), and nothing else: a host of one cluster cannot place a
 // snapshot of another. Reads name the version listed, which S3 allows
 // only with s3:GetObjectVersion. Listing covers the bucket (S3 lists by
 // bucket); the objects it may read or write are its cluster's only.
-func VaultStorerPolicy(region, cluster string) []byte {
-	return vaultPolicy(region, cluster+"/*", "s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:AbortMultipartUpload")
+func StorerPolicy(region, cluster string) []byte {
+	return storePolicy(region, cluster+"/*", "s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:AbortMultipartUpload")
 }
 
-// VaultRestorerPolicy lets a restore list and read a region's snapshots
+// RestorerPolicy lets a restore list and read a region's snapshots
 // (at the versions listed), and nothing else.
-func VaultRestorerPolicy(region string) []byte {
-	return vaultPolicy(region, "*", "s3:GetObject", "s3:GetObjectVersion")
+func RestorerPolicy(region string) []byte {
+	return storePolicy(region, "*", "s3:GetObject", "s3:GetObjectVersion")
 }
 
-// vaultStorerPolicy is the policy a storer is given; tests replace it.
-var vaultStorerPolicy = VaultStorerPolicy
+// storerPolicy is the policy a storer is given; tests replace it.
+var storerPolicy = StorerPolicy
 
-// vaultPolicy allows objectActions on the objects of region's bucket that
+// storePolicy allows objectActions on the objects of region's bucket that
 // objects (a key pattern) matches, listing, and denies every erasure.
-func vaultPolicy(region, objects string, objectActions ...string) []byte {
-	bucket := "arn:aws:s3:::" + vault.Bucket(region)
+func storePolicy(region, objects string, objectActions ...string) []byte {
+	bucket := "arn:aws:s3:::" + snapstore.Bucket(region)
 	doc := map[string]any{"Version": "2012-10-17", "Statement": []map[string]any{
 		// Versions: List names a snapshot written twice (an overwrite).
 		{"Effect": "Allow", "Action": []string{"s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketLocation"}, "Resource": []string{bucket}},
@@ -92,7 +92,7 @@ func vaultPolicy(region, objects string, objectActions ...string) []byte {
 	return b
 }
 
-func (in *VaultBucketsInputs) validate() error {
+func (in *StoreBucketsInputs) validate() error {
 	if err := in.root().validate(); err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func (in *VaultBucketsInputs) validate() error {
 		return nil
 	}
 	for i, r := range in.Regions {
-		if err := vault.CheckName(fmt.Sprintf("regions[%d].region", i), r.Region); err != nil {
+		if err := snapstore.CheckName(fmt.Sprintf("regions[%d].region", i), r.Region); err != nil {
 			return err
 		}
 		if r.Storer != "" || r.StorerPassword != "" {
@@ -129,7 +129,7 @@ func (in *VaultBucketsInputs) validate() error {
 		seen := map[string]bool{}
 		for j, c := range r.Clusters {
 			field := fmt.Sprintf("regions[%d].clusters[%d]", i, j)
-			if err := vault.CheckName(field+".cluster", c.Cluster); err != nil {
+			if err := snapstore.CheckName(field+".cluster", c.Cluster); err != nil {
 				return err
 			}
 			if seen[c.Cluster] {
@@ -144,51 +144,51 @@ func (in *VaultBucketsInputs) validate() error {
 	return nil
 }
 
-func (in *VaultBucketsInputs) root() minioRoot {
+func (in *StoreBucketsInputs) root() minioRoot {
 	return minioRoot{in.URL, in.CACertPem, in.RootUser, in.RootPassword}
 }
 
 // setUp makes every region's bucket with its rules and its two users,
 // whatever of them there is already.
-func (in *VaultBucketsInputs) setUp(ctx context.Context) (map[string]any, error) {
+func (in *StoreBucketsInputs) setUp(ctx context.Context) (map[string]any, error) {
 	s3, adm, err := in.root().clients()
 	if err != nil {
 		return nil, err
 	}
 	rctx, rcancel := context.WithTimeout(ctx, minioReady)
-	err = minioserver.AwaitReady(rctx, s3, vault.Bucket(in.Regions[0].Region))
+	err = minioserver.AwaitReady(rctx, s3, snapstore.Bucket(in.Regions[0].Region))
 	rcancel()
 	if err != nil {
 		return nil, err
 	}
 	buckets := []any{}
 	for _, r := range in.Regions {
-		v := vault.Vault{Client: s3, Region: r.Region, KeepDays: in.KeepDays, OpTimeout: minioCall}
+		v := snapstore.Store{Client: s3, Region: r.Region, KeepDays: in.KeepDays, OpTimeout: minioCall}
 		if err := v.Ensure(ctx); err != nil {
 			return nil, err
 		}
 		for _, c := range r.Clusters {
-			if err := setMinIOUser(ctx, adm, "vault storer", c.Storer, c.StorerPassword, vaultStorerPolicy(r.Region, c.Cluster)); err != nil {
+			if err := setMinIOUser(ctx, adm, "snapshot store storer", c.Storer, c.StorerPassword, storerPolicy(r.Region, c.Cluster)); err != nil {
 				return nil, err
 			}
 		}
-		if err := setMinIOUser(ctx, adm, "vault restorer", r.Restorer, r.RestorerPassword, VaultRestorerPolicy(r.Region)); err != nil {
+		if err := setMinIOUser(ctx, adm, "snapshot store restorer", r.Restorer, r.RestorerPassword, RestorerPolicy(r.Region)); err != nil {
 			return nil, err
 		}
-		buckets = append(buckets, vault.Bucket(r.Region))
+		buckets = append(buckets, snapstore.Bucket(r.Region))
 	}
 	return map[string]any{"buckets": buckets}, nil
 }
 
 // removeUsers removes users and their policies; gone already is not an
 // error.
-func (in *VaultBucketsInputs) removeUsers(ctx context.Context, users []string) error {
+func (in *StoreBucketsInputs) removeUsers(ctx context.Context, users []string) error {
 	_, adm, err := in.root().clients()
 	if err != nil {
 		return err
 	}
 	for _, u := range users {
-		if err := removeMinIOUser(ctx, adm, "vault", u); err != nil {
+		if err := removeMinIOUser(ctx, adm, "snapshot store user", u); err != nil {
 			return err
 		}
 	}
@@ -197,7 +197,7 @@ func (in *VaultBucketsInputs) removeUsers(ctx context.Context, users []string) e
 
 // users are every region's restorer and clusters' storers (and an older
 // state's region-wide storer, so that an update removes it).
-func (in *VaultBucketsInputs) users() []string {
+func (in *StoreBucketsInputs) users() []string {
 	var out []string
 	for _, r := range in.Regions {
 		out = append(out, r.Restorer)
@@ -212,7 +212,7 @@ func (in *VaultBucketsInputs) users() []string {
 }
 
 // present reports whether every bucket and user is as setUp left it.
-func (in *VaultBucketsInputs) present(ctx context.Context) (bool, error) {
+func (in *StoreBucketsInputs) present(ctx context.Context) (bool, error) {
 	s3, adm, err := in.root().clients()
 	if err != nil {
 		return false, err
@@ -228,7 +228,7 @@ func (in *VaultBucketsInputs) present(ctx context.Context) (bool, error) {
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, minioCall)
-		st, err := s3.GetBucketVersioning(cctx, vault.Bucket(r.Region))
+		st, err := s3.GetBucketVersioning(cctx, snapstore.Bucket(r.Region))
 		cancel()
 		if minio.ToErrorResponse(err).Code == "NoSuchBucket" {
 			return false, nil
@@ -244,19 +244,19 @@ func (in *VaultBucketsInputs) present(ctx context.Context) (bool, error) {
 }
 
 func init() {
-	register("VaultBuckets", spec[VaultBucketsInputs]{
-		Validate: func(in *VaultBucketsInputs) error { return in.validate() },
-		Create: func(ctx context.Context, _ *Env, in *VaultBucketsInputs) (string, map[string]any, error) {
+	register("VaultBuckets", spec[StoreBucketsInputs]{
+		Validate: func(in *StoreBucketsInputs) error { return in.validate() },
+		Create: func(ctx context.Context, _ *Env, in *StoreBucketsInputs) (string, map[string]any, error) {
 			out, err := in.setUp(ctx)
 			if err != nil {
 				return "", nil, err
 			}
-			return in.URL + "#vault", out, nil
+			return in.URL + "#snapshot store", out, nil
 		},
 		// Every change is set again on the same server; the users of a
 		// region no longer kept (or renamed) are removed. Its bucket stays:
 		// snapshots outlive the configuration that made them.
-		Update: func(ctx context.Context, _ *Env, _ string, olds, news *VaultBucketsInputs, _ map[string]any) (map[string]any, error) {
+		Update: func(ctx context.Context, _ *Env, _ string, olds, news *StoreBucketsInputs, _ map[string]any) (map[string]any, error) {
 			out, err := news.setUp(ctx)
 			if err != nil {
 				return nil, err
@@ -270,7 +270,7 @@ func init() {
 			return out, news.removeUsers(ctx, gone)
 		},
 		Replaces: []string{"url"},
-		Read: func(ctx context.Context, _ *Env, _ string, in *VaultBucketsInputs, st map[string]any) (map[string]any, error) {
+		Read: func(ctx context.Context, _ *Env, _ string, in *StoreBucketsInputs, st map[string]any) (map[string]any, error) {
 			ok, err := in.present(ctx)
 			if err != nil {
 				return st, nil // MinIO not answering is no proof of drift
@@ -281,7 +281,7 @@ func init() {
 			return st, nil
 		},
 		// The buckets stay: snapshots outlive the stack. The users go.
-		Delete: func(ctx context.Context, _ *Env, _ string, in *VaultBucketsInputs, _ map[string]any) error {
+		Delete: func(ctx context.Context, _ *Env, _ string, in *StoreBucketsInputs, _ map[string]any) error {
 			return in.removeUsers(ctx, in.users())
 		},
 		Secrets: []string{"rootPassword", "regions"},
