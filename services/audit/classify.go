@@ -98,7 +98,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 					e.Kind = Handoff
 					if ev.PrevKv != nil {
 						p := decodeHold(ev.PrevKv.Value)
-						e.PrevIdentity, e.PrevSession = p.Identity, ev.PrevKv.Lease
+						e.PrevIdentity, e.PrevSession, e.heldSince, e.heldClass = p.Identity, ev.PrevKv.Lease, p.Since, p.Class
 					} else {
 						e.Detail = unknownHolder
 					}
@@ -110,6 +110,7 @@ func classify(src source, r revision, epoch uint32, now time.Time) []Event {
 			} else {
 				h := decodeHold(ev.PrevKv.Value)
 				e.Kind, e.Identity, e.Instance, e.Session, e.Class = endOf(ev.PrevKv.Lease), h.Identity, h.Instance, ev.PrevKv.Lease, h.Class
+				e.heldSince = h.Since
 			}
 			if e.Kind == EpochAdvance && e.Detail == "" {
 				e.Detail = "ended by the epoch advance at this revision"

@@ -76,6 +76,11 @@ type Event struct {
 	// Detail is free text for kinds that need it (a gap's range, an
 	// epoch record, a shard map version). Never a token.
 	Detail string `json:"detail"`
+	// heldSince is, on a hold's end, when that hold was granted (its
+	// record's since), for the hold-time series; heldClass is a handoff's
+	// previous hold's class. Not stored.
+	heldSince time.Time
+	heldClass string
 }
 
 // ClusterWide reports whether e is a whole cluster's event (no key): a

@@ -4,11 +4,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockplane/lockplane/services/metriclabels"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the tailers' series, labelled by cluster name only (a
-// region's clusters, from its configuration: bounded).
+// Metrics are the tailers' series. The progress series are labelled by
+// cluster name only (a region's clusters, from its configuration:
+// bounded). The client-health series (ADR-22: waits, hold times, expiries
+// without release, force-releases) come from the history itself, so they
+// count every hold whichever arbiter granted it, and the expiries no
+// arbiter sees; they carry namespace, class and cluster, the namespace and
+// class values capped (services/metriclabels). A tailer that reads a range
+// of revisions again after a restart counts it again, in its new process.
 //
 // The lag gauges compare the cluster's head, as the leading tailer last
 // saw it (every watch response's header, and a read of its own every
@@ -25,6 +32,13 @@ type Metrics struct {
 	events  *prometheus.CounterVec
 	gaps    *prometheus.CounterVec
 	fails   *prometheus.CounterVec
+
+	waitSeconds *prometheus.HistogramVec
+	holdSeconds *prometheus.HistogramVec
+	expiries    *prometheus.CounterVec
+	forced      *prometheus.CounterVec
+	namespaces  metriclabels.Values
+	classes     metriclabels.Values
 
 	mu       sync.Mutex
 	clusters map[string]*position
@@ -67,11 +81,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Ranges of revisions compacted before the tailer read them, each recorded as a gap event."}, []string{"cluster"}),
 		fails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_audit_store_failures_total",
 			Help: "Batches the audit store refused (each is tried again)."}, []string{"cluster"}),
+		waitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lockplane_wait_seconds",
+			Help:    "How long a grant's request waited for its key, from queue join to grant (grants that waited only), from the hold record.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, healthLabels),
+		holdSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lockplane_hold_seconds",
+			Help:    "How long a hold lasted, from its grant to its end (release, session close, expiry or force-release), as the tailer read the end.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12)}, healthLabels),
+		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_expiries_total",
+			Help: "Holds ended by their session's expiry, not by Release or a session close: a holder that stopped renewing (ADR-22's client-health signal)."}, healthLabels),
+		forced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_force_releases_total",
+			Help: "Holds ended by a two-person force-release."}, healthLabels),
 		clusters: map[string]*position{},
 		peaks:    map[string]int64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.seconds, m.leading, m.pending, m.events, m.gaps, m.fails)
+		reg.MustRegister(m.lag, m.seconds, m.leading, m.pending, m.events, m.gaps, m.fails, m.waitSeconds, m.holdSeconds, m.expiries, m.forced)
 	}
 	return m
 }
@@ -116,15 +140,58 @@ func (m *Metrics) head(cluster string, rev int64) {
 	m.publish(cluster, p, now)
 }
 
-// stored records that the store has every revision to done, n events
+// healthLabels are the client-health series' labels: no tier, which the
+// history does not record.
+var healthLabels = []string{"namespace", "class", "cluster"}
+
+// stored records that the store has every revision to done, and events
 // more.
-func (m *Metrics) stored(cluster string, done int64, n int) {
+func (m *Metrics) stored(cluster string, done int64, events []Event) {
 	m.mu.Lock()
 	p := m.pos(cluster)
 	p.done = max(p.done, done)
 	m.publish(cluster, p, time.Now())
 	m.mu.Unlock()
-	m.events.WithLabelValues(cluster).Add(float64(n))
+	m.events.WithLabelValues(cluster).Add(float64(len(events)))
+	for _, e := range events {
+		m.health(e)
+	}
+}
+
+// health counts one stored event in the client-health series.
+func (m *Metrics) health(e Event) {
+	l := m.labels(e)
+	switch e.Kind {
+	case Grant, Handoff:
+		if e.WaitedMs > 0 {
+			m.waitSeconds.WithLabelValues(l...).Observe(float64(e.WaitedMs) / 1000)
+		}
+		if e.Kind == Grant {
+			return
+		}
+		// A handoff also ends the previous hold, which is counted in its
+		// own class.
+		l = []string{l[0], m.classes.Label(e.heldClass), l[2]}
+	case Release, SessionClose, Expiry, ForceRelease:
+	default:
+		return
+	}
+	if !e.heldSince.IsZero() {
+		// The arbiter's clock at grant against the tailer's at the read
+		// (or, for a handoff, the next grant's): a clock behind counts
+		// nothing, not a negative hold.
+		m.holdSeconds.WithLabelValues(l...).Observe(max(e.At.Sub(e.heldSince).Seconds(), 0))
+	}
+	switch e.Kind {
+	case Expiry:
+		m.expiries.WithLabelValues(l...).Inc()
+	case ForceRelease:
+		m.forced.WithLabelValues(l...).Inc()
+	}
+}
+
+func (m *Metrics) labels(e Event) []string {
+	return []string{m.namespaces.Label(e.Namespace), m.classes.Label(e.Class), e.Cluster}
 }
 
 // refresh sets the gauges again: the seconds behind grow with time alone.

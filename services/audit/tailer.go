@@ -397,7 +397,7 @@ func (t *tailer) interrupted(ctx context.Context, resp clientv3.WatchResponse, o
 			return err
 		}
 		t.done, t.dirty = resp.CompactRevision, true
-		t.cfg.Metrics.stored(t.cfg.Cluster, t.done, 0)
+		t.cfg.Metrics.stored(t.cfg.Cluster, t.done, nil)
 		return nil
 	default:
 		t.cfg.Logger.Warn("audit: watch failed; watching again", "cluster", t.cfg.Cluster, "err", resp.Err())
@@ -465,7 +465,7 @@ func (t *tailer) flush(ctx context.Context, b *batch) error {
 	if b.mark != nil {
 		t.mark = b.mark
 	}
-	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, len(b.events))
+	t.cfg.Metrics.stored(t.cfg.Cluster, t.done, b.events)
 	*b = batch{}
 	return nil
 }

@@ -154,7 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	m := newMetrics(f.cluster)
 	job := snapshot.Job{Source: snapshot.Source{Region: f.region, Cluster: f.cluster, Config: cfg}, Store: v,
-		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.taken}
+		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.Taken}
 	if f.once {
 		got, err := job.Once(ctx)
 		if err != nil {
@@ -216,35 +216,15 @@ func readSigningKey(path string) (ed25519.PrivateKey, error) {
 	return key, nil
 }
 
-// metrics are the job's, labelled by cluster only.
+// metrics are the job's series (snapshot.Metrics) and their registry.
 type metrics struct {
-	reg                *prometheus.Registry
-	lastSuccess, bytes prometheus.Gauge
-	failures           prometheus.Counter
+	reg *prometheus.Registry
+	*snapshot.Metrics
 }
 
 func newMetrics(cluster string) *metrics {
-	labels := prometheus.Labels{"cluster": cluster}
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
-			Help: "When the last snapshot this instance took was stored in the snapshot store (Unix seconds; 0 until it has taken one). Only the elected instance takes them: alert on the age of max by (cluster)."}),
-		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_bytes", ConstLabels: labels,
-			Help: "The size of the last snapshot stored."}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,
-			Help: "Snapshots that could not be taken or stored."}),
-	}
-	m.reg.MustRegister(m.lastSuccess, m.bytes, m.failures)
-	return m
-}
-
-func (m *metrics) taken(got snapshot.Manifest, err error) {
-	if err != nil {
-		m.failures.Inc()
-		return
-	}
-	m.lastSuccess.Set(float64(got.TakenAt.Unix()))
-	m.bytes.Set(float64(got.Size))
+	reg := prometheus.NewRegistry()
+	return &metrics{reg: reg, Metrics: snapshot.NewMetrics(reg, cluster)}
 }
 
 // serve serves the metrics until ctx ends.

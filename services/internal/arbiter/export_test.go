@@ -6,6 +6,7 @@ import (
 	"github.com/lockplane/lockplane/services/internal/arbiter/admin"
 	"github.com/lockplane/lockplane/services/internal/arbiter/quota"
 	"github.com/lockplane/lockplane/services/lockkey/records"
+	"github.com/lockplane/lockplane/services/metriclabels"
 )
 
 // Internals the external tests use and measure.
@@ -25,7 +26,7 @@ func ValidateLimiters(a *Arbiter) int {
 
 // MaxNamespaceLabels and MaxLimiters are the caps the tests check.
 const (
-	MaxNamespaceLabels = maxNamespaceLabels
+	MaxNamespaceLabels = metriclabels.MaxValues
 	MaxLimiters        = quota.MaxLimiters
 )
 

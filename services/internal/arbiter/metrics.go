@@ -7,49 +7,21 @@ import (
 	"time"
 
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
+	"github.com/lockplane/lockplane/services/client/reason"
 	"github.com/lockplane/lockplane/services/lockkey"
+	"github.com/lockplane/lockplane/services/metriclabels"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // AllowedLabels are the only metric labels the arbiter may use (ADR-22):
 // never a key, a session or a token.
-var AllowedLabels = []string{"namespace", "class", "tier", "cluster"}
+var AllowedLabels = metriclabels.Allowed
 
 type labels struct{ namespace, class, tier, cluster string }
 
-// maxNamespaceLabels caps the namespace label's values. A namespace is
-// named by an authorised caller's key, and only a policy set's grants
-// bound how many there are (open authorisation does not): past the cap,
-// further namespaces are counted together as otherNamespace.
-const maxNamespaceLabels = 256
-
-// otherNamespace cannot be a namespace: '(' is not a key character.
-const otherNamespace = "(other)"
-
-// namespaces is the set of namespace label values in use.
-type namespaces struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-}
-
 // namespace is ns's label value: itself while the cap allows.
-func (m *metrics) namespace(ns string) string {
-	n := &m.namespaces
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if _, ok := n.seen[ns]; ok {
-		return ns
-	}
-	if len(n.seen) >= maxNamespaceLabels {
-		return otherNamespace
-	}
-	if n.seen == nil {
-		n.seen = map[string]struct{}{}
-	}
-	n.seen[ns] = struct{}{}
-	return ns
-}
+func (m *metrics) namespace(ns string) string { return m.namespaces.Label(ns) }
 
 func (l labels) values() []string { return []string{l.namespace, l.class, l.tier, l.cluster} }
 
@@ -68,7 +40,7 @@ type metrics struct {
 	// fifth label, which ADR-22 does not allow.
 	refusals   map[lockv1.ErrorReason]*prometheus.CounterVec
 	live       *liveCollector
-	namespaces namespaces
+	namespaces metriclabels.Values
 }
 
 // warnings are the settings a server exports as 1-or-0 gauges so that a
@@ -183,9 +155,15 @@ func (c *liveCollector) add(a *Arbiter) {
 var (
 	sessionsDesc = prometheus.NewDesc("lockplane_sessions", "Live session leases in the cluster: on an entity shard, the leases of coord sessions that hold there.", []string{"cluster"}, nil)
 	holdsDesc    = prometheus.NewDesc("lockplane_holds", "Live holds in the cluster.", []string{"cluster"}, nil)
+	sealedDesc   = prometheus.NewDesc("lockplane_cluster_sealed",
+		"1 while the cluster is sealed (restored, rebuilt empty, or its epoch record lost: no grant until two operators advance its epoch), 0 while it grants; absent while the arbiter cannot tell (no quorum).", []string{"cluster"}, nil)
 )
 
-func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc; ch <- holdsDesc }
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionsDesc
+	ch <- holdsDesc
+	ch <- sealedDesc
+}
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -208,5 +186,14 @@ func (c *liveCollector) collect(a *Arbiter, ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(x.desc, prometheus.GaugeValue, float64(resp.Count), a.cfg.Cluster)
+	}
+	// The grant path's own answer: the cached record, read again when
+	// the cache has none.
+	_, err := a.epochFor(ctx)
+	switch {
+	case err == nil:
+		ch <- prometheus.MustNewConstMetric(sealedDesc, prometheus.GaugeValue, 0, a.cfg.Cluster)
+	case reason.Of(err) == lockv1.ErrorReason_SEALED:
+		ch <- prometheus.MustNewConstMetric(sealedDesc, prometheus.GaugeValue, 1, a.cfg.Cluster)
 	}
 }

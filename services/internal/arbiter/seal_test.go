@@ -70,6 +70,9 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 	if got := serving(); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("health of a sealed arbiter: %s, want NOT_SERVING", got)
 	}
+	if v := sealedGauge(t, restored); v != 1 {
+		t.Fatalf("lockplane_cluster_sealed of a restored cluster: %v, want 1", v)
+	}
 
 	// Sealed: no session, no grant, and status says why.
 	_, err = demo.Session(ctx, "")
@@ -150,6 +153,9 @@ func TestRestoredClusterIsSealedUntilEpochAdvances(t *testing.T) {
 
 	if got := serving(); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health after the advance: %s, want SERVING", got)
+	}
+	if v := sealedGauge(t, restored); v != 0 {
+		t.Fatalf("lockplane_cluster_sealed after the advance: %v, want 0", v)
 	}
 
 	// Unsealed: every new token exceeds every token the old cluster issued,
@@ -242,4 +248,20 @@ func forgeHold(t *testing.T, ctx context.Context, env *devenv.Env, key, who stri
 		t.Fatal(err)
 	}
 	return tok, int64(lease.ID)
+}
+
+// sealedGauge is the one lockplane_cluster_sealed sample env exports.
+func sealedGauge(t *testing.T, env *devenv.Env) float64 {
+	t.Helper()
+	fams, err := env.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "lockplane_cluster_sealed" && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no lockplane_cluster_sealed sample")
+	return -1
 }

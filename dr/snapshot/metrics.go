@@ -1,0 +1,35 @@
+package snapshot
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are a snapshot job's series, labelled by cluster only (a
+// region's clusters: bounded).
+type Metrics struct {
+	lastSuccess, bytes prometheus.Gauge
+	failures           prometheus.Counter
+}
+
+// NewMetrics registers cluster's job series on reg.
+func NewMetrics(reg prometheus.Registerer, cluster string) *Metrics {
+	labels := prometheus.Labels{"cluster": cluster}
+	m := &Metrics{
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
+			Help: "When the last snapshot this instance took was stored in the snapshot store (Unix seconds; 0 until it has taken one). Only the elected instance takes them: alert on the age of max by (cluster)."}),
+		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_bytes", ConstLabels: labels,
+			Help: "The size of the last snapshot stored."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,
+			Help: "Snapshots that could not be taken or stored."}),
+	}
+	reg.MustRegister(m.lastSuccess, m.bytes, m.failures)
+	return m
+}
+
+// Taken records one attempt's outcome: Job.Taken.
+func (m *Metrics) Taken(got Manifest, err error) {
+	if err != nil {
+		m.failures.Inc()
+		return
+	}
+	m.lastSuccess.Set(float64(got.TakenAt.Unix()))
+	m.bytes.Set(float64(got.Size))
+}
