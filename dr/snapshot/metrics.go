@@ -1,6 +1,10 @@
 package snapshot
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are a snapshot job's series, labelled by cluster only (a
 // region's clusters: bounded).
@@ -9,8 +13,9 @@ type Metrics struct {
 	failures           prometheus.Counter
 }
 
-// NewMetrics registers cluster's job series on reg.
-func NewMetrics(reg prometheus.Registerer, cluster string) *Metrics {
+// NewMetrics registers the series of cluster's job, which snapshots every
+// period, on reg.
+func NewMetrics(reg prometheus.Registerer, cluster string, every time.Duration) *Metrics {
 	labels := prometheus.Labels{"cluster": cluster}
 	m := &Metrics{
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
@@ -20,7 +25,10 @@ func NewMetrics(reg prometheus.Registerer, cluster string) *Metrics {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,
 			Help: "Snapshots that could not be taken or stored."}),
 	}
-	reg.MustRegister(m.lastSuccess, m.bytes, m.failures)
+	period := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_period_seconds", ConstLabels: labels,
+		Help: "How often the job snapshots (--every): an alert compares the last success's age with it."})
+	period.Set(every.Seconds())
+	reg.MustRegister(m.lastSuccess, m.bytes, m.failures, period)
 	return m
 }
 

@@ -113,7 +113,7 @@ func TestEverySeriesIsLabelledByTheFourAndBounded(t *testing.T) {
 		audit.Reader
 	}{Store: audittest.New()}, Workers: 2 * workers})
 	snaps := prometheus.NewRegistry()
-	snapshot.NewMetrics(snaps, "coord").Taken(snapshot.Manifest{TakenAt: time.Now(), Size: 1}, nil)
+	snapshot.NewMetrics(snaps, "coord", time.Hour).Taken(snapshot.Manifest{TakenAt: time.Now(), Size: 1}, nil)
 	gather := func() []*dto.MetricFamily {
 		fams, err := prometheus.Gatherers{env, snaps}.Gather()
 		if err != nil {

@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m := newMetrics(f.cluster)
+	m := newMetrics(f.cluster, f.every)
 	job := snapshot.Job{Source: snapshot.Source{Region: f.region, Cluster: f.cluster, Config: cfg}, Store: v,
 		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.Taken}
 	if f.once {
@@ -222,9 +222,9 @@ type metrics struct {
 	*snapshot.Metrics
 }
 
-func newMetrics(cluster string) *metrics {
+func newMetrics(cluster string, every time.Duration) *metrics {
 	reg := prometheus.NewRegistry()
-	return &metrics{reg: reg, Metrics: snapshot.NewMetrics(reg, cluster)}
+	return &metrics{reg: reg, Metrics: snapshot.NewMetrics(reg, cluster, every)}
 }
 
 // serve serves the metrics until ctx ends.

@@ -72,6 +72,8 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 			}
 			if aerr != nil {
 				aerr = a.waitEnded(ctx, wctx, r, aerr)
+			} else if !r.waitingSince.IsZero() {
+				g.waited = time.Since(r.waitingSince)
 			}
 			return g, aerr
 		}

@@ -22,6 +22,9 @@ import (
 // grant is a successful attempt.
 type grant struct {
 	token token.Token
+	// waited is how long this call waited for the key before the grant
+	// (zero: it did not), which its service time leaves out.
+	waited time.Duration
 }
 
 // contended is an attempt refused because another session holds the key;
@@ -73,7 +76,7 @@ func (a *Arbiter) acquireAdmitted(ctx context.Context, r request, req *lockv1.Ac
 		a.metrics.refused(r.labels, reason.Of(err))
 		return nil, err
 	}
-	a.metrics.granted(r.labels, time.Since(start))
+	a.metrics.granted(r.labels, time.Since(start), g.waited)
 	return &lockv1.AcquireResponse{
 		Key:       r.key,
 		Token:     &lockv1.Token{Value: uint64(g.token), Epoch: g.token.Epoch(), Revision: g.token.Revision()},
@@ -168,6 +171,7 @@ func (a *Arbiter) acquire(ctx context.Context, r request, session int64, wait bo
 	if err != nil {
 		return grant{}, a.waitEnded(ctx, wctx, r, err)
 	}
+	g.waited = time.Since(r.waitingSince)
 	return g, nil
 }
 
