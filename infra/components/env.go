@@ -7,6 +7,7 @@ package components
 
 import (
 	"fmt"
+	"github.com/lockplane/lockplane/infra/monitoring"
 	"path"
 
 	"github.com/lockplane/lockplane/infra/nodes"
@@ -45,6 +46,9 @@ type Env struct {
 	// Grants are the policy set's LockGrants: SPIRE's entries come from
 	// their workloads.
 	Grants []policy.Grant
+	// Owners are the policy set's namespace owners, whom the monitoring
+	// host's Alertmanager tells of their namespaces' alerts.
+	Owners map[string]monitoring.Owner
 	// Store is the region's snapshot store, nil without snapshots;
 	// RestoreStore the snapshot store a DR stack restores from, nil otherwise.
 	Store, RestoreStore *StoreAccess

@@ -34,6 +34,8 @@ type Region struct {
 	// Snapshots are the clusters' snapshot jobs, coord first; none when
 	// the stack names no snapshot store.
 	Snapshots []*SnapshotJob
+	// Monitor is nil without a host of role monitor.
+	Monitor *Monitor
 }
 
 // NewRegion builds a region from a validated stack and its plan.
@@ -194,6 +196,12 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	if r.FanIn, err = NewFanIn(ctx, env, FanInArgs{Arbiter: r.Arbiter, SpiffeCA: r.SpiffeCA, Halls: halls}, in); err != nil {
 		return nil, err
 	}
+	if h, ok := s.MonitorHost(); ok {
+		if r.Monitor, err = NewMonitor(ctx, env, MonitorArgs{Host: h, Targets: MonitorTargets(env, env.Plan, h), Owners: env.Owners},
+			pulumi.Parent(halls[h.Hall])); err != nil {
+			return nil, err
+		}
+	}
 
 	shardIDs := pulumi.StringArray{}
 	for _, sh := range r.Shards {
@@ -213,6 +221,9 @@ func NewRegion(ctx *pulumi.Context, env *Env, opts ...pulumi.ResourceOption) (*R
 	}
 	if r.Archive != nil {
 		outputs["archiveUrl"] = pulumi.String(r.Archive.URL)
+	}
+	if r.Monitor != nil {
+		outputs["prometheusUrl"], outputs["alertmanagerUrl"] = pulumi.String(r.Monitor.PrometheusURL), pulumi.String(r.Monitor.AlertmanagerURL)
 	}
 	return r, ctx.RegisterResourceOutputs(r, outputs)
 }

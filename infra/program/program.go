@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lockplane/lockplane/infra/components"
+	"github.com/lockplane/lockplane/infra/monitoring"
 	"github.com/lockplane/lockplane/infra/topology"
 	"github.com/lockplane/lockplane/nodes/provider"
 	"github.com/lockplane/lockplane/services/policy"
@@ -30,7 +31,7 @@ import (
 const Namespace = "lockplane"
 
 // keys are the stack configuration's top-level keys, as in topology.Stack.
-var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "spire", "snapshots", "restore", "restoreInPlace", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
+var keys = []string{"region", "runtime", "halls", "hosts", "ssh", "coord", "entity", "tang", "gates", "etcd", "arbiter", "audit", "archive", "spire", "snapshots", "monitoring", "restore", "restoreInPlace", "kubernetes", "binDir", "trustDomain", "policies", "operators"}
 
 // LoadStack reads the stack's configuration into a topology.Stack, with
 // defaults filled and relative paths made absolute against base.
@@ -180,6 +181,10 @@ func run(ctx *pulumi.Context, read StoreReader) error {
 		ctx.Export("archiveUrl", pulumi.String(region.Archive.URL))
 		ctx.Export("archiveCaCertPem", region.Archive.CA.CertPem)
 	}
+	if region.Monitor != nil {
+		ctx.Export("prometheusUrl", pulumi.String(region.Monitor.PrometheusURL))
+		ctx.Export("alertmanagerUrl", pulumi.String(region.Monitor.AlertmanagerURL))
+	}
 	if env.Store != nil {
 		exportSnapshotAccess(ctx, s, env.Store, region)
 	}
@@ -243,7 +248,7 @@ func NewEnv(s *topology.Stack) (*components.Env, error) {
 		return nil, err
 	}
 	env.Plan = plan
-	if env.Policies, env.Grants, err = loadPolicies(s); err != nil {
+	if env.Policies, env.Grants, env.Owners, err = loadPolicies(s); err != nil {
 		return nil, err
 	}
 	if f := s.Operators.CAFile; f != "" {
@@ -341,14 +346,18 @@ func StackFileConfig(path string) (map[string]string, error) {
 // loadPolicies validates the stack's policy set with the library the
 // arbiter and lockctl use, so an invalid class refuses the deploy, and
 // reads its files for the arbiters.
-func loadPolicies(s *topology.Stack) ([]components.PolicyFile, []policy.Grant, error) {
+func loadPolicies(s *topology.Stack) ([]components.PolicyFile, []policy.Grant, map[string]monitoring.Owner, error) {
 	set, err := policy.Load(s.Policies, time.Now())
 	if err != nil {
-		return nil, nil, fmt.Errorf("policies: %w", err)
+		return nil, nil, nil, fmt.Errorf("policies: %w", err)
+	}
+	owners := map[string]monitoring.Owner{}
+	for ns, o := range set.Owners {
+		owners[ns] = monitoring.Owner{Team: o.Team, Webhook: o.Webhook}
 	}
 	for _, g := range set.Grants {
 		if !strings.HasPrefix(g.SPIFFEID, "spiffe://"+s.TrustDomain+"/") {
-			return nil, nil, fmt.Errorf("policies: %s: LockGrant %s: spec.spiffeId: %s is not in the stack's trust domain %s", g.File, g.Name, g.SPIFFEID, s.TrustDomain)
+			return nil, nil, nil, fmt.Errorf("policies: %s: LockGrant %s: spec.spiffeId: %s is not in the stack's trust domain %s", g.File, g.Name, g.SPIFFEID, s.TrustDomain)
 		}
 	}
 	var files []components.PolicyFile
@@ -364,5 +373,5 @@ func loadPolicies(s *topology.Stack) ([]components.PolicyFile, []policy.Grant, e
 		files = append(files, components.PolicyFile{Path: filepath.ToSlash(rel), Content: string(b)})
 		return nil
 	})
-	return files, set.Grants, err
+	return files, set.Grants, owners, err
 }

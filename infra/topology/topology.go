@@ -45,7 +45,7 @@ const (
 )
 
 // roles are every role a host can have.
-var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit, RoleArchive, RoleSpire, RoleWorkload}
+var roles = []string{RoleCoord, RoleEntity, RoleTang, RoleArbiter, RoleAudit, RoleArchive, RoleSpire, RoleWorkload, RoleMonitor}
 
 // Runtimes for the services that are not etcd or Tang.
 const (
@@ -75,6 +75,9 @@ type Stack struct {
 	Spire Spire `json:"spire"`
 	// Snapshots is the clusters' snapshot schedule into a store stack.
 	Snapshots Snapshots `json:"snapshots"`
+	// Monitoring is the monitoring host's (role monitor) Prometheus and
+	// Alertmanager.
+	Monitoring Monitoring `json:"monitoring"`
 	// Restore, in a DR stack, stands the clusters up from the snapshot store.
 	Restore Restore `json:"restore"`
 	// RestoreInPlace restores entity shards of a running region from its
@@ -364,6 +367,7 @@ func (s *Stack) Defaults() {
 	def(&s.Arbiter.FanInPort, 7444)
 	def(&s.Audit.HTTPPort, 8123)
 	def(&s.Archive.Port, 9000)
+	s.Monitoring.defaults()
 	def(&s.Spire.Port, 8081)
 	if s.Spire.SVIDTTL == "" {
 		s.Spire.SVIDTTL = "1h"
@@ -532,6 +536,7 @@ func (s *Stack) Validate() (*Plan, error) {
 	}
 	s.validateAudit(bad)
 	s.validateArchive(bad)
+	s.validateMonitoring(bad)
 	s.validateSpire(bad)
 	s.validateSnapshots(bad)
 	s.validateRestore(bad)

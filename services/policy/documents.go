@@ -125,10 +125,26 @@ type LockNamespace struct {
 	Spec       NamespaceSpec `json:"spec"`
 }
 
-// NamespaceSpec says where a namespace lives.
+// NamespaceSpec says where a namespace lives and who owns it. At least
+// one of the two is set.
 type NamespaceSpec struct {
-	// Region is the region whose arbiters serve the namespace's keys.
-	Region string `json:"region"`
+	// Region is the region whose arbiters serve the namespace's keys;
+	// empty: every region's.
+	Region string `json:"region,omitempty"`
+	// Owner is the team told when the namespace's holders misbehave
+	// (expiries without release, a stalled queue): the monitoring host's
+	// Alertmanager routes those alerts to its webhook. A namespace without
+	// one routes them to the platform's receiver.
+	Owner *Owner `json:"owner,omitempty"`
+}
+
+// Owner is a team and where its alerts go.
+type Owner struct {
+	// Team names the team's receiver: a DNS label such as payments-sre.
+	Team string `json:"team"`
+	// Webhook is the http or https URL Alertmanager posts the team's
+	// alerts to (Alertmanager's webhook format).
+	Webhook string `json:"webhook"`
 }
 
 // The enumerations.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/lockplane/lockplane/services/class"
@@ -94,5 +95,25 @@ func (s *Set) Quotas() map[string]Quota {
 			out[g.SPIFFEID] = *g.Quota
 		}
 	}
+	return out
+}
+
+// Unowned are the namespaces the set's classes serve that no LockNamespace
+// gives an owner, sorted: their client-health alerts go to the platform's
+// receiver, which `lockctl policy check` warns of.
+func (s *Set) Unowned() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range s.Classes {
+		ns := c.Namespace
+		if ns == "" || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		if _, ok := s.Owners[ns]; !ok {
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -83,6 +84,9 @@ type Set struct {
 	// Regions homes namespaces to regions; a namespace not listed is
 	// served by every region's arbiters.
 	Regions map[string]string
+	// Owners are the namespaces' owners, by namespace; a namespace not
+	// listed routes its alerts to the platform's receiver.
+	Owners map[string]Owner
 	// Files is how many files were read.
 	Files int
 }
@@ -102,6 +106,22 @@ type doc struct {
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+// checkOwner checks a namespace's owner: a team name and a webhook
+// Alertmanager can post to.
+func checkOwner(o Owner) *fieldErr {
+	if !nameRule.MatchString(o.Team) {
+		return &fieldErr{"spec.owner.team", fmt.Sprintf("%q must be a team name: a DNS label such as payments-sre", o.Team)}
+	}
+	if o.Team == "platform" {
+		return &fieldErr{"spec.owner.team", `"platform" is the platform's own receiver: name the namespace's team`}
+	}
+	u, err := url.Parse(o.Webhook)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &fieldErr{"spec.owner.webhook", fmt.Sprintf("%q must be an http or https URL with a host", o.Webhook)}
+	}
+	return nil
+}
 
 // Load reads every .yaml and .yml file under dir and validates the set as
 // of now. It returns *Invalid listing every problem, or the set.
@@ -187,7 +207,8 @@ var (
 )
 
 func validate(docs []*doc, now time.Time) (*Set, []Problem) {
-	set := &Set{Classes: map[string]Class{}, Regions: map[string]string{}}
+	set := &Set{Classes: map[string]Class{}, Regions: map[string]string{}, Owners: map[string]Owner{}}
+	teamHooks := map[string]string{}  // a team's webhook, and the file that set it
 	quotaBy := map[string]string{}    // SPIFFE ID -> grant that sets its quota
 	workloadBy := map[string]string{} // SPIFFE ID -> grant that registers it
 	nsFiles := map[string]string{}
@@ -286,11 +307,29 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 				continue
 			}
 			nsFiles[n.Metadata.Name] = d.file
-			if !nameRule.MatchString(n.Spec.Region) {
+			if n.Spec.Region == "" && n.Spec.Owner == nil {
+				bad("spec", "names neither region nor owner: a LockNamespace homes a namespace, names its owner, or both")
+				continue
+			}
+			if n.Spec.Region != "" && !nameRule.MatchString(n.Spec.Region) {
 				bad("spec.region", "%q must be a region name: a DNS label such as eu-west", n.Spec.Region)
 				continue
 			}
-			set.Regions[n.Metadata.Name] = n.Spec.Region
+			if o := n.Spec.Owner; o != nil {
+				if err := checkOwner(*o); err != nil {
+					bad(err.field, "%s", err.rule)
+					continue
+				}
+				if prev, ok := teamHooks[o.Team]; ok && prev != o.Webhook {
+					bad("spec.owner.webhook", "team %s already posts to another webhook: a team has one", o.Team)
+					continue
+				}
+				teamHooks[o.Team] = o.Webhook
+				set.Owners[n.Metadata.Name] = *o
+			}
+			if n.Spec.Region != "" {
+				set.Regions[n.Metadata.Name] = n.Spec.Region
+			}
 		case KindPauseTest:
 			var r pauseresult.Result
 			if err := yaml.Unmarshal(d.raw, &r); err != nil {

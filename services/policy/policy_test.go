@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,12 @@ func TestShippedSetIsValid(t *testing.T) {
 	}
 	if set.Regions["payments"] != "eu-west" || set.Regions["search"] != "us-east" {
 		t.Fatalf("namespace homes: %v", set.Regions)
+	}
+	if o := set.Owners["payments"]; o.Team != "payments-sre" || len(set.Owners) != 1 {
+		t.Fatalf("owners: %v", set.Owners)
+	}
+	if u := set.Unowned(); !slices.Equal(u, []string{"search"}) {
+		t.Fatalf("unowned namespaces: %v, want [search]", u)
 	}
 	if q := set.Quotas()["spiffe://prod.example/ns/search/sa/indexer"]; q != (policy.Quota{Sessions: 32, Holds: 512}) {
 		t.Fatalf("the indexer's quota: %+v", q)
@@ -171,11 +178,36 @@ kind: LockGrant
 metadata: {name: g11}
 spec: {spiffeId: "spiffe://x.example/ns/a/sa/w", prefixes: [team-b/], workload: {selectors: ["unix:user:x"]}}
 `, "document 2 (LockGrant g11): spec.workload: grant g10 already registers spiffe://x.example/ns/a/sa/w"},
-		{"namespace without a region", `apiVersion: lockplane.io/v1
+		{"namespace with neither region nor owner", `apiVersion: lockplane.io/v1
 kind: LockNamespace
 metadata: {name: team-a}
 spec: {region: ""}
-`, `document 1 (LockNamespace team-a): spec.region: "" must be a region name`},
+`, `document 1 (LockNamespace team-a): spec: names neither region nor owner`},
+		{"namespace with a bad region", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {region: "EU West"}
+`, `document 1 (LockNamespace team-a): spec.region: "EU West" must be a region name`},
+		{"owner with a bad team", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: "Payments SRE", webhook: "https://hooks.example/a"}}
+`, `document 1 (LockNamespace team-a): spec.owner.team: "Payments SRE" must be a team name`},
+		{"owner with a webhook that is no URL", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: payments, webhook: "hooks.example/a"}}
+`, `document 1 (LockNamespace team-a): spec.owner.webhook: "hooks.example/a" must be an http or https URL with a host`},
+		{"one team, two webhooks", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: payments, webhook: "https://hooks.example/a"}}
+---
+apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-b}
+spec: {owner: {team: payments, webhook: "https://hooks.example/b"}}
+`, `document 2 (LockNamespace team-b): spec.owner.webhook: team payments already posts to another webhook`},
 		{"namespace homed twice", `apiVersion: lockplane.io/v1
 kind: LockNamespace
 metadata: {name: team-a}

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/infra/components"
 	"github.com/lockplane/lockplane/services/audit/archive"
 	"github.com/lockplane/lockplane/services/audit/chserver"
 	"github.com/lockplane/lockplane/services/client/profile"
@@ -133,6 +134,11 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if !chserver.Installed() {
 		unavailable(t, chserver.Bin+" is missing: the local stack's audit host runs it: run `make clickhouse`")
 	}
+	for _, b := range []string{components.PrometheusBin, components.AlertmanagerBin} {
+		if _, err := os.Stat(b); err != nil {
+			unavailable(t, b+" is missing: the local stack's monitor host runs it: install Debian's prometheus and prometheus-alertmanager")
+		}
+	}
 	hostsDir := filepath.Join(dir, ".lockplane", "hosts")
 	if _, err := os.Stat(filepath.Join(hostsDir, hosts.StateFile)); err == nil {
 		unavailable(t, "the local test hosts are up already (make up): run `make down` first")
@@ -174,6 +180,10 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	ops := startOperators(t, h)
 	pulumiConfig(t, dir, "local", "lockplane:operators", ops.config())
 
+	// Where the local stack's Alertmanager posts: the platform's receiver
+	// and the demo namespace's owner's.
+	hooks := startWebhooks(t, h)
+
 	var up summary
 	out = run(t, dir, "lockplane", "up", "--stack", "local", "-o", "json")
 	if err := json.Unmarshal(lastLine(out), &up); err != nil || up.Result != "succeeded" || up.Changes["create"] == 0 {
@@ -186,6 +196,14 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	} else {
 		t.Logf("arbiters answered: %v", arbiters)
 	}
+
+	// Monitoring: Prometheus on monitor-1 scrapes every etcd member (8),
+	// arbiter (2) and snapshot job (8), and itself and Alertmanager.
+	prom, am := fmt.Sprint(up.Outputs["prometheusUrl"]), fmt.Sprint(up.Outputs["alertmanagerUrl"])
+	if prom != "http://10.231.0.26:9090" || am != "http://10.231.0.26:9093" {
+		t.Fatalf("prometheusUrl %s, alertmanagerUrl %s", prom, am)
+	}
+	awaitTargetsUp(t, prom, 20)
 
 	// A lock through the deployed arbiter: a token of epoch 1.
 	tokOut := run(t, dir, "lockctl", "--profile", up.Profile, "run", "demo/e2e/1", "--class", "demo", "--", "sh", "-c", `echo "$LOCKPLANE_TOKEN"`)
@@ -232,6 +250,12 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	// lease a TTL later (demo's is 30 s), and the audit names it an expiry.
 	killHolder(t, dir, up.Profile, "demo/e2e/2")
 	awaitAudit(t, dir, up.Profile, "demo/e2e/2", "grant", "expiry")
+	// ... and its namespace's owner is told, not the platform: the tailer
+	// counts the expiry, Prometheus fires, Alertmanager routes by owner.
+	hooks.await(t, 2*time.Minute, "/demo", "LockplaneExpiriesWithoutRelease", map[string]string{"namespace": "demo", "class": "demo"})
+	if hooks.has("/platform", "LockplaneExpiriesWithoutRelease", nil) {
+		t.Fatal("the demo namespace's expiry alert went to the platform's receiver too")
+	}
 
 	// The archive: the deploy made its buckets on MinIO (archive-1), with
 	// their rules; the arbiters reach it over TLS with the archive's CA,
@@ -330,6 +354,22 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if err := json.Unmarshal(lastLine(out), &repair); err != nil || repair.Changes["create"] != 1 {
 		t.Fatalf("up after the drift: %s (%v); want the one service created again", out, err)
 	}
+
+	// Two of entity-0's three members cut off: the shard has no quorum,
+	// an entity-tier lock fails closed, and the platform is told of both.
+	healE2, healE3 := partition(t, h.Host("entity-2")), partition(t, h.Host("entity-3"))
+	nq := exec.Command(filepath.Join(dir, "bin", "lockctl"), "--profile", up.Profile, "run", "demo/shard/e2e-no-quorum", "--class", "demo-shard",
+		"--wait", "0", "--", "true")
+	nq.Dir = dir
+	if out, err := nq.CombinedOutput(); exitCode(err) != 3 {
+		t.Fatalf("an entity-tier lock with entity-0 partitioned: exit %d, %s; want 3 (not acquired)", exitCode(err), out)
+	}
+	awaitFiring(t, am, "EtcdInsufficientMembers", map[string]string{"cluster": "entity-0"}, 3*time.Minute)
+	awaitFiring(t, am, "LockplaneNoQuorum", map[string]string{"cluster": "entity-0"}, 2*time.Minute)
+	hooks.await(t, time.Minute, "/platform", "EtcdInsufficientMembers", map[string]string{"cluster": "entity-0", "team": "platform"})
+	hooks.await(t, time.Minute, "/platform", "LockplaneNoQuorum", map[string]string{"cluster": "entity-0"})
+	healE2()
+	healE3()
 
 	// The last grant before the disaster, after the snapshots: a token a
 	// restore could issue again if nothing sealed it.

@@ -254,12 +254,21 @@ func TestPausetestAgainstPostgresWritesAResult(t *testing.T) {
 func TestPolicyCheckCostAndRegister(t *testing.T) {
 	out, err := exec.Command(lockctl, "policy", "check", "../../../policies", "-o", "json").Output()
 	var ok struct {
-		Valid   bool `json:"valid"`
-		Classes int  `json:"classes"`
-		Homed   int  `json:"namespaces_homed"`
+		Valid   bool     `json:"valid"`
+		Classes int      `json:"classes"`
+		Homed   int      `json:"namespaces_homed"`
+		Owned   int      `json:"namespaces_owned"`
+		Unowned []string `json:"unowned"`
 	}
-	if err != nil || json.Unmarshal(out, &ok) != nil || !ok.Valid || ok.Classes != 3 || ok.Homed != 2 {
+	if err != nil || json.Unmarshal(out, &ok) != nil || !ok.Valid || ok.Classes != 3 || ok.Homed != 2 || ok.Owned != 1 || !slices.Equal(ok.Unowned, []string{"search"}) {
 		t.Fatalf("check of the shipped set: %v %s", err, out)
+	}
+	// A namespace without an owner is a warning, not a refusal.
+	cmd := exec.Command(lockctl, "policy", "check", "../../../policies")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil || !strings.Contains(stderr.String(), "warning: no LockNamespace names an owner for search") {
+		t.Fatalf("check of the shipped set: %v, stderr %q", err, stderr.String())
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("apiVersion: lockplane.io/v1\nkind: LockClass\nmetadata: {name: x}\n"+

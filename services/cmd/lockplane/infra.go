@@ -375,6 +375,9 @@ for the deployed arbiter to .lockplane/<stack>/profile.json.`,
 						fmt.Printf("through the fan-in tier %v: GRPC_XDS_BOOTSTRAP=%s lockctl --profile %s status\n",
 							res.Outputs["fanInEndpoints"].Value, out.FanInBootstrap, out.FanInProfile)
 					}
+					if p, ok := res.Outputs["prometheusUrl"]; ok {
+						fmt.Printf("monitoring: Prometheus %v, Alertmanager %v (docs/observability.md)\n", p.Value, res.Outputs["alertmanagerUrl"].Value)
+					}
 				}
 				if restored, ok := res.Outputs["restored"].Value.(map[string]any); ok {
 					printRestored(os.Stdout, f.stack, out.Profile, operatorPeople(res.Outputs), restored, typedFloor(res.Outputs))
