@@ -83,6 +83,7 @@ func (a *Arbiter) acquireDurable(ctx context.Context, r request, session int64, 
 		if r.waitingSince.IsZero() {
 			// The first refusal starts the wait its grant records.
 			r.waitingSince = time.Now()
+			defer a.metrics.waitBegan(r.labels)()
 		}
 		p := placeIn(c.resp, r.key, session, mine)
 		if mine == 0 || p.lost {

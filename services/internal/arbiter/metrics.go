@@ -35,6 +35,7 @@ type metrics struct {
 	renewalsFailed *prometheus.CounterVec
 	attempts       *prometheus.CounterVec
 	waits          *prometheus.CounterVec
+	waiting        *prometheus.GaugeVec
 	handoffs       *prometheus.CounterVec
 	validations    *prometheus.CounterVec
 	// One counter family per refusal reason: a reason label would be a
@@ -84,6 +85,8 @@ func newMetrics(reg prometheus.Registerer, warn warnings) (*metrics, error) {
 			Help: "Grant transactions sent to etcd; attempts per grant is the contention cost."}, AllowedLabels),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_waits_total",
 			Help: "Times a waiting Acquire found the key held and began waiting."}, AllowedLabels),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockplane_waiting",
+			Help: "Acquires waiting on this arbiter for a held key now: a queue whose callers wait while its class grants nothing is stalled."}, AllowedLabels),
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_handoffs_total",
 			Help: "Grants made by the release Txn of the previous holder, to the head waiter."}, AllowedLabels),
 		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockplane_validations_total",
@@ -95,7 +98,7 @@ func newMetrics(reg prometheus.Registerer, warn warnings) (*metrics, error) {
 		"1 when the arbiter runs without an authorizer (--allow-any-workload): any workload of the trust domain may lock any key.", warn.authorizationOpen)
 	authOff := warningGauge("lockplane_etcd_auth_off",
 		"1 when the arbiter signs in to etcd as no user (--etcd-without-auth): etcd does not keep the lock path, the Admin API and the tailers apart.", warn.etcdAuthOff)
-	cs := []prometheus.Collector{authOpen, authOff, m.grantSeconds, m.serviceSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.handoffs, m.validations, m.live}
+	cs := []prometheus.Collector{authOpen, authOff, m.grantSeconds, m.serviceSeconds, m.grants, m.releases, m.sessionsOpened, m.renewals, m.renewalsFailed, m.attempts, m.waits, m.waiting, m.handoffs, m.validations, m.live}
 	for v, name := range lockv1.ErrorReason_name {
 		if v == 0 {
 			continue
@@ -131,6 +134,13 @@ func (m *metrics) handedOff(l labels) { m.handoffs.WithLabelValues(l.values()...
 func (m *metrics) validated(l labels) { m.validations.WithLabelValues(l.values()...).Inc() }
 
 func (m *metrics) waited(l labels) { m.waits.WithLabelValues(l.values()...).Inc() }
+
+// waitBegan counts a wait that has begun until the returned end is called.
+func (m *metrics) waitBegan(l labels) (end func()) {
+	g := m.waiting.WithLabelValues(l.values()...)
+	g.Inc()
+	return g.Dec
+}
 
 func (m *metrics) released(l labels) { m.releases.WithLabelValues(l.values()...).Inc() }
 

@@ -11,6 +11,7 @@ import (
 
 // A grant's service time leaves out its wait for the key: the SLO bounds
 // the arbiter's and etcd's time, not how long another holder kept the key.
+// While it waits, the wait is counted as waiting.
 func TestServiceTimeLeavesOutTheWait(t *testing.T) {
 	env := devenvtest.Start(t, devenv.Options{})
 	ctx := ctxT(t, 30*time.Second)
@@ -35,11 +36,17 @@ func TestServiceTimeLeavesOutTheWait(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	if v := histSum(t, env.Registry, "lockplane_waiting"); v != 1 {
+		t.Fatalf("lockplane_waiting %v while one Acquire waits, want 1", v)
+	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+	if v := histSum(t, env.Registry, "lockplane_waiting"); v != 0 {
+		t.Fatalf("lockplane_waiting %v after the wait ended, want 0", v)
 	}
 	total, service := histSum(t, env.Registry, "lockplane_grant_seconds"), histSum(t, env.Registry, "lockplane_grant_service_seconds")
 	if service <= 0 || service >= total {
@@ -48,7 +55,7 @@ func TestServiceTimeLeavesOutTheWait(t *testing.T) {
 }
 
 // histSum is the sum of every sample of name: a histogram's sum, a
-// counter's value.
+// counter's or a gauge's value.
 func histSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
@@ -61,7 +68,7 @@ func histSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			sum += m.GetHistogram().GetSampleSum() + m.GetCounter().GetValue()
+			sum += m.GetHistogram().GetSampleSum() + m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return sum
