@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 TOOLS := tools/build
 
-.PHONY: hygiene all build dev test test-short vet proto proto-check tools minio spire clickhouse audit-deps infra-tools up down dr-drill dr-drills bench-core bench-scale bench-audit bench-fsync gate gate-short images clean
+.PHONY: hygiene all build dev test test-short vet proto proto-check dashboards dashboards-check tools minio spire clickhouse audit-deps infra-tools up down dr-drill dr-drills bench-core bench-scale bench-audit bench-fsync gate gate-short images clean
 PULUMI_VERSION := v3.274.1
 
 all: build
@@ -121,6 +121,14 @@ proto: tools
 	$(BIN)/buf generate
 
 # Fails when the committed generated code is not what `make proto` makes.
+# The Grafana dashboards are generated (tools/dashboards, its own module)
+# into infra/monitoring/dashboards; dashboards-check fails on a stale file.
+dashboards:
+	cd tools/dashboards && $(GO) run . -out ../../infra/monitoring/dashboards
+
+dashboards-check:
+	cd tools/dashboards && $(GO) run . -check -out ../../infra/monitoring/dashboards
+
 proto-check: proto
 	@# The contract only grows: wire and JSON compatible with the previous
 	@# commit (a shallow clone without one skips the comparison, saying so).

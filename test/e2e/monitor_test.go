@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/infra/monitoring/dashboards"
 	"github.com/lockplane/lockplane/test/hosts"
 )
 
@@ -204,4 +207,42 @@ func exitCode(err error) int {
 		return e.ExitCode()
 	}
 	return -1
+}
+
+// checkDashboards runs every panel's query of the shipped dashboards
+// against the region's Prometheus, every variable set to match all: none
+// may fail, and none may come back empty while the region has traffic,
+// except those whose event the drill has not caused by then (optional,
+// by a part of the query).
+func checkDashboards(t *testing.T, prometheus string, optional ...string) {
+	t.Helper()
+	qs, err := dashboards.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var empty []string
+	n := 0
+	for file, exprs := range qs {
+		for _, e := range exprs {
+			n++
+			q := strings.NewReplacer("$cluster", ".*", "$namespace", ".*").Replace(e)
+			var body struct {
+				Status string `json:"status"`
+				Data   struct {
+					Result []json.RawMessage `json:"result"`
+				} `json:"data"`
+			}
+			getJSON(t, prometheus+"/api/v1/query?query="+url.QueryEscape(q), &body)
+			if body.Status != "success" {
+				t.Errorf("%s: %s: status %s", file, e, body.Status)
+			}
+			if len(body.Data.Result) == 0 && !slices.ContainsFunc(optional, func(o string) bool { return strings.Contains(e, o) }) {
+				empty = append(empty, file+": "+e)
+			}
+		}
+	}
+	if len(empty) > 0 {
+		t.Errorf("dashboard panels with no series while the region has traffic:\n%s", strings.Join(empty, "\n"))
+	}
+	t.Logf("dashboards: %d panel queries ran against the region's Prometheus", n)
 }

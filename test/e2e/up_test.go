@@ -249,6 +249,8 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	// A holder killed while it holds: nobody releases, etcd expires its
 	// lease a TTL later (demo's is 30 s), and the audit names it an expiry.
 	killHolder(t, dir, up.Profile, "demo/e2e/2")
+	// Another caller waits for the key until the lease ends, then holds it.
+	run(t, dir, "lockctl", "--profile", up.Profile, "run", "demo/e2e/2", "--class", "demo", "--wait", "2m", "--", "true")
 	awaitAudit(t, dir, up.Profile, "demo/e2e/2", "grant", "expiry")
 	// ... and its namespace's owner is told, not the platform: the tailer
 	// counts the expiry, Prometheus fires, Alertmanager routes by owner.
@@ -256,6 +258,9 @@ func TestUpLockNoChangesDestroy(t *testing.T) {
 	if hooks.has("/platform", "LockplaneExpiriesWithoutRelease", nil) {
 		t.Fatal("the demo namespace's expiry alert went to the platform's receiver too")
 	}
+	// Every dashboard panel answers, with series: no force-release and no
+	// refusal has happened yet.
+	checkDashboards(t, prom, "lockplane_force_releases_total", "lockplane_refusals_")
 
 	// The archive: the deploy made its buckets on MinIO (archive-1), with
 	// their rules; the arbiters reach it over TLS with the archive's CA,
