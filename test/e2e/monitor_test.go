@@ -94,6 +94,13 @@ func (w *webhooks) await(t *testing.T, within time.Duration, path, name string, 
 	}
 }
 
+// posted is what path got.
+func (w *webhooks) posted(path string) []alert {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.got[path])
+}
+
 func matches(have, want map[string]string) bool {
 	for k, v := range want {
 		if have[k] != v {
