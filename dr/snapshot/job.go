@@ -59,6 +59,11 @@ type Job struct {
 	// Taken, when set, is called with each stored snapshot's manifest, or
 	// the error of a failed attempt (metrics, tests).
 	Taken func(Manifest, error)
+	// Recorded, when set, is called with the time of the cluster's last
+	// recorded snapshot whenever the elected instance reads it (before
+	// each wait), so that an instance that has just been elected reports
+	// how old the cluster's newest snapshot is, not that it has none.
+	Recorded func(time.Time)
 	// After is the clock's timer; time.After when nil.
 	After func(time.Duration) <-chan time.Time
 }
@@ -112,6 +117,9 @@ func (j Job) lead(ctx context.Context, leader clientv3.Cmp) error {
 		last, err := j.last(ctx)
 		if err != nil {
 			return err
+		}
+		if j.Recorded != nil && !last.IsZero() {
+			j.Recorded(last)
 		}
 		wait := time.Until(last.Add(j.Every))
 		if wait > j.Every {

@@ -11,6 +11,7 @@ import (
 type Metrics struct {
 	lastSuccess, bytes prometheus.Gauge
 	failures           prometheus.Counter
+	last               float64 // lastSuccess's value; the job calls from one goroutine
 }
 
 // NewMetrics registers the series of cluster's job, which snapshots every
@@ -19,7 +20,7 @@ func NewMetrics(reg prometheus.Registerer, cluster string, every time.Duration) 
 	labels := prometheus.Labels{"cluster": cluster}
 	m := &Metrics{
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_last_success_timestamp_seconds", ConstLabels: labels,
-			Help: "When the last snapshot this instance took was stored in the snapshot store (Unix seconds; 0 until it has taken one). Only the elected instance takes them: alert on the age of max by (cluster)."}),
+			Help: "When the cluster's last snapshot was stored in the snapshot store, as this instance knows it: the one it took, or the one recorded when it was elected (Unix seconds; 0 until it leads). Only the elected instance takes them: alert on the age of max by (cluster)."}),
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockplane_snapshot_bytes", ConstLabels: labels,
 			Help: "The size of the last snapshot stored."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockplane_snapshot_failures_total", ConstLabels: labels,
@@ -32,12 +33,21 @@ func NewMetrics(reg prometheus.Registerer, cluster string, every time.Duration) 
 	return m
 }
 
+// Recorded notes the cluster's last recorded snapshot: Job.Recorded.
+func (m *Metrics) Recorded(last time.Time) {
+	if v := float64(last.Unix()); v > m.last {
+		m.last = v
+		m.lastSuccess.Set(v)
+	}
+}
+
 // Taken records one attempt's outcome: Job.Taken.
 func (m *Metrics) Taken(got Manifest, err error) {
 	if err != nil {
 		m.failures.Inc()
 		return
 	}
-	m.lastSuccess.Set(float64(got.TakenAt.Unix()))
+	m.last = float64(got.TakenAt.Unix())
+	m.lastSuccess.Set(m.last)
 	m.bytes.Set(float64(got.Size))
 }

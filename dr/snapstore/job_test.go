@@ -68,6 +68,7 @@ func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 	}
 	const every = time.Hour
 	taken := make(chan snapshot.Manifest, 4)
+	recorded := map[string]chan time.Time{"member-a": make(chan time.Time, 4), "member-b": make(chan time.Time, 4)}
 	job := func(name string, clock *timer) snapshot.Job {
 		return snapshot.Job{
 			Source: snapshot.Source{Region: "local", Cluster: snapshot.CoordCluster,
@@ -80,6 +81,7 @@ func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 				}
 				taken <- m
 			},
+			Recorded: func(last time.Time) { recorded[name] <- last },
 		}
 	}
 	clockA, clockB := newTimer(), newTimer()
@@ -95,8 +97,13 @@ func TestTheSnapshotJobIsOneScheduleAcrossItsInstances(t *testing.T) {
 	go job("member-b", clockB).Run(ctxB)
 	stopA()
 	<-doneA
-	// member-b is elected now: it must wait out the period member-a began.
+	// member-b is elected now: it must wait out the period member-a began,
+	// and says meanwhile how old the cluster's newest snapshot is (its
+	// metric would otherwise read "never" until its own first one).
 	w := clockB.next(t, ctx, "member-b's wait once elected")
+	if last := receive(t, ctx, recorded["member-b"], "the snapshot member-b found recorded"); last.Sub(first.TakenAt).Abs() > time.Second {
+		t.Fatalf("member-b reported the last snapshot at %s, want member-a's at %s", last, first.TakenAt)
+	}
 	if w.d < every-5*time.Minute {
 		t.Fatalf("the successor waits %s after a snapshot taken just now, want most of %s", w.d, every)
 	}

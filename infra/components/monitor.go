@@ -130,7 +130,9 @@ func NewMonitor(ctx *pulumi.Context, env *Env, a MonitorArgs, opts ...pulumi.Res
 		return nil, err
 	}
 
-	amDeps, amTriggers, err := putConfig(ctx, conn, name, []configFile{{amPath, pulumi.String(amCfg), "0644"}}, in)
+	// Secret, and readable by root only: a webhook's URL may carry its
+	// receiver's secret.
+	amDeps, amTriggers, err := putConfig(ctx, conn, name, []configFile{{amPath, pulumi.ToSecret(pulumi.String(amCfg)).(pulumi.StringOutput), "0600"}}, in)
 	if err != nil {
 		return nil, err
 	}

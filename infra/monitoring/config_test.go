@@ -72,6 +72,9 @@ func TestAlertsAreRoutedToTheNamespacesOwner(t *testing.T) {
 	if out, err := exec.Command(bin, "check-config", p).CombinedOutput(); err != nil {
 		t.Fatalf("amtool check-config: %v\n%s\n%s", err, out, cfg)
 	}
+	if strings.Count(cfg, "follow_redirects: false") != 3 {
+		t.Fatalf("every webhook must refuse redirects:\n%s", cfg)
+	}
 	for _, c := range []struct {
 		labels []string
 		want   string

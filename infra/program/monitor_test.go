@@ -29,7 +29,19 @@ func TestTheMonitorScrapesTheWholeRegionAndRoutesByOwner(t *testing.T) {
 	files := map[string]string{}
 	for _, r := range m.of("lockplane:nodes:File") {
 		if p := r.Inputs["path"].StringValue(); strings.Contains(p, "/monitoring/") {
-			files[p[strings.Index(p, "/monitoring/")+len("/monitoring/"):]] = r.Inputs["content"].StringValue()
+			c := r.Inputs["content"]
+			if c.IsSecret() {
+				c = c.SecretValue().Element
+				if !strings.HasSuffix(p, "alertmanager.yml") {
+					t.Errorf("%s is secret", p)
+				}
+			} else if strings.HasSuffix(p, "alertmanager.yml") {
+				t.Errorf("alertmanager.yml, whose webhooks may carry secrets, is not secret in the state")
+			}
+			if mode := r.Inputs["mode"].StringValue(); strings.HasSuffix(p, "alertmanager.yml") && mode != "0600" {
+				t.Errorf("alertmanager.yml has mode %s, want 0600", mode)
+			}
+			files[p[strings.Index(p, "/monitoring/")+len("/monitoring/"):]] = c.StringValue()
 		}
 	}
 	for _, f := range []string{"prometheus.yml", "alertmanager.yml", "rules/etcd.yml", "rules/lockplane.yml"} {
@@ -72,7 +84,8 @@ func TestTheMonitorScrapesTheWholeRegionAndRoutesByOwner(t *testing.T) {
 // Bad monitoring settings are refused by field before anything is made.
 func TestMonitoringSettingsAreValidated(t *testing.T) {
 	for set, want := range map[string]string{
-		`{"every":"0s"}`:                      `monitoring.every: "0s" must be a duration from 1s to 5m`,
+		`{"every":"0s"}`:                      `monitoring.every: "0s" must be a duration from 1s to 1m`,
+		`{"every":"2m"}`:                      `monitoring.every: "2m" must be a duration from 1s to 1m`,
 		`{"retention":"2y"}`:                  `monitoring.retention: "2y" must be a duration from 1h to 400d`,
 		`{"prometheusPort":9093}`:             "monitoring.alertmanagerPort: 9093 is Prometheus's port too",
 		`{"platformWebhook":"hooks.example"}`: `monitoring.platformWebhook: "hooks.example" must be an http or https URL`,

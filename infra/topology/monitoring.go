@@ -18,7 +18,8 @@ type Monitoring struct {
 	// address (9090, 9093).
 	PrometheusPort   int `json:"prometheusPort,omitempty"`
 	AlertmanagerPort int `json:"alertmanagerPort,omitempty"`
-	// Every is the scrape and rule evaluation interval (15s): 1s to 5m.
+	// Every is the scrape and rule evaluation interval (15s): 1s to 1m,
+	// since the rules' rates look back 5 minutes.
 	Every string `json:"every,omitempty"`
 	// Retention is how long Prometheus keeps samples (15d): 1h to 400d.
 	Retention string `json:"retention,omitempty"`
@@ -86,8 +87,8 @@ func (s *Stack) validateMonitoring(bad func(string, ...any)) {
 	if m.PrometheusPort == m.AlertmanagerPort {
 		bad("monitoring.alertmanagerPort: %d is Prometheus's port too", m.AlertmanagerPort)
 	}
-	if d, err := time.ParseDuration(m.Every); err != nil || d < time.Second || d > 5*time.Minute {
-		bad("monitoring.every: %q must be a duration from 1s to 5m, such as 15s", m.Every)
+	if d, err := time.ParseDuration(m.Every); err != nil || d < time.Second || d > time.Minute {
+		bad("monitoring.every: %q must be a duration from 1s to 1m, such as 15s: the rules' rates look back 5 minutes", m.Every)
 	}
 	if d, err := parseDays(m.Retention); err != nil || d < time.Hour || d > 400*24*time.Hour {
 		bad("monitoring.retention: %q must be a duration from 1h to 400d, such as 15d", m.Retention)

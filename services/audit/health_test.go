@@ -49,9 +49,7 @@ func TestClientHealthSeriesComeFromTheHistory(t *testing.T) {
 		}
 		got <- err
 	}()
-	if v := awaitSample(t, ctx, env.Registry, "lockplane_waits_total", nil, func(v float64) bool { return v >= 1 }); v < 1 {
-		t.Fatal("the second Acquire never waited")
-	}
+	awaitSample(t, ctx, env.Registry, "lockplane_waits_total", nil, func(v float64) bool { return v >= 1 })
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +72,7 @@ func TestClientHealthSeriesComeFromTheHistory(t *testing.T) {
 	awaitSample(t, ctx, reg, "lockplane_hold_seconds", teamB, func(v float64) bool { return v == 1 })
 	teamA := map[string]string{"namespace": "team-a", "cluster": "coord"}
 	awaitSample(t, ctx, reg, "lockplane_hold_seconds", teamA, func(v float64) bool { return v == 2 })
-	if v := awaitSample(t, ctx, reg, "lockplane_wait_seconds", teamA, func(v float64) bool { return v == 1 }); v != 1 {
-		t.Fatalf("waits %v", v)
-	}
+	awaitSample(t, ctx, reg, "lockplane_wait_seconds", teamA, func(v float64) bool { return v == 1 })
 	if v, _ := sample(reg, "lockplane_expiries_total", teamA); v != 0 {
 		t.Fatalf("team-a released every hold, yet counts %v expiries", v)
 	}
@@ -89,6 +85,12 @@ func TestClientHealthSeriesComeFromTheHistory(t *testing.T) {
 			for _, l := range m.GetLabel() {
 				if !slices.Contains([]string{"namespace", "class", "tier", "cluster"}, l.GetName()) {
 					t.Errorf("%s has label %s", mf.GetName(), l.GetName())
+				}
+				// A session's own expiry is no hold's: counted, it would
+				// be a series without namespace or class (Prometheus drops
+				// empty labels), which no owner's route matches.
+				if (l.GetName() == "namespace" || l.GetName() == "class") && l.GetValue() == "" {
+					t.Errorf("%s has a series with an empty %s", mf.GetName(), l.GetName())
 				}
 			}
 		}

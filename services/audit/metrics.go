@@ -158,8 +158,12 @@ func (m *Metrics) stored(cluster string, done int64, events []Event) {
 	}
 }
 
-// health counts one stored event in the client-health series.
+// health counts one stored event in the client-health series: holds
+// only (a session's own end is an event of the same kinds, keyless).
 func (m *Metrics) health(e Event) {
+	if e.Key == "" {
+		return
+	}
 	l := m.labels(e)
 	switch e.Kind {
 	case Grant, Handoff:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -107,6 +108,13 @@ type doc struct {
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
 
+// inFolder reports whether file (the set's directory name, then the path
+// below it) lies in a folder named name: the set's own directory (a
+// team's CI checking its folder alone) or one below it.
+func inFolder(file, name string) bool {
+	return slices.Contains(strings.Split(filepath.ToSlash(filepath.Dir(file)), "/"), name)
+}
+
 // checkOwner checks a namespace's owner: a team name and a webhook
 // Alertmanager can post to.
 func checkOwner(o Owner) *fieldErr {
@@ -119,6 +127,17 @@ func checkOwner(o Owner) *fieldErr {
 	u, err := url.Parse(o.Webhook)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return &fieldErr{"spec.owner.webhook", fmt.Sprintf("%q must be an http or https URL with a host", o.Webhook)}
+	}
+	if u.User != nil {
+		return &fieldErr{"spec.owner.webhook", "must not carry a user or password: the policy set is readable by every team and every arbiter"}
+	}
+	// Alertmanager posts from inside the region: not to itself, its host or
+	// a cloud metadata service.
+	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && (ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified()) {
+		return &fieldErr{"spec.owner.webhook", fmt.Sprintf("%s is a loopback, link-local or unspecified address: name the team's receiver", u.Hostname())}
+	}
+	if u.Hostname() == "localhost" {
+		return &fieldErr{"spec.owner.webhook", "localhost is the monitoring host itself: name the team's receiver"}
 	}
 	return nil
 }
@@ -325,6 +344,13 @@ func validate(docs []*doc, now time.Time) (*Set, []Problem) {
 					continue
 				}
 				teamHooks[o.Team] = o.Webhook
+				// Who is told of a namespace is the namespace's own say:
+				// its document lives in its folder, which its team owns
+				// (CODEOWNERS), so another team cannot claim its alerts.
+				if !inFolder(d.file, n.Metadata.Name) {
+					bad("spec.owner", "a LockNamespace that names an owner must be in the namespace's own folder (%s/...), which its team owns", n.Metadata.Name)
+					continue
+				}
 				set.Owners[n.Metadata.Name] = *o
 			}
 			if n.Spec.Region != "" {

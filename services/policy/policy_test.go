@@ -198,6 +198,26 @@ kind: LockNamespace
 metadata: {name: team-a}
 spec: {owner: {team: payments, webhook: "hooks.example/a"}}
 `, `document 1 (LockNamespace team-a): spec.owner.webhook: "hooks.example/a" must be an http or https URL with a host`},
+		{"an owner named outside the namespace's folder", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: squatters, webhook: "https://hooks.example/a"}}
+`, `document 1 (LockNamespace team-a): spec.owner: a LockNamespace that names an owner must be in the namespace's own folder (team-a/...)`},
+		{"a webhook with a password", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: payments, webhook: "https://bot:secret@hooks.example/a"}}
+`, `document 1 (LockNamespace team-a): spec.owner.webhook: must not carry a user or password`},
+		{"a webhook on the monitoring host itself", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: payments, webhook: "http://127.0.0.1:9093/api/v2/silences"}}
+`, `document 1 (LockNamespace team-a): spec.owner.webhook: 127.0.0.1 is a loopback, link-local or unspecified address`},
+		{"a webhook to cloud metadata", `apiVersion: lockplane.io/v1
+kind: LockNamespace
+metadata: {name: team-a}
+spec: {owner: {team: payments, webhook: "http://169.254.169.254/latest"}}
+`, `document 1 (LockNamespace team-a): spec.owner.webhook: 169.254.169.254 is a loopback, link-local or unspecified address`},
 		{"one team, two webhooks", `apiVersion: lockplane.io/v1
 kind: LockNamespace
 metadata: {name: team-a}

@@ -1,6 +1,8 @@
-// Package metriclint is ADR-22's metric lint: every series every binary
-// exports carries only the allowed labels, and its count follows the
-// policy set, never the traffic's keys, sessions or identities.
+// Package metriclint is ADR-22's metric lint: every series Lockplane's
+// binaries export (the arbiter with its audit tailers, and the snapshot
+// job; the fan-in control plane exports none) carries only the allowed
+// labels, and its count follows the policy set, never the traffic's keys,
+// sessions or identities.
 package metriclint_test
 
 import (

@@ -297,7 +297,10 @@ func TestPolicyCheckCostAndRegister(t *testing.T) {
 	}
 	// A change that moves held keys to another tier, against the set it
 	// replaces: refused as a rehome.
-	moved := t.TempDir()
+	// In a folder named after the namespace, as its LockNamespace, which
+	// names an owner, must be.
+	moved := filepath.Join(t.TempDir(), "payments")
+	os.MkdirAll(moved, 0o755)
 	os.WriteFile(filepath.Join(moved, "c.yaml"), []byte(strings.Replace(string(must(os.ReadFile(filepath.Join("../../../policies", "payments", "classes.yaml")))),
 		"tier: entity", "tier: coord", 1)), 0o644)
 	for _, f := range []string{"grants.yaml", "namespace.yaml", "pausetest-ledger.yaml"} {

@@ -154,7 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	m := newMetrics(f.cluster, f.every)
 	job := snapshot.Job{Source: snapshot.Source{Region: f.region, Cluster: f.cluster, Config: cfg}, Store: v,
-		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.Taken}
+		Name: f.name, Every: f.every, Dir: f.dir, Logger: log, Taken: m.Taken, Recorded: m.Recorded}
 	if f.once {
 		got, err := job.Once(ctx)
 		if err != nil {

@@ -183,13 +183,17 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sealedDesc
 }
 
+// Collect reads every cluster at once: a Router's clusters without quorum
+// then cost one OpTimeout, not one each, within the scrape's timeout.
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	as := c.as
 	c.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, a := range as {
-		c.collect(a, ch)
+		wg.Go(func() { c.collect(a, ch) })
 	}
+	wg.Wait()
 }
 
 func (c *liveCollector) collect(a *Arbiter, ch chan<- prometheus.Metric) {

@@ -30,8 +30,8 @@ import (
 func (a *Arbiter) wait(ctx context.Context, r request, session int64, rev int64) (grant, error) {
 	w := &waiter{session: session, want: sessionFor(r.caller, r.class.TTL, r.instance).Encode(), req: r}
 	a.waiters.join(r.key, w, rev)
-	a.metrics.waited(r.labels)
 	defer a.metrics.waitBegan(r.labels)()
+	a.metrics.waited(r.labels)
 	a.queuedHook(r.key, session)
 	g, unsure, err := a.takeTurns(ctx, r, w)
 	if err != nil {
