@@ -15,7 +15,8 @@ import (
 // count every hold whichever arbiter granted it, and the expiries no
 // arbiter sees; they carry namespace, class and cluster, the namespace and
 // class values capped (services/metriclabels). A tailer that reads a range
-// of revisions again after a restart counts it again, in its new process.
+// of revisions again after a restart counts it again, in its new process
+// (in the same process, it does not).
 //
 // The lag gauges compare the cluster's head, as the leading tailer last
 // saw it (every watch response's header, and a read of its own every
@@ -43,6 +44,10 @@ type Metrics struct {
 	mu       sync.Mutex
 	clusters map[string]*position
 	peaks    map[string]int64 // the most events pending at once, per cluster
+	// counted is, per cluster, the last revision the client-health series
+	// counted: a tailer deposed and elected again in this process reads
+	// from its checkpoint again, and must not count those holds twice.
+	counted map[string]int64
 }
 
 // position is how far one cluster's store is behind its head.
@@ -93,6 +98,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Holds ended by a two-person force-release."}, healthLabels),
 		clusters: map[string]*position{},
 		peaks:    map[string]int64{},
+		counted:  map[string]int64{},
 	}
 	if reg != nil {
 		reg.MustRegister(m.lag, m.seconds, m.leading, m.pending, m.events, m.gaps, m.fails, m.waitSeconds, m.holdSeconds, m.expiries, m.forced)
@@ -153,8 +159,18 @@ func (m *Metrics) stored(cluster string, done int64, events []Event) {
 	m.publish(cluster, p, time.Now())
 	m.mu.Unlock()
 	m.events.WithLabelValues(cluster).Add(float64(len(events)))
+	m.mu.Lock()
+	from := m.counted[cluster]
 	for _, e := range events {
-		m.health(e)
+		if e.Revision > from {
+			m.counted[cluster] = max(m.counted[cluster], e.Revision)
+		}
+	}
+	m.mu.Unlock()
+	for _, e := range events {
+		if e.Revision > from {
+			m.health(e)
+		}
 	}
 }
 
