@@ -73,8 +73,10 @@ func TestClientHealthSeriesComeFromTheHistory(t *testing.T) {
 	teamA := map[string]string{"namespace": "team-a", "cluster": "coord"}
 	awaitSample(t, ctx, reg, "lockplane_hold_seconds", teamA, func(v float64) bool { return v == 2 })
 	awaitSample(t, ctx, reg, "lockplane_wait_seconds", teamA, func(v float64) bool { return v == 1 })
-	if v, _ := sample(reg, "lockplane_expiries_total", teamA); v != 0 {
-		t.Fatalf("team-a released every hold, yet counts %v expiries", v)
+	// team-a's expiry counter exists, at 0: born with the namespace's
+	// first grant, so that its first expiry is an increase Prometheus sees.
+	if v, n := sample(reg, "lockplane_expiries_total", teamA); v != 0 || n == 0 {
+		t.Fatalf("team-a released every hold: %v expiries over %d series, want 0 over one", v, n)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -97,14 +99,15 @@ func TestClientHealthSeriesComeFromTheHistory(t *testing.T) {
 	}
 }
 
-// sample is the sum over the series of name whose labels include want:
-// a counter's or gauge's value, a histogram's count.
-func sample(reg prometheus.Gatherer, name string, want map[string]string) (float64, error) {
+// sample is the sum over the series of name whose labels include want (a
+// counter's or gauge's value, a histogram's count), and how many there are.
+func sample(reg prometheus.Gatherer, name string, want map[string]string) (float64, int) {
 	mfs, err := reg.Gather()
 	if err != nil {
-		return 0, err
+		return 0, 0
 	}
 	var sum float64
+	n := 0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -113,6 +116,7 @@ func sample(reg prometheus.Gatherer, name string, want map[string]string) (float
 			if !hasLabels(m, want) {
 				continue
 			}
+			n++
 			switch {
 			case m.Counter != nil:
 				sum += m.GetCounter().GetValue()
@@ -123,7 +127,7 @@ func sample(reg prometheus.Gatherer, name string, want map[string]string) (float
 			}
 		}
 	}
-	return sum, nil
+	return sum, n
 }
 
 func hasLabels(m *dto.Metric, want map[string]string) bool {
@@ -146,11 +150,11 @@ func awaitSample(t *testing.T, ctx context.Context, reg prometheus.Gatherer, nam
 	defer tick.Stop()
 	last := "no value"
 	for {
-		v, err := sample(reg, name, want)
-		if err == nil && ok(v) {
+		v, n := sample(reg, name, want)
+		if n > 0 && ok(v) {
 			return v
 		}
-		last = fmt.Sprint(v, err)
+		last = fmt.Sprintf("%v over %d series", v, n)
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%s%v: last %s", name, want, last)

@@ -119,6 +119,8 @@ func (m *Metrics) pos(cluster string) *position {
 // start records where a leading tailer starts: the store has done, and
 // no head is known yet (a cluster rebuilt under a new ID has a new one).
 func (m *Metrics) start(cluster string, done int64) {
+	// Born at 0, so that its first gap is an increase Prometheus sees.
+	m.gaps.WithLabelValues(cluster)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pos(cluster)
@@ -186,6 +188,11 @@ func (m *Metrics) health(e Event) {
 		if e.WaitedMs > 0 {
 			m.waitSeconds.WithLabelValues(l...).Observe(float64(e.WaitedMs) / 1000)
 		}
+		// The end counters are born at 0 with the namespace and class's
+		// first grant: a counter born at its first increment shows
+		// Prometheus no increase.
+		m.expiries.WithLabelValues(l...)
+		m.forced.WithLabelValues(l...)
 		if e.Kind == Grant {
 			return
 		}

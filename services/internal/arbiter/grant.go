@@ -59,6 +59,7 @@ func (a *Arbiter) acquireAdmitted(ctx context.Context, r request, req *lockv1.Ac
 	}
 	r.instance = req.GetInstance()
 	r.grant = newGrantName()
+	a.metrics.admitted(r.labels)
 	if err := a.withinQuota(ctx, r.caller, quota.Holds); err != nil {
 		a.metrics.refused(r.labels, lockv1.ErrorReason_QUOTA_EXCEEDED)
 		return nil, err

@@ -150,6 +150,13 @@ func (m *metrics) renewed(cluster string) { m.renewals.WithLabelValues(cluster).
 
 func (m *metrics) renewalFailed(cluster string) { m.renewalsFailed.WithLabelValues(cluster).Inc() }
 
+// admitted makes the series an alert watches for a first increment
+// (NO_QUORUM refusals) at 0 for l, when l is first seen: a counter born
+// at its first increment shows Prometheus no increase.
+func (m *metrics) admitted(l labels) {
+	m.refusals[lockv1.ErrorReason_NO_QUORUM].WithLabelValues(l.values()...)
+}
+
 func (m *metrics) refused(l labels, r lockv1.ErrorReason) {
 	if c, ok := m.refusals[r]; ok {
 		c.WithLabelValues(l.values()...).Inc()
@@ -167,6 +174,7 @@ type liveCollector struct {
 func (c *liveCollector) add(a *Arbiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	a.metrics.renewalsFailed.WithLabelValues(a.cfg.Cluster) // born at 0: see admitted
 	c.as = append(c.as, a)
 }
 

@@ -48,6 +48,12 @@ func TestServiceTimeLeavesOutTheWait(t *testing.T) {
 	if v := histSum(t, env.Registry, "lockplane_waiting"); v != 0 {
 		t.Fatalf("lockplane_waiting %v after the wait ended, want 0", v)
 	}
+	// The counters an alert watches for a first increment exist at 0.
+	for _, name := range []string{"lockplane_refusals_no_quorum_total", "lockplane_renewals_failed_total"} {
+		if n := series(t, env.Registry)[name]; n == 0 {
+			t.Errorf("%s has no series before its first increment", name)
+		}
+	}
 	total, service := histSum(t, env.Registry, "lockplane_grant_seconds"), histSum(t, env.Registry, "lockplane_grant_service_seconds")
 	if service <= 0 || service >= total {
 		t.Fatalf("grant seconds %v, service seconds %v: want the waited grant's wait left out of the service time", total, service)
