@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockplane/lockplane/services/class"
 	lockv1 "github.com/lockplane/lockplane/services/client/api/lockplane/lock/v1"
 	"github.com/lockplane/lockplane/services/devenv"
 	"github.com/lockplane/lockplane/services/devenv/devenvtest"
@@ -75,5 +76,41 @@ func TestNoQuorumFailsClosed(t *testing.T) {
 	// outcome and may have committed once the quorum came back.)
 	if _, err := s2.TryLock(ctx, "team-a/q/after", noFence); err != nil {
 		t.Fatalf("acquire after quorum returned: %v", err)
+	}
+}
+
+// A shard without quorum refuses an entity-tier Acquire that needs a
+// lease there, and the refusal is counted against the shard: the
+// NO_QUORUM alert is by cluster.
+func TestAShardWithoutQuorumCountsItsRefusals(t *testing.T) {
+	env := devenvtest.Start(t, devenv.Options{OpTimeout: time.Second, Shards: []string{"a"}, Classes: class.NewStatic(devenvtest.Fast, entity)})
+	ctx := ctxT(t, time.Minute)
+	c := devenvtest.Client(t, env, "demo")
+	s := devenvtest.Session(t, c, entity.Name)
+	shard := env.ShardClusters["a"]
+	for i := range shard.Size()/2 + 1 {
+		shard.StopMember(i)
+	}
+	_, err := raw(c).Acquire(ctx, &lockv1.AcquireRequest{Key: "team-a/q/shard", SessionId: s.ID(), Instance: s.Instance(), Class: entity.Name})
+	wantReason(t, err, lockv1.ErrorReason_NO_QUORUM)
+	fams, err := env.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, f := range fams {
+		if f.GetName() != "lockplane_refusals_no_quorum_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == "a" {
+					got += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got < 1 {
+		t.Fatalf("NO_QUORUM refusals counted against shard a: %v, want at least 1", got)
 	}
 }

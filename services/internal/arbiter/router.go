@@ -319,6 +319,10 @@ func (ro *Router) acquire(ctx context.Context, r request, req *lockv1.AcquireReq
 	}
 	lease, err := ro.shardLease(ctx, r.caller, req.GetSessionId(), shard, true)
 	if err != nil {
+		// Refused before the shard's arbiter saw the call (no lease there:
+		// say, no quorum): counted here, with the shard's labels.
+		ro.metrics.admitted(rr.labels)
+		ro.metrics.refused(rr.labels, reason.Of(err))
 		return nil, err
 	}
 	sreq := proto.CloneOf(req)
